@@ -1,0 +1,5 @@
+"""`python -m kbench` runs the command-line interface."""
+
+from kbench.cli import main
+
+main()

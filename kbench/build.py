@@ -1,0 +1,91 @@
+"""Compile solutions into a cache keyed by source hash, several at once, each in its own child."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbench import isolation, toolkit
+from kbench.records import CompileInfo, SolutionSpec
+
+BUILD_LOG_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    cache_dir: Path
+    cuda_home: Path | None
+    arch: str
+    torch_version: str
+    timeout_s: float
+    jobs: int
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    solution: SolutionSpec
+    ok: bool
+    status: str  # "ok" or the failing evaluation status (compile_error, load_error, timeout, crashed)
+    message: str
+    compile: CompileInfo
+
+
+def extension_dir(ctx: BuildContext, solution: SolutionSpec) -> tuple[Path, str]:
+    key = toolkit.cache_key(solution.path.read_bytes(), ctx.torch_version, ctx.arch)
+    return ctx.cache_dir / key, key
+
+
+def child_env(ctx: BuildContext, solution: SolutionSpec, max_jobs: int) -> dict[str, str]:
+    env = isolation.worker_path_env()
+    env.update(toolkit.build_env(extension_dir(ctx, solution)[0], ctx.cuda_home, ctx.arch, max_jobs))
+    return env
+
+
+def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int) -> BuildResult:
+    """Import the solution in a child so its load_inline calls compile into the cache directory.
+
+    A file lock per cache key keeps two kbench processes from building the same extension at once.
+    """
+    directory, key = extension_dir(ctx, solution)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(ctx.cache_dir / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cached = (directory / toolkit.BUILT_MARKER).exists()
+        job = {"mode": "build", "solution": {"name": solution.name, "path": str(solution.path)}}
+        outcome = isolation.run_child(job, ctx.timeout_s, child_env(ctx, solution, max_jobs))
+    log = outcome.log[-BUILD_LOG_CHARS:]
+    failure = outcome.failure
+    result = outcome.result or {}
+    if failure is None and result.get("status") != "ok":
+        failure = (result.get("status", "crashed"), result.get("message", ""))
+    seconds = (result.get("compile") or {}).get("seconds", outcome.seconds)
+    info = CompileInfo(ok=failure is None, seconds=seconds, cached=cached and failure is None, log=log, cache_key=key)
+    if failure is not None:
+        return BuildResult(solution, False, failure[0], failure[1], info)
+    return BuildResult(solution, True, "ok", "", info)
+
+
+def build_all(
+    ctx: BuildContext,
+    solutions: Sequence[SolutionSpec],
+    progress: Callable[[BuildResult, int, int], None] | None = None,
+) -> dict[Path, BuildResult]:
+    """Build independent solutions in parallel; compiler threads are split between the jobs."""
+    if not solutions:
+        return {}
+    jobs = max(1, min(ctx.jobs or (os.cpu_count() or 1), len(solutions)))
+    max_jobs = max(1, (os.cpu_count() or 1) // jobs)
+    ctx.cache_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[Path, BuildResult] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(build_one, ctx, s, max_jobs) for s in solutions]
+        for done, future in enumerate(as_completed(futures), start=1):
+            result = future.result()
+            results[result.solution.path] = result
+            if progress:
+                progress(result, done, len(solutions))
+    return results

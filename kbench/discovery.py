@@ -1,0 +1,189 @@
+"""Find problems and solutions on disk by convention; reads files as text and AST, imports no user code."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kbench.errors import DiscoveryError
+from kbench.records import ProblemSpec, SolutionSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+MODEL_FILE = "model.py"
+META_FILE = "problem.toml"
+DEVICES_NAME = "DEVICES"
+KNOWN_DEVICES = ("cuda", "cpu")
+
+
+def _parse(path: Path) -> ast.Module:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DiscoveryError(f"Cannot read {path}: {exc}") from None
+    except SyntaxError as exc:
+        raise DiscoveryError(f"{path} is not valid Python (line {exc.lineno}: {exc.msg})") from None
+
+
+def module_constants(tree: ast.Module) -> dict[str, Any]:
+    """Module-level `name = literal` and `a, b = 1, 2` assignments: a problem's size constants."""
+    found: dict[str, Any] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target = node.targets[0]
+        try:
+            value = ast.literal_eval(node.value)
+        except (ValueError, TypeError, SyntaxError, RecursionError):
+            continue
+        if isinstance(target, ast.Name):
+            found[target.id] = value
+        elif isinstance(target, ast.Tuple) and isinstance(value, tuple) and len(value) == len(target.elts):
+            for elt, item in zip(target.elts, value):
+                if isinstance(elt, ast.Name):
+                    found[elt.id] = item
+    return found
+
+
+def _defines(tree: ast.Module, names: Iterable[str]) -> set[str]:
+    defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    return set(names) - defined
+
+
+def _check_problem_file(path: Path, tree: ast.Module) -> None:
+    missing = _defines(tree, ("Model", "get_inputs", "get_init_inputs"))
+    if missing:
+        raise DiscoveryError(f"{path} is not a KernelBench-format problem: it does not define {', '.join(sorted(missing))}")
+
+
+def load_problem_file(path: Path, name: str | None = None, meta: dict[str, Any] | None = None) -> ProblemSpec:
+    tree = _parse(path)
+    _check_problem_file(path, tree)
+    meta = meta or {}
+    constants = module_constants(tree)
+    small = meta.get("small", {})
+    unknown = sorted(set(small) - set(constants))
+    if unknown:
+        raise DiscoveryError(f"{path.parent / META_FILE}: [small] names {', '.join(unknown)}, which {path.name} does not define")
+    return ProblemSpec(
+        name=name or path.stem,
+        path=path.resolve(),
+        origin=str(meta.get("origin", "user file")),
+        atol=float(meta.get("atol", 1e-2)),
+        rtol=float(meta.get("rtol", 1e-2)),
+        constants=tuple(constants.items()),
+        small=tuple((k, small[k]) for k in constants if k in small),
+    )
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise DiscoveryError(f"Cannot read {path}: {exc}") from None
+
+
+def load_problem_dir(directory: Path) -> ProblemSpec:
+    model = directory / MODEL_FILE
+    if not model.is_file():
+        raise DiscoveryError(f"{directory} has no {MODEL_FILE}")
+    return load_problem_file(model, name=directory.name, meta=_read_meta(directory / META_FILE))
+
+
+def list_problems(problems_dir: Path) -> list[ProblemSpec]:
+    if not problems_dir.is_dir():
+        raise DiscoveryError(f"No problems folder at {problems_dir}. Run kbench from the repository root or pass --problems-dir.")
+    return [load_problem_dir(d) for d in sorted(problems_dir.iterdir()) if (d / MODEL_FILE).is_file()]
+
+
+def find_problem(ref: str, problems_dir: Path) -> ProblemSpec:
+    """A problem by name (a folder under problems_dir) or by path (a folder or a KernelBench .py file)."""
+    path = Path(ref)
+    if path.suffix == ".py" or path.is_dir():
+        if path.is_dir():
+            return load_problem_dir(path)
+        if not path.is_file():
+            raise DiscoveryError(f"No problem file at {path}")
+        meta = _read_meta(path.parent / META_FILE) if path.name == MODEL_FILE else {}
+        name = path.parent.name if path.name == MODEL_FILE else path.stem
+        return load_problem_file(path, name=name, meta=meta)
+    candidate = problems_dir / ref
+    if (candidate / MODEL_FILE).is_file():
+        return load_problem_dir(candidate)
+    known = [p.name for p in list_problems(problems_dir)] if problems_dir.is_dir() else []
+    raise DiscoveryError(f"Unknown problem '{ref}'. Available: {', '.join(known) or '(none)'}")
+
+
+def solution_devices(tree: ast.Module, path: Path) -> tuple[str, ...]:
+    """The solution's declared `DEVICES = ("cuda",)`; files without it are taken as CUDA-only."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == DEVICES_NAME for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                raise DiscoveryError(f"{path}: {DEVICES_NAME} must be a literal tuple such as ('cuda',)") from None
+            devices = (value,) if isinstance(value, str) else tuple(value)
+            bad = [d for d in devices if d not in KNOWN_DEVICES]
+            if bad or not devices:
+                raise DiscoveryError(f"{path}: {DEVICES_NAME} lists {bad or 'nothing'}; use any of {', '.join(KNOWN_DEVICES)}")
+            return devices
+    return ("cuda",)
+
+
+def load_solution_file(path: Path, problem: str, name: str | None = None) -> SolutionSpec:
+    if not path.is_file():
+        raise DiscoveryError(f"No solution file at {path}")
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        devices = solution_devices(tree, path)
+    except SyntaxError:
+        devices = ("cuda",)  # the child reports the syntax error as the solution's verdict
+    return SolutionSpec(problem=problem, name=name or path.stem, path=path.resolve(), devices=devices)
+
+
+def list_solutions(problem: str, solutions_dir: Path) -> list[SolutionSpec]:
+    folder = solutions_dir / problem
+    if not folder.is_dir():
+        return []
+    files = sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
+    return [load_solution_file(p, problem) for p in files]
+
+
+def find_solutions(problem: ProblemSpec, ref: str | None, solutions_dir: Path) -> list[SolutionSpec]:
+    """All of a problem's solutions, or the one named by `ref` (a name in its folder or a path)."""
+    if ref is None:
+        return list_solutions(problem.name, solutions_dir)
+    path = Path(ref)
+    if path.suffix == ".py":
+        return [load_solution_file(path, problem.name)]
+    known = list_solutions(problem.name, solutions_dir)
+    for spec in known:
+        if spec.name == ref:
+            return [spec]
+    names = ", ".join(s.name for s in known) or "(none)"
+    raise DiscoveryError(f"Unknown solution '{ref}' for problem '{problem.name}'. Available: {names}")
+
+
+def select(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path,
+           solutions_dir: Path) -> tuple[list[ProblemSpec], dict[str, list[SolutionSpec]]]:
+    """The problems named (all under problems_dir when none is) and each one's solutions."""
+    if problem_refs:
+        problems = [find_problem(ref, problems_dir) for ref in problem_refs]
+    else:
+        problems = list_problems(problems_dir)
+        if not problems:
+            raise DiscoveryError(f"No problems under {problems_dir}")
+    if solution_ref is not None and len(problems) != 1:
+        raise DiscoveryError("--solution needs exactly one --problem")
+    names = [p.name for p in problems]
+    if len(set(names)) != len(names):
+        raise DiscoveryError(f"A problem is named twice: {', '.join(names)}")
+    return problems, {p.name: find_solutions(p, solution_ref, solutions_dir) for p in problems}

@@ -1,0 +1,27 @@
+"""The one exception family the library raises for user-facing problems."""
+
+
+class KbenchError(Exception):
+    """A problem the user can fix; the CLI prints its message on one line and exits non-zero."""
+
+    exit_code = 1
+
+
+class UsageError(KbenchError):
+    """Bad input: unknown names, missing files, contradictory options."""
+
+    exit_code = 2
+
+
+class DiscoveryError(UsageError):
+    """A problem or solution could not be found or does not follow the file contract."""
+
+
+class ResultsError(KbenchError):
+    """A results file is missing, unreadable or of an unknown format."""
+
+
+class Interrupted(KbenchError):
+    """The run was stopped by a signal; what finished is saved."""
+
+    exit_code = 130

@@ -1,0 +1,199 @@
+"""Frozen specs and result records: what a run is asked to do and what it found."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from kbench import stats
+
+
+class Status(str, Enum):
+    CORRECT = "correct"
+    INCORRECT = "incorrect"
+    COMPILE_ERROR = "compile_error"
+    LOAD_ERROR = "load_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    NOT_RUN = "not_run"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Names of the two rows every problem gets besides its solutions.
+EAGER = "eager"
+COMPILED = "torch.compile"
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """A KernelBench-format problem file plus the metadata kbench needs to judge it."""
+
+    name: str
+    path: Path
+    origin: str = "user file"
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    constants: tuple[tuple[str, Any], ...] = ()  # module-level size constants, read from the AST
+    small: tuple[tuple[str, Any], ...] = ()  # overrides of those constants for --size small
+
+    def overrides(self, size: str) -> dict[str, Any]:
+        return dict(self.small) if size == "small" else {}
+
+
+@dataclass(frozen=True)
+class SolutionSpec:
+    """A file defining ModelNew for one problem."""
+
+    problem: str
+    name: str
+    path: Path
+    devices: tuple[str, ...] = ("cuda",)
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    """When to stop sampling; see the README's timing protocol."""
+
+    warmup_calls: int = 3
+    warmup_s: float = 0.025
+    min_samples: int = 10
+    min_time_s: float = 0.1
+    max_time_s: float = 10.0
+    rel_ci: float = 0.01  # stop once the median's 95% CI lies within +-1% of it
+
+
+@dataclass(frozen=True)
+class MathFlags:
+    """Precision switches applied identically to reference and solution."""
+
+    cudnn_tf32: bool = True  # PyTorch's default
+    matmul_tf32: bool = False  # PyTorch's default
+
+    @classmethod
+    def from_tf32(cls, tf32: bool) -> MathFlags:
+        return cls() if tf32 else cls(cudnn_tf32=False, matmul_tf32=False)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    device: str = "auto"  # auto | cuda | cpu
+    size: str | None = None  # full | small; None picks full on CUDA, small on CPU
+    trials: int = 5
+    seed: int = 42
+    atol: float | None = None  # None keeps each problem's own tolerance
+    rtol: float | None = None
+    math: MathFlags = MathFlags()
+    compile_baseline: bool = True
+    timeout_s: float = 900.0
+    jobs: int = 0  # 0 = one per CPU core
+    timing: TimingPolicy = TimingPolicy()
+    results_dir: Path = Path("results")
+    cache_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Raw per-call samples (seconds) of one callable; every statistic is derived from them."""
+
+    samples: tuple[float, ...]
+    host_samples: tuple[float, ...] = ()
+    stop_reason: str = ""
+
+    @property
+    def median(self) -> float:
+        return stats.median(self.samples)
+
+    def summary(self) -> dict[str, float]:
+        return stats.summarize(self.samples)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"unit": "s", "stop_reason": self.stop_reason, **self.summary()}
+        out["samples"] = list(self.samples)
+        out["host_samples"] = list(self.host_samples)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Measurement:
+        return cls(tuple(data["samples"]), tuple(data.get("host_samples", ())), data.get("stop_reason", ""))
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One correctness trial: a fresh input seed, candidate output against reference output."""
+
+    seed: int
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatched: int | None = None
+    numel: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class CompileInfo:
+    ok: bool
+    seconds: float = 0.0
+    cached: bool = False
+    log: str = ""
+    cache_key: str = ""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The verdict for one problem x one solution (or the eager / torch.compile reference rows)."""
+
+    problem: str
+    solution: str
+    status: Status
+    device: str
+    size: str
+    message: str = ""
+    compile: CompileInfo | None = None
+    trials: tuple[TrialResult, ...] = ()
+    timing: Measurement | None = None
+    eager_timing: Measurement | None = None  # eager reference timed in the same child, interleaved
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    warnings: tuple[str, ...] = ()
+    seconds: float = 0.0  # wall time of the whole evaluation, child start to result
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def max_abs_err(self) -> float | None:
+        errs = [t.max_abs_err for t in self.trials if t.max_abs_err is not None]
+        return max(errs) if errs else None
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["status"] = self.status.value
+        out["timing"] = self.timing.to_json() if self.timing else None
+        out["eager_timing"] = self.eager_timing.to_json() if self.eager_timing else None
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Evaluation:
+        compile_info = data.get("compile")
+        return cls(
+            problem=data["problem"],
+            solution=data["solution"],
+            status=Status(data["status"]),
+            device=data.get("device", ""),
+            size=data.get("size", ""),
+            message=data.get("message", ""),
+            compile=CompileInfo(**compile_info) if compile_info else None,
+            trials=tuple(TrialResult(**t) for t in data.get("trials", ())),
+            timing=Measurement.from_json(data["timing"]) if data.get("timing") else None,
+            eager_timing=Measurement.from_json(data["eager_timing"]) if data.get("eager_timing") else None,
+            speedup_vs_eager=data.get("speedup_vs_eager"),
+            speedup_vs_compile=data.get("speedup_vs_compile"),
+            warnings=tuple(data.get("warnings", ())),
+            seconds=data.get("seconds", 0.0),
+            extra=data.get("extra", {}),
+        )

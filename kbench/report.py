@@ -1,0 +1,64 @@
+"""Records to tables: a pandas frame, rendered for the terminal (tabulate), CSV and markdown."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+from tabulate import tabulate
+
+from kbench.records import Evaluation
+
+COLUMNS = [
+    "problem", "solution", "status", "size", "median_ms", "eager_ms", "vs_eager", "vs_compile",
+    "n", "ci_pct", "max_abs_err", "compile_s", "notes",
+]
+NOTE_CHARS = 120
+
+
+def _note(e: Evaluation) -> str:
+    parts = [e.message] if e.message else []
+    parts += list(e.warnings)
+    text = "; ".join(p.splitlines()[0] for p in parts if p)
+    return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 3] + "..."
+
+
+def _row(e: Evaluation) -> dict[str, object]:
+    row: dict[str, object] = {c: None for c in COLUMNS}
+    row.update(problem=e.problem, solution=e.solution, status=e.status.value, size=e.size, notes=_note(e))
+    if e.timing is not None:
+        summary = e.timing.summary()
+        row["median_ms"] = summary["median"] * 1e3
+        row["n"] = summary["n"]
+        row["ci_pct"] = 100 * max(summary["median"] - summary["ci_low"], summary["ci_high"] - summary["median"]) / summary["median"]
+    if e.eager_timing is not None:
+        row["eager_ms"] = e.eager_timing.median * 1e3
+    row["vs_eager"] = e.speedup_vs_eager
+    row["vs_compile"] = e.speedup_vs_compile
+    row["max_abs_err"] = e.max_abs_err
+    if e.compile is not None:
+        row["compile_s"] = e.compile.seconds
+    return row
+
+
+def results_frame(evaluations: Sequence[Evaluation]) -> pd.DataFrame:
+    return pd.DataFrame([_row(e) for e in evaluations], columns=COLUMNS)
+
+
+def _display(frame: pd.DataFrame) -> pd.DataFrame:
+    shown = frame.copy()
+    fmt = {
+        "median_ms": "{:.3f}", "eager_ms": "{:.3f}", "vs_eager": "{:.2f}x", "vs_compile": "{:.2f}x",
+        "ci_pct": "±{:.1f}%", "max_abs_err": "{:.1e}", "compile_s": "{:.1f}", "n": "{:.0f}",
+    }
+    for column, pattern in fmt.items():
+        shown[column] = [pattern.format(v) if v is not None and pd.notna(v) else "" for v in shown[column]]
+    return shown.fillna("")
+
+
+def to_terminal(frame: pd.DataFrame) -> str:
+    return tabulate(_display(frame), headers="keys", tablefmt="simple", showindex=False, disable_numparse=True)
+
+
+def to_markdown(frame: pd.DataFrame) -> str:
+    return tabulate(_display(frame), headers="keys", tablefmt="github", showindex=False, disable_numparse=True)

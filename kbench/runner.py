@@ -1,0 +1,250 @@
+"""The run: probe the machine, build solutions, evaluate each problem and solution, store as it goes."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kbench import isolation, toolkit
+from kbench.build import BuildContext, BuildResult, build_all, child_env
+from kbench.environment import git_info, host_info
+from kbench.errors import Interrupted, KbenchError, UsageError
+from kbench.records import (
+    COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
+    TrialResult,
+)
+from kbench.storage import RunStore
+from kbench.timing import escaped_work_warning
+
+Progress = Callable[[str], None]
+PROBE_TIMEOUT_S = 120
+
+
+def probe_environment() -> dict[str, Any]:
+    outcome = isolation.run_child({"mode": "probe"}, PROBE_TIMEOUT_S, isolation.worker_path_env())
+    if outcome.result is None or "environment" not in outcome.result:
+        status, message = outcome.failure or ("crashed", outcome.result.get("message", "") if outcome.result else "")
+        raise KbenchError(f"Cannot start a kbench worker ({status}: {message}). Is torch installed in this Python?")
+    return outcome.result["environment"]
+
+
+def resolve_device(requested: str, env: dict[str, Any]) -> str:
+    if requested not in ("auto", "cuda", "cpu"):
+        raise UsageError(f"Unknown device '{requested}'. Use auto, cuda or cpu.")
+    if requested == "cuda" and not env.get("gpu"):
+        raise UsageError("--device cuda was asked for, but torch sees no GPU here. Use --device cpu or auto.")
+    if requested == "auto":
+        return "cuda" if env.get("gpu") else "cpu"
+    return requested
+
+
+def resolve_size(requested: str | None, device: str) -> str:
+    size = requested or ("full" if device == "cuda" else "small")
+    if size not in ("full", "small"):
+        raise UsageError(f"Unknown size '{size}'. Use full or small.")
+    return size
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    config: RunConfig
+    device: str
+    size: str
+    env: dict[str, Any]
+    build: BuildContext
+
+
+def _base_job(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
+    cfg = plan.config
+    return {
+        "problem": {"name": problem.name, "path": str(problem.path), "overrides": problem.overrides(plan.size)},
+        "device": plan.device,
+        "seed": cfg.seed,
+        "trials": cfg.trials,
+        "atol": cfg.atol if cfg.atol is not None else problem.atol,
+        "rtol": cfg.rtol if cfg.rtol is not None else problem.rtol,
+        "math": dataclasses.asdict(cfg.math),
+        "timing": dataclasses.asdict(cfg.timing),
+    }
+
+
+def _measurement(data: dict[str, Any] | None) -> Measurement | None:
+    return Measurement.from_json(data) if data else None
+
+
+def _trials(data: dict[str, Any]) -> tuple[TrialResult, ...]:
+    return tuple(TrialResult(**t) for t in data.get("trials", ()))
+
+
+def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    found = list(extra)
+    if timing is not None and plan.device == "cuda":
+        warning = escaped_work_warning(timing)
+        if warning:
+            found.append(warning)
+    return tuple(found)
+
+
+def evaluate_reference(plan: Plan, problem: ProblemSpec) -> list[Evaluation]:
+    """The eager row, and the torch.compile row unless it was switched off."""
+    job = {**_base_job(plan, problem), "mode": "reference", "compile_baseline": plan.config.compile_baseline}
+    outcome = isolation.run_child(job, plan.config.timeout_s, isolation.worker_path_env())
+    common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds}
+    failure = outcome.failure
+    if failure is not None or outcome.result is None:
+        status, message = failure or ("crashed", "")
+        return [Evaluation(solution=EAGER, status=Status(status), message=message, **common)]
+    result = outcome.result
+    if result["status"] != "correct":
+        return [Evaluation(solution=EAGER, status=Status(result["status"]), message=result["message"], **common)]
+    eager = _measurement(result["timing"])
+    rows = [Evaluation(solution=EAGER, status=Status.CORRECT, timing=eager, eager_timing=eager,
+                       speedup_vs_eager=1.0, warnings=_warnings(plan, eager), extra={"output": result["output"]}, **common)]
+    compiled = result.get("compiled")
+    if compiled is not None:
+        timing = _measurement(compiled.get("timing"))
+        speedup = eager.median / timing.median if timing and eager else None
+        rows.append(Evaluation(
+            solution=COMPILED, status=Status(compiled["status"]), message=compiled.get("message", ""),
+            trials=_trials(compiled), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
+            speedup_vs_compile=1.0 if timing else None, warnings=_warnings(plan, timing),
+            compile=CompileInfo(ok=True, seconds=compiled.get("compile", {}).get("seconds", 0.0)), **common,
+        ))
+    return rows
+
+
+def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, built: BuildResult | None,
+                      compile_gain: float | None) -> Evaluation:
+    """One solution in its own child; `compile_gain` is eager/compiled time from the reference child."""
+    common = {"problem": problem.name, "solution": solution.name, "device": plan.device, "size": plan.size}
+    compile_info = built.compile if built else None
+    if plan.device not in solution.devices:
+        reason = f"supports {', '.join(solution.devices)} only; this run is on {plan.device}"
+        if built is not None and not built.ok:
+            return Evaluation(status=Status(built.status), message=built.message, compile=compile_info, **common)
+        if built is not None:
+            reason += " (it compiled and linked)"
+        return Evaluation(status=Status.NOT_RUN, message=reason, compile=compile_info, **common)
+    if built is None or not built.ok:
+        status = built.status if built else "not_run"
+        message = built.message if built else "not built"
+        return Evaluation(status=Status(status), message=message, compile=compile_info, **common)
+    job = {**_base_job(plan, problem), "mode": "evaluate", "solution": {"name": solution.name, "path": str(solution.path)}}
+    outcome = isolation.run_child(job, plan.config.timeout_s, child_env(plan.build, solution, 1))
+    failure = outcome.failure
+    if failure is not None or outcome.result is None:
+        status, message = failure or ("crashed", "")
+        return Evaluation(status=Status(status), message=message, compile=compile_info, seconds=outcome.seconds, **common)
+    result = outcome.result
+    timing, eager = _measurement(result.get("timing")), _measurement(result.get("eager_timing"))
+    speedup = eager.median / timing.median if timing and eager else None
+    return Evaluation(
+        status=Status(result["status"]), message=result.get("message", ""), compile=compile_info,
+        trials=_trials(result), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
+        speedup_vs_compile=speedup / compile_gain if speedup and compile_gain else None,
+        warnings=_warnings(plan, timing, result.get("warnings", ())), seconds=outcome.seconds,
+        extra=result.get("extra", {}), **common,
+    )
+
+
+def _to_build(device: str, solutions: Sequence[SolutionSpec], cuda_home: Path | None) -> tuple[list[SolutionSpec], dict[Path, str]]:
+    """Which solutions to compile, and why the others are skipped."""
+    chosen, skipped = [], {}
+    for s in solutions:
+        if "cuda" in s.devices and device not in s.devices and cuda_home is None:
+            skipped[s.path] = "no CUDA toolkit found (set CUDA_HOME) and no GPU here; not built"
+        elif device in s.devices or "cuda" in s.devices:
+            chosen.append(s)
+        else:
+            skipped[s.path] = f"supports {', '.join(s.devices)} only; this run is on {device}"
+    return chosen, skipped
+
+
+def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
+            repo: Path, progress: Progress = lambda _: None) -> RunStore:
+    """Run every problem and its solutions; results are saved after each evaluation."""
+    progress("probing the machine ...")
+    env = probe_environment()
+    device = resolve_device(config.device, env)
+    size = resolve_size(config.size, device)
+    gpu = env.get("gpu") or {}
+    cuda_home = toolkit.find_cuda_home()
+    arch = toolkit.arch_list(tuple(gpu["capability"]) if gpu else None)
+    cache_dir = config.cache_dir or toolkit.default_cache_dir()
+    ctx = BuildContext(cache_dir, cuda_home, arch, env["torch"], config.timeout_s, config.jobs)
+    plan = Plan(config, device, size, env, ctx)
+    header = {
+        "environment": {**env, "cuda_home": str(cuda_home) if cuda_home else None, "arch_list": arch, **host_info()},
+        "git": git_info(repo),
+        "config": {**dataclasses.asdict(config), "device": device, "size": size},
+        "problems": {p.name: {"origin": p.origin, "path": str(p.path), "atol": p.atol, "rtol": p.rtol,
+                              "constants": dict(p.constants), "overrides": p.overrides(size)} for p in problems},
+    }
+    store = RunStore.create(config.results_dir, header)
+    progress(f"run {store.run_id}: {len(problems)} problem(s) on {device} ({gpu.get('name', env['cpu'])}), size {size}")
+    with _sigterm_as_interrupt():
+        try:
+            _run_all(plan, problems, solutions, store, cuda_home, progress)
+        except KeyboardInterrupt:
+            store.finish("interrupted")
+            raise Interrupted(f"Interrupted; {len(store.evaluations)} finished evaluation(s) are saved in {store.directory}") from None
+    store.finish("complete")
+    return store
+
+
+def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
+             store: RunStore, cuda_home: Path | None, progress: Progress) -> None:
+    every = [s for p in problems for s in solutions.get(p.name, [])]
+    chosen, skipped = _to_build(plan.device, every, cuda_home)
+    if chosen:
+        progress(f"building {len(chosen)} solution(s) into {plan.build.cache_dir} ...")
+
+    def on_built(result: BuildResult, done: int, total: int) -> None:
+        state = "cached" if result.compile.cached else ("ok" if result.ok else f"{result.status}: {result.message}")
+        progress(f"  [build {done}/{total}] {result.solution.problem}/{result.solution.name}: {state} ({result.compile.seconds:.1f} s)")
+
+    builds = build_all(plan.build, chosen, on_built)
+    for problem in problems:
+        progress(f"{problem.name}: reference (eager{', torch.compile' if plan.config.compile_baseline else ''}) ...")
+        reference_rows = evaluate_reference(plan, problem)
+        for row in reference_rows:
+            store.add(row)
+        gain = next((r.speedup_vs_eager for r in reference_rows if r.solution == COMPILED and r.speedup_vs_eager), None)
+        for solution in solutions.get(problem.name, []):
+            if solution.path in skipped:
+                row = Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
+                                 message=skipped[solution.path], device=plan.device, size=plan.size)
+            else:
+                progress(f"{problem.name}: {solution.name} ...")
+                row = evaluate_solution(plan, problem, solution, builds.get(solution.path), gain)
+            progress(f"  {problem.name}/{solution.name}: {row.status.value}{' - ' + row.message if row.message else ''}")
+            store.add(row)
+
+
+def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path,
+        solutions_dir: Path, progress: Progress = lambda _: None) -> RunStore:
+    """`kbench run`: select problems and solutions, then execute them."""
+    from kbench.discovery import select
+
+    problems, solutions = select(problem_refs, solution_ref, problems_dir, solutions_dir)
+    return execute(config, problems, solutions, Path.cwd(), progress)

@@ -1,0 +1,106 @@
+"""Versioned, atomically written result files: results/<run-id>/run.json, results.csv, results.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kbench.errors import ResultsError
+from kbench.records import Evaluation
+
+FORMAT = "kbench-run"
+VERSION = 1
+RUN_FILE = "run.json"
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """Sortable by time: 20261122-071500-3fa2 (UTC, then a random suffix against collisions)."""
+    now = now or datetime.now(timezone.utc)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename: readers see the old or the new file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunStore:
+    """The results of one run, rewritten in full after every evaluation so none is ever lost."""
+
+    def __init__(self, directory: Path, header: dict[str, Any]) -> None:
+        self.directory = directory
+        self.header = header
+        self.evaluations: list[Evaluation] = []
+
+    @classmethod
+    def create(cls, results_dir: Path, header: dict[str, Any]) -> RunStore:
+        run_id = new_run_id()
+        directory = results_dir / run_id
+        try:
+            directory.mkdir(parents=True, exist_ok=False)
+        except OSError as exc:
+            raise ResultsError(f"Cannot create the results folder {directory}: {exc.strerror}") from None
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        store = cls(directory, {"format": FORMAT, "version": VERSION, "run_id": run_id, "started": now, **header})
+        store.save(state="running")
+        return store
+
+    @property
+    def run_id(self) -> str:
+        return str(self.header["run_id"])
+
+    def add(self, evaluation: Evaluation) -> None:
+        self.evaluations.append(evaluation)
+        self.save(state="running")
+
+    def document(self, state: str) -> dict[str, Any]:
+        doc = {**self.header, "state": state, "evaluations": [e.to_json() for e in self.evaluations]}
+        if state != "running":
+            doc["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        return doc
+
+    def save(self, state: str) -> None:
+        atomic_write(self.directory / RUN_FILE, json.dumps(self.document(state), indent=1, default=str) + "\n")
+
+    def finish(self, state: str = "complete") -> None:
+        from kbench.report import results_frame, to_markdown
+
+        self.save(state)
+        frame = results_frame(self.evaluations)
+        atomic_write(self.directory / "results.csv", frame.to_csv(index=False))
+        atomic_write(self.directory / "results.md", to_markdown(frame) + "\n")
+
+
+def load_run(path: Path) -> tuple[dict[str, Any], list[Evaluation]]:
+    """Read a run.json (or a run directory) of any known version."""
+    file = path / RUN_FILE if path.is_dir() else path
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultsError(f"No results at {file}") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{file} is not a readable kbench result ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ResultsError(f"{file} is not a kbench run file")
+    if doc.get("version", 0) > VERSION:
+        raise ResultsError(f"{file} has format version {doc['version']}; this kbench reads up to {VERSION}. Upgrade kbench.")
+    try:
+        evaluations = [Evaluation.from_json(e) for e in doc.get("evaluations", [])]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultsError(f"{file} has a malformed evaluation ({exc})") from None
+    return doc, evaluations

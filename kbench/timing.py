@@ -1,0 +1,142 @@
+"""The timer: per-call samples with CUDA events (or a host clock), L2 flush, warm-up, adaptive stopping.
+
+This module captures the clock and CUDA event functions when it is imported, which the worker does
+before it imports any solution: a solution that later replaces `torch.cuda.Event`,
+`torch.cuda.synchronize` or `time.perf_counter` does not change how it is timed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from kbench.records import Measurement, TimingPolicy
+from kbench.stats import median, median_ci_relative
+
+_perf_counter = time.perf_counter
+
+Clock = Callable[[], float]
+
+L2_FLUSH_FACTOR = 2  # the flush buffer is this many times the GPU's L2 size
+STOP_CONVERGED = "converged"
+STOP_MAX_TIME = "max_time"
+
+
+class Timer(Protocol):
+    def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
+        """Run fn once; return (timed seconds, host wall seconds over the same window)."""
+
+
+class HostTimer:
+    """CPU timing: the host clock around the call; nothing to flush or synchronize."""
+
+    def __init__(self, clock: Clock = _perf_counter) -> None:
+        self._clock = clock
+
+    def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
+        start = self._clock()
+        fn()
+        elapsed = self._clock() - start
+        return elapsed, elapsed
+
+
+class CudaEventTimer:
+    """GPU timing with events on the current stream, after an L2 flush, with a host-clock cross-check.
+
+    Per sample: synchronize; overwrite a buffer twice the L2 size (so no input or weight is served
+    from L2); record start; call; record end; synchronize. Only the call lies between the events.
+    """
+
+    def __init__(self, device: object, clock: Clock = _perf_counter) -> None:
+        import torch
+
+        self._torch = torch
+        self._event = torch.cuda.Event
+        self._synchronize = torch.cuda.synchronize
+        self._device = device
+        self._clock = clock
+        l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+        self._flush = torch.empty(max(L2_FLUSH_FACTOR * l2_bytes // 4, 1 << 20), dtype=torch.float32, device=device)
+
+    def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
+        start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+        self._synchronize(self._device)
+        self._flush.fill_(1.0)
+        host_start = self._clock()
+        start.record()
+        fn()
+        end.record()
+        self._synchronize(self._device)
+        host = self._clock() - host_start
+        return start.elapsed_time(end) / 1e3, host
+
+
+def warm_up(fn: Callable[[], object], policy: TimingPolicy, clock: Clock = _perf_counter) -> int:
+    """Call fn at least `warmup_calls` times and for at least `warmup_s`; returns the number of calls."""
+    calls, start = 0, clock()
+    while calls < policy.warmup_calls or clock() - start < policy.warmup_s:
+        fn()
+        calls += 1
+    return calls
+
+
+def converged(samples: list[float], elapsed: float, policy: TimingPolicy) -> bool:
+    return (
+        len(samples) >= policy.min_samples
+        and elapsed >= policy.min_time_s
+        and median_ci_relative(samples) <= policy.rel_ci
+    )
+
+
+def measure_interleaved(
+    fns: Mapping[str, Callable[[], object]],
+    timer: Timer,
+    policy: TimingPolicy,
+    clock: Clock = _perf_counter,
+) -> dict[str, Measurement]:
+    """Time several callables in alternating rounds, so that drift (clocks, heat) hits all alike.
+
+    Each round takes one sample of every callable, in forward order on even rounds and reverse order
+    on odd ones. Sampling stops when every callable has converged (see `converged`) or when the
+    loop has run for `max_time_s`, whichever comes first; at least one round always runs.
+    """
+    names = list(fns)
+    for name in names:
+        warm_up(fns[name], policy, clock)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    host: dict[str, list[float]] = {n: [] for n in names}
+    start, rounds = clock(), 0
+    while True:
+        for name in names if rounds % 2 == 0 else reversed(names):
+            timed, wall = timer.sample(fns[name])
+            samples[name].append(timed)
+            host[name].append(wall)
+        rounds += 1
+        elapsed = clock() - start
+        if all(converged(samples[n], elapsed, policy) for n in names):
+            reason = STOP_CONVERGED
+            break
+        if elapsed >= policy.max_time_s:
+            reason = STOP_MAX_TIME
+            break
+    return {n: Measurement(tuple(samples[n]), tuple(host[n]), reason) for n in names}
+
+
+# Host time above event time by both margins means work ran outside the timed stream.
+HOST_EXCESS_ABS_S = 100e-6
+HOST_EXCESS_REL = 0.5
+
+
+def escaped_work_warning(m: Measurement) -> str | None:
+    """A warning when the host clock saw much more time than the events did (e.g. a side stream)."""
+    if not m.host_samples:
+        return None
+    timed, wall = m.median, median(m.host_samples)
+    excess = wall - timed
+    if excess > HOST_EXCESS_ABS_S and excess > HOST_EXCESS_REL * timed:
+        return (
+            f"host time {wall * 1e3:.3f} ms exceeds event time {timed * 1e3:.3f} ms: "
+            "work may run outside the timed stream, so the event time may be too low"
+        )
+    return None

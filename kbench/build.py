@@ -45,12 +45,20 @@ def child_env(ctx: BuildContext, solution: SolutionSpec, max_jobs: int) -> dict[
     return env
 
 
+def needs_build(solution: SolutionSpec) -> bool:
+    """Only files that use torch.utils.cpp_extension have anything to compile."""
+    return b"cpp_extension" in solution.path.read_bytes()
+
+
 def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int) -> BuildResult:
     """Import the solution in a child so its load_inline calls compile into the cache directory.
 
     A file lock per cache key keeps two kbench processes from building the same extension at once.
+    Import errors of files with nothing to build are left to the evaluation child, which reports them.
     """
     directory, key = extension_dir(ctx, solution)
+    if not needs_build(solution):
+        return BuildResult(solution, True, "ok", "", CompileInfo(ok=True, log="nothing to build", cache_key=key))
     directory.mkdir(parents=True, exist_ok=True)
     with open(ctx.cache_dir / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

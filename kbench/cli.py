@@ -106,5 +106,41 @@ def run_command(
     typer.echo(f"\nresults: {store.directory}")
 
 
+@app.command("build")
+def build_command(
+    problem: Annotated[Optional[list[str]], typer.Option("--problem", "-p", help="Problem name or path; repeat for several. Default: all.")] = None,
+    solution: Annotated[Optional[str], typer.Option("--solution", "-s", help="One solution (name or path). Default: all of each problem's.")] = None,
+    jobs: Annotated[int, typer.Option(min=0, help="Solutions compiled in parallel; 0 = one per CPU core.")] = 0,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds before one build is killed.")] = 900.0,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Extension build cache. Default: ~/.cache/kbench/extensions.")] = None,
+    problems_dir: ProblemsDir = Path("problems"),
+    solutions_dir: SolutionsDir = Path("solutions"),
+) -> None:
+    """Compile and link solutions without running them (no GPU needed); exit 1 if any fails.
+
+    CUDA solutions build on a machine without a GPU when a CUDA toolkit is found: kbench sets
+    CUDA_HOME itself and, with no GPU to ask, TORCH_CUDA_ARCH_LIST=9.0 unless you set it.
+
+    Examples:
+
+      kbench build
+
+      kbench build -p conv3d_gelu -s cuda_fused
+    """
+    from kbench.report import build_table
+    from kbench.runner import build_only
+
+    try:
+        results = build_only(problem or [], solution, problems_dir, solutions_dir, cache_dir, jobs, timeout, _progress)
+    except KbenchError as exc:
+        raise _fail(exc) from None
+    typer.echo(build_table(results))
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        typer.echo(f"\n--- {r.solution.problem}/{r.solution.name}: {r.status} ---\n{r.compile.log[-3000:]}", err=True)
+    if failed:
+        raise typer.Exit(code=1)
+
+
 def main() -> None:
     app()

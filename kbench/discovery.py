@@ -145,7 +145,7 @@ def load_solution_file(path: Path, problem: str, name: str | None = None) -> Sol
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         devices = solution_devices(tree, path)
     except SyntaxError:
-        devices = ("cuda",)  # the child reports the syntax error as the solution's verdict
+        devices = KNOWN_DEVICES  # attempted anywhere, so the child reports the syntax error as its verdict
     return SolutionSpec(problem=problem, name=name or path.stem, path=path.resolve(), devices=devices)
 
 

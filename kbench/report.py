@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from tabulate import tabulate
 
 from kbench.records import Evaluation
+
+if TYPE_CHECKING:
+    from kbench.build import BuildResult
 
 COLUMNS = [
     "problem", "solution", "status", "size", "median_ms", "eager_ms", "vs_eager", "vs_compile",
@@ -62,3 +66,12 @@ def to_terminal(frame: pd.DataFrame) -> str:
 
 def to_markdown(frame: pd.DataFrame) -> str:
     return tabulate(_display(frame), headers="keys", tablefmt="github", showindex=False, disable_numparse=True)
+
+
+def build_table(results: Sequence[BuildResult]) -> str:
+    rows = [
+        [r.solution.problem, r.solution.name, ", ".join(r.solution.devices), r.status,
+         "yes" if r.compile.cached else "", f"{r.compile.seconds:.1f}", r.message.splitlines()[0] if r.message else ""]
+        for r in results
+    ]
+    return tabulate(rows, headers=["problem", "solution", "devices", "build", "cached", "seconds", "message"], tablefmt="simple")

@@ -248,3 +248,31 @@ def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None
 
     problems, solutions = select(problem_refs, solution_ref, problems_dir, solutions_dir)
     return execute(config, problems, solutions, Path.cwd(), progress)
+
+
+def build_only(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path, solutions_dir: Path,
+               cache_dir: Path | None, jobs: int, timeout_s: float, progress: Progress = lambda _: None) -> list[BuildResult]:
+    """`kbench build`: compile and link the selected solutions (any device's) without running them."""
+    from kbench.discovery import select
+
+    _, solutions = select(problem_refs, solution_ref, problems_dir, solutions_dir)
+    chosen = [s for group in solutions.values() for s in group]
+    if not chosen:
+        raise UsageError("No solutions selected, so nothing to build.")
+    env = probe_environment()
+    gpu = env.get("gpu") or {}
+    cuda_home = toolkit.find_cuda_home()
+    arch = toolkit.arch_list(tuple(gpu["capability"]) if gpu else None)
+    needs_cuda = [s for s in chosen if "cuda" in s.devices]
+    if needs_cuda and cuda_home is None:
+        names = ", ".join(f"{s.problem}/{s.name}" for s in needs_cuda)
+        raise KbenchError(f"No CUDA toolkit found for {names}. Set CUDA_HOME to the toolkit's folder.")
+    ctx = BuildContext(cache_dir or toolkit.default_cache_dir(), cuda_home, arch, env["torch"], timeout_s, jobs)
+    progress(f"building {len(chosen)} solution(s) for arch {arch} (CUDA toolkit: {cuda_home or 'none'}) into {ctx.cache_dir} ...")
+
+    def on_built(result: BuildResult, done: int, total: int) -> None:
+        state = "cached" if result.compile.cached else ("ok" if result.ok else result.status)
+        progress(f"  [{done}/{total}] {result.solution.problem}/{result.solution.name}: {state} ({result.compile.seconds:.1f} s)")
+
+    results = build_all(ctx, chosen, on_built)
+    return [results[s.path] for s in chosen]

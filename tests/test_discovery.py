@@ -1,0 +1,90 @@
+from pathlib import Path
+
+import pytest
+
+from kbench.discovery import find_problem, find_solutions, list_problems, list_solutions, select
+from kbench.errors import DiscoveryError
+from tests.conftest import ROOT
+
+SHIPPED = {"conv3d_logsumexp", "conv3d_gelu", "convtranspose3d_layernorm", "convtranspose3d_softmax"}
+
+
+def test_shipped_problems_are_found_with_their_metadata():
+    problems = {p.name: p for p in list_problems(ROOT / "problems")}
+    assert set(problems) == SHIPPED
+    lse = problems["conv3d_logsumexp"]
+    assert dict(lse.constants)["batch_size"] == 4 and dict(lse.constants)["width"] == 128
+    assert lse.overrides("small")["batch_size"] == 2 and lse.overrides("full") == {}
+    assert problems["convtranspose3d_softmax"].atol == 1e-4
+    assert "#43" in lse.origin
+
+
+def test_every_shipped_problem_has_a_cpu_and_a_cuda_solution():
+    for name in SHIPPED:
+        devices = {d for s in list_solutions(name, ROOT / "solutions") for d in s.devices}
+        assert {"cpu", "cuda"} <= devices, name
+
+
+def test_unknown_problem_lists_the_known_ones():
+    with pytest.raises(DiscoveryError, match="Unknown problem 'nope'. Available: conv3d_gelu, conv3d_logsumexp"):
+        find_problem("nope", ROOT / "problems")
+
+
+def test_unknown_solution_lists_the_known_ones(fixture_dirs):
+    problems_dir, solutions_dir = fixture_dirs
+    tiny = find_problem("tiny", problems_dir)
+    with pytest.raises(DiscoveryError, match="Unknown solution 'nope' for problem 'tiny'. Available: .*good"):
+        find_solutions(tiny, "nope", solutions_dir)
+
+
+def test_discovery_imports_no_user_code(tmp_path: Path):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "model.py").write_text(
+        "raise SystemExit('imported!')\nclass Model: pass\ndef get_inputs(): pass\ndef get_init_inputs(): pass\nn = 3\n"
+    )
+    (tmp_path / "s" / "p").mkdir(parents=True)
+    (tmp_path / "s" / "p" / "sol.py").write_text("raise SystemExit('imported!')\nDEVICES = ('cpu',)\n")
+    problem = find_problem("p", tmp_path)
+    assert dict(problem.constants) == {"n": 3}
+    assert [s.devices for s in list_solutions("p", tmp_path / "s")] == [("cpu",)]
+
+
+def test_a_kernelbench_file_path_is_a_problem(tmp_path: Path):
+    path = tmp_path / "43_Conv3d_Max_LogSumExp_ReLU.py"
+    path.write_text((ROOT / "problems" / "conv3d_logsumexp" / "model.py").read_text())
+    problem = find_problem(str(path), tmp_path / "elsewhere")
+    assert problem.name == "43_Conv3d_Max_LogSumExp_ReLU"
+    assert (problem.atol, problem.rtol, problem.small) == (1e-2, 1e-2, ())
+
+
+def test_a_file_that_breaks_the_contract_is_refused(tmp_path: Path):
+    path = tmp_path / "bad.py"
+    path.write_text("class Model: pass\n")
+    with pytest.raises(DiscoveryError, match="does not define get_init_inputs, get_inputs"):
+        find_problem(str(path), tmp_path)
+
+
+def test_small_sizes_must_name_real_constants(tmp_path: Path):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "model.py").write_text("class Model: pass\ndef get_inputs(): pass\ndef get_init_inputs(): pass\nn = 3\n")
+    (tmp_path / "p" / "problem.toml").write_text("[small]\nm = 1\n")
+    with pytest.raises(DiscoveryError, match=r"\[small\] names m"):
+        find_problem("p", tmp_path)
+
+
+def test_solution_without_devices_is_cuda_only_and_bad_devices_are_refused(tmp_path: Path):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "a.py").write_text("x = 1\n")
+    (tmp_path / "p" / "b.py").write_text("DEVICES = ('tpu',)\n")
+    with pytest.raises(DiscoveryError, match="DEVICES lists"):
+        list_solutions("p", tmp_path)
+    (tmp_path / "p" / "b.py").unlink()
+    assert list_solutions("p", tmp_path)[0].devices == ("cuda",)
+
+
+def test_select_needs_one_problem_for_a_named_solution():
+    with pytest.raises(DiscoveryError, match="--solution needs exactly one --problem"):
+        select([], "cuda_fused", ROOT / "problems", ROOT / "solutions")
+    problems, solutions = select(["conv3d_gelu"], "cpu_fused", ROOT / "problems", ROOT / "solutions")
+    assert [p.name for p in problems] == ["conv3d_gelu"]
+    assert [s.name for s in solutions["conv3d_gelu"]] == ["cpu_fused"]

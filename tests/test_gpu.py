@@ -1,0 +1,54 @@
+"""On a GPU: every shipped CUDA solution is correct and timed; a CUDA fault is contained."""
+
+from pathlib import Path
+
+import pytest
+
+from kbench.discovery import select
+from kbench.records import COMPILED, EAGER, RunConfig, Status, TimingPolicy
+from kbench.runner import execute
+from tests.conftest import FIXTURES, ROOT
+
+pytestmark = pytest.mark.cuda
+
+SHIPPED = ["conv3d_logsumexp", "conv3d_gelu", "convtranspose3d_layernorm", "convtranspose3d_softmax"]
+
+
+def _config(tmp_path, **kw):
+    return RunConfig(device="cuda", trials=3, timing=TimingPolicy(max_time_s=1.0),
+                     results_dir=tmp_path / "results", cache_dir=tmp_path / "cache", **kw)
+
+
+def test_shipped_cuda_solutions_are_correct_at_full_size(tmp_path):
+    problems, solutions = select(SHIPPED, None, ROOT / "problems", ROOT / "solutions")
+    store = execute(_config(tmp_path, compile_baseline=False), problems, solutions, Path.cwd())
+    rows = {(e.problem, e.solution): e for e in store.evaluations}
+    for problem in SHIPPED:
+        assert rows[(problem, EAGER)].status == Status.CORRECT
+        cuda = rows[(problem, "cuda_fused")]
+        assert cuda.status == Status.CORRECT, f"{problem}: {cuda.message}"
+        assert cuda.size == "full" and cuda.timing.median > 0 and cuda.speedup_vs_eager > 0
+        assert rows[(problem, "cpu_fused")].status == Status.NOT_RUN
+
+
+def test_fixture_verdicts_on_cuda_with_a_compile_baseline(tmp_path):
+    problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "solutions")
+    keep = {"good", "wrong_values", "exits", "raises_in_forward"}
+    solutions = {"tiny": [s for s in solutions["tiny"] if s.name in keep]}
+    store = execute(_config(tmp_path), problems, solutions, Path.cwd())
+    verdicts = {e.solution: e.status for e in store.evaluations}
+    assert verdicts == {
+        EAGER: Status.CORRECT, COMPILED: Status.CORRECT, "good": Status.CORRECT,
+        "wrong_values": Status.INCORRECT, "exits": Status.NOT_RUN, "raises_in_forward": Status.NOT_RUN,
+    }
+
+
+def test_an_illegal_address_fails_one_evaluation_not_the_run(tmp_path):
+    problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "cuda_solutions")
+    good = select(["tiny"], "good", FIXTURES / "problems", FIXTURES / "solutions")[1]["tiny"]
+    store = execute(_config(tmp_path, compile_baseline=False), problems, {"tiny": solutions["tiny"] + good}, Path.cwd())
+    rows = {e.solution: e for e in store.evaluations}
+    bad = rows["illegal_address"]
+    assert bad.status == Status.RUNTIME_ERROR, (bad.status, bad.message)
+    assert "illegal memory access" in bad.message
+    assert rows["good"].status == Status.CORRECT  # the next evaluation has a healthy GPU

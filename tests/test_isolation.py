@@ -1,0 +1,122 @@
+"""Every broken fixture solution gets its exact verdict, and the run goes on past each one."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kbench.discovery import select
+from kbench.records import COMPILED, EAGER, RunConfig, Status, TimingPolicy
+from kbench.runner import execute
+from kbench.storage import load_run
+from tests.conftest import FIXTURES
+
+EXPECTED = {
+    EAGER: Status.CORRECT,
+    "good": Status.CORRECT,
+    "raises_on_import": Status.LOAD_ERROR,
+    "syntax_error": Status.LOAD_ERROR,
+    "no_modelnew": Status.LOAD_ERROR,
+    "exits": Status.CRASHED,
+    "segfault": Status.CRASHED,
+    "hangs": Status.TIMEOUT,
+    "raises_in_forward": Status.RUNTIME_ERROR,
+    "wrong_values": Status.INCORRECT,
+    "wrong_shape": Status.INCORRECT,
+    "produces_nan": Status.INCORRECT,
+    "forges_result": Status.INCORRECT,
+}
+
+
+@pytest.fixture(scope="module")
+def fixture_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("run")
+    config = RunConfig(
+        device="cpu", trials=2, timeout_s=30, timing=TimingPolicy(max_time_s=0.2), compile_baseline=False,
+        results_dir=tmp / "results", cache_dir=tmp / "cache",
+    )
+    problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "solutions")
+    messages: list[str] = []
+    store = execute(config, problems, solutions, Path.cwd(), messages.append)
+    return store, messages
+
+
+def test_each_fixture_gets_its_exact_verdict(fixture_run):
+    store, _ = fixture_run
+    verdicts = {e.solution: e.status for e in store.evaluations}
+    assert verdicts == EXPECTED
+
+
+def test_failure_messages_say_what_happened(fixture_run):
+    store, _ = fixture_run
+    by_name = {e.solution: e for e in store.evaluations}
+    assert "broken at import" in by_name["raises_on_import"].message
+    assert "SyntaxError" in by_name["syntax_error"].message
+    assert "does not define a class ModelNew" in by_name["no_modelnew"].message
+    assert "exited with code 3" in by_name["exits"].message
+    assert "SIGSEGV" in by_name["segfault"].message
+    assert "no result after" in by_name["hangs"].message
+    assert "ValueError: kernel launch failed" in by_name["raises_in_forward"].message
+    assert "shape (16,) != reference (8, 16)" in by_name["wrong_shape"].message
+
+
+def test_correct_rows_carry_timing_and_speedups(fixture_run):
+    store, _ = fixture_run
+    by_name = {e.solution: e for e in store.evaluations}
+    good = by_name["good"]
+    assert good.timing is not None and len(good.timing.samples) >= 10
+    assert good.eager_timing is not None and len(good.eager_timing.samples) == len(good.timing.samples)
+    assert good.speedup_vs_eager == pytest.approx(good.eager_timing.median / good.timing.median)
+    assert good.speedup_vs_compile is None  # no compile baseline in this run
+    assert len(good.trials) == 2 and all(t.passed and t.max_abs_err is not None for t in good.trials)
+    assert [t.seed for t in good.trials] == [43, 44]
+
+
+def test_incorrect_rows_record_per_trial_error_figures(fixture_run):
+    store, _ = fixture_run
+    wrong = next(e for e in store.evaluations if e.solution == "wrong_values")
+    trial = wrong.trials[0]
+    assert not trial.passed and trial.mismatched == trial.numel == 8 * 16
+    assert trial.max_abs_err > 0.1 and wrong.timing is None
+
+
+def test_results_are_written_and_reload(fixture_run):
+    store, _ = fixture_run
+    doc, evaluations = load_run(store.directory)
+    assert doc["state"] == "complete" and doc["version"] == 1
+    assert doc["config"]["device"] == "cpu" and doc["config"]["size"] == "small"
+    assert doc["environment"]["torch"] and "commit" in doc["git"]
+    assert [e.solution for e in evaluations] == [e.solution for e in store.evaluations]
+    csv = (store.directory / "results.csv").read_text().splitlines()
+    assert len(csv) == len(EXPECTED) + 1 and csv[0].startswith("problem,solution,status")
+    assert "| tiny" in (store.directory / "results.md").read_text()
+    raw = json.loads((store.directory / "run.json").read_text())
+    good = next(e for e in raw["evaluations"] if e["solution"] == "good")
+    assert good["timing"]["samples"] and good["timing"]["median"] > 0
+
+
+def test_a_forged_result_on_stdout_changes_nothing(fixture_run):
+    store, _ = fixture_run
+    forged = next(e for e in store.evaluations if e.solution == "forges_result")
+    assert forged.status == Status.INCORRECT and forged.trials and not forged.trials[0].passed
+
+
+def test_progress_is_reported(fixture_run):
+    _, messages = fixture_run
+    assert any("reference" in m for m in messages)
+    assert any("tiny/hangs: timeout" in m for m in messages)
+
+
+def test_compile_baseline_is_checked_and_timed(tmp_path):
+    """torch.compile of the reference gets its own row; solutions' speedups are scaled through it."""
+    config = RunConfig(device="cpu", trials=2, timeout_s=600, timing=TimingPolicy(max_time_s=0.2),
+                       results_dir=tmp_path / "results", cache_dir=tmp_path / "cache")
+    problems, solutions = select(["tiny"], "good", FIXTURES / "problems", FIXTURES / "solutions")
+    store = execute(config, problems, solutions, Path.cwd())
+    by_name = {e.solution: e for e in store.evaluations}
+    assert list(by_name) == [EAGER, COMPILED, "good"]
+    eager, compiled, good = by_name[EAGER], by_name[COMPILED], by_name["good"]
+    assert compiled.status == Status.CORRECT, compiled.message
+    assert len(compiled.trials) == 2 and all(t.passed for t in compiled.trials)
+    assert compiled.speedup_vs_eager == pytest.approx(eager.timing.median / compiled.timing.median)
+    assert good.speedup_vs_compile == pytest.approx(good.speedup_vs_eager / compiled.speedup_vs_eager)

@@ -1,0 +1,78 @@
+import json
+
+import pytest
+
+from kbench.errors import ResultsError
+from kbench.records import CompileInfo, Evaluation, Measurement, Status, TrialResult
+from kbench.storage import RunStore, atomic_write, load_run, new_run_id
+
+
+def _evaluation(name="sol", status=Status.CORRECT):
+    return Evaluation(
+        problem="p", solution=name, status=status, device="cpu", size="small",
+        compile=CompileInfo(ok=True, seconds=1.5, cached=True, log="ok", cache_key="abc"),
+        trials=(TrialResult(seed=1, passed=True, max_abs_err=1e-6, max_rel_err=1e-5, mismatched=0, numel=10),),
+        timing=Measurement((0.002, 0.001, 0.003), (0.0021, 0.0011, 0.0031), "converged"),
+        eager_timing=Measurement((0.004, 0.004, 0.004)), speedup_vs_eager=2.0,
+    )
+
+
+def test_run_ids_sort_by_time():
+    from datetime import datetime, timezone
+
+    early = new_run_id(datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    late = new_run_id(datetime(2026, 1, 2, 3, 4, 6, tzinfo=timezone.utc))
+    assert early.startswith("20260102-030405-") and early < late
+
+
+def test_evaluations_round_trip_with_statistics_derived_from_samples(tmp_path):
+    store = RunStore.create(tmp_path, {"environment": {}})
+    store.add(_evaluation())
+    store.finish()
+    doc, (loaded,) = load_run(tmp_path / store.run_id / "run.json")
+    assert loaded == _evaluation()
+    stored = doc["evaluations"][0]["timing"]
+    assert stored["median"] == 0.002 and stored["samples"] == [0.002, 0.001, 0.003]
+
+
+def test_every_evaluation_is_saved_as_it_arrives(tmp_path):
+    store = RunStore.create(tmp_path, {})
+    store.add(_evaluation("a"))
+    doc, evaluations = load_run(store.directory)
+    assert doc["state"] == "running" and [e.solution for e in evaluations] == ["a"]
+    store.finish("interrupted")
+    assert load_run(store.directory)[0]["state"] == "interrupted"
+
+
+def test_atomic_write_leaves_no_temporary_files(tmp_path):
+    atomic_write(tmp_path / "f.json", "one")
+    atomic_write(tmp_path / "f.json", "two")
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"] and (tmp_path / "f.json").read_text() == "two"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"evaluations": [', "not a readable kbench result"),
+        ('{"format": "other"}', "not a kbench run file"),
+        ('{"format": "kbench-run", "version": 99}', "format version 99"),
+        ('{"format": "kbench-run", "version": 1, "evaluations": [{"problem": "p"}]}', "malformed evaluation"),
+    ],
+)
+def test_bad_result_files_are_clear_errors(tmp_path, content, message):
+    path = tmp_path / "run.json"
+    path.write_text(content)
+    with pytest.raises(ResultsError, match=message):
+        load_run(path)
+
+
+def test_missing_results_are_a_clear_error(tmp_path):
+    with pytest.raises(ResultsError, match="No results at"):
+        load_run(tmp_path / "nope")
+
+
+def test_result_json_is_plain(tmp_path):
+    store = RunStore.create(tmp_path, {})
+    store.add(_evaluation())
+    raw = json.loads((store.directory / "run.json").read_text())
+    assert raw["evaluations"][0]["status"] == "correct"

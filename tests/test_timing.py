@@ -1,0 +1,103 @@
+"""The sampling protocol with an injected clock: no GPU, no real time."""
+
+from kbench.records import Measurement, TimingPolicy
+from kbench.timing import HostTimer, converged, escaped_work_warning, measure_interleaved, warm_up
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeTimer:
+    """Each callable 'takes' the next duration from its script; the clock advances by it."""
+
+    def __init__(self, clock: FakeClock, scripts: dict[str, list[float]], host_extra: float = 0.0) -> None:
+        self.clock, self.scripts, self.host_extra = clock, scripts, host_extra
+        self.calls: list[str] = []
+
+    def sample(self, fn):
+        name = fn()
+        self.calls.append(name)
+        script = self.scripts[name]
+        duration = script[(len([c for c in self.calls if c == name]) - 1) % len(script)]
+        self.clock.now += duration + self.host_extra
+        return duration, duration + self.host_extra
+
+
+def fns(*names):
+    return {n: (lambda n=n: n) for n in names}
+
+
+def test_host_timer_reads_the_injected_clock():
+    clock = FakeClock()
+
+    def work():
+        clock.now += 0.25
+
+    assert HostTimer(clock).sample(work) == (0.25, 0.25)
+
+
+def test_warm_up_needs_both_calls_and_time():
+    clock = FakeClock()
+    calls = []
+
+    def fn():
+        calls.append(1)
+        clock.now += 0.001
+
+    n = warm_up(fn, TimingPolicy(warmup_calls=3, warmup_s=0.025), clock)
+    assert n == len(calls) == 25  # 3 calls are not 25 ms; it takes 25 calls of 1 ms
+
+
+def test_constant_samples_stop_at_the_minimum_count_and_time():
+    clock = FakeClock()
+    policy = TimingPolicy(warmup_calls=0, warmup_s=0, min_samples=10, min_time_s=0.1, max_time_s=10)
+    timer = FakeTimer(clock, {"a": [0.02]})
+    out = measure_interleaved(fns("a"), timer, policy, clock)
+    # 10 samples are only 0.2 s in... the 0.1 s minimum is met by then, and the CI is zero-width.
+    assert out["a"].stop_reason == "converged"
+    assert len(out["a"].samples) == 10
+
+
+def test_min_time_keeps_short_samples_going():
+    clock = FakeClock()
+    policy = TimingPolicy(warmup_calls=0, warmup_s=0, min_samples=10, min_time_s=0.1, max_time_s=10)
+    out = measure_interleaved(fns("a"), FakeTimer(clock, {"a": [0.001]}), policy, clock)
+    assert len(out["a"].samples) == 100  # 100 x 1 ms reaches 0.1 s
+
+
+def test_noisy_samples_stop_at_max_time():
+    clock = FakeClock()
+    policy = TimingPolicy(warmup_calls=0, warmup_s=0, min_samples=10, min_time_s=0.1, max_time_s=1.0, rel_ci=0.01)
+    spread = [0.01 + 0.02 * ((i * 0.6180339887) % 1) for i in range(1000)]  # distinct values, 10-30 ms
+    out = measure_interleaved(fns("a"), FakeTimer(clock, {"a": spread}), policy, clock)
+    assert out["a"].stop_reason == "max_time"
+    assert 45 <= len(out["a"].samples) <= 55  # about 1.0 s of samples averaging 20 ms
+
+
+def test_interleaving_alternates_order_and_waits_for_every_callable():
+    clock = FakeClock()
+    policy = TimingPolicy(warmup_calls=0, warmup_s=0, min_samples=2, min_time_s=0, max_time_s=100, rel_ci=0.01)
+    timer = FakeTimer(clock, {"fast": [0.01], "noisy": [0.01, 0.05]})
+    out = measure_interleaved(fns("fast", "noisy"), timer, policy, clock)
+    assert timer.calls[:4] == ["fast", "noisy", "noisy", "fast"]
+    assert len(out["fast"].samples) == len(out["noisy"].samples)
+    assert out["fast"].stop_reason == "max_time"  # the noisy one never converges, so both go on
+
+
+def test_converged_requires_a_tight_interval():
+    policy = TimingPolicy(min_samples=10, min_time_s=0.0, rel_ci=0.01)
+    assert converged([1.0] * 10, 1.0, policy)
+    assert not converged([1.0] * 9, 1.0, policy)
+    assert not converged([1.0, 1.1] * 10, 1.0, policy)
+
+
+def test_host_time_far_above_event_time_is_flagged():
+    honest = Measurement((1e-3,) * 10, (1.02e-3,) * 10)
+    escaped = Measurement((1e-5,) * 10, (2e-3,) * 10)
+    assert escaped_work_warning(honest) is None
+    assert "outside the timed stream" in escaped_work_warning(escaped)

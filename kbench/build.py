@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -45,6 +46,18 @@ def child_env(ctx: BuildContext, solution: SolutionSpec, max_jobs: int) -> dict[
     return env
 
 
+_COMPILER_ERROR = re.compile(r"(?:^|\s)(?:fatal )?error\b\s*:?", re.IGNORECASE)
+
+
+def first_compiler_error(log: str) -> str | None:
+    """The first line of compiler output that reports an error, with its file's folder dropped."""
+    for line in log.splitlines():
+        if _COMPILER_ERROR.search(line) and "Error building extension" not in line and not line.startswith("FAILED:"):
+            head, sep, tail = line.partition(": ")
+            return (Path(head).name + sep + tail if sep and "/" in head else line).strip()[:300]
+    return None
+
+
 def needs_build(solution: SolutionSpec) -> bool:
     """Only files that use torch.utils.cpp_extension have anything to compile."""
     return b"cpp_extension" in solution.path.read_bytes()
@@ -73,7 +86,10 @@ def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int) -> Build
     seconds = (result.get("compile") or {}).get("seconds", outcome.seconds)
     info = CompileInfo(ok=failure is None, seconds=seconds, cached=cached and failure is None, log=log, cache_key=key)
     if failure is not None:
-        return BuildResult(solution, False, failure[0], failure[1], info)
+        status, message = failure
+        if status == "compile_error":
+            message = first_compiler_error(log) or message
+        return BuildResult(solution, False, status, message, info)
     return BuildResult(solution, True, "ok", "", info)
 
 

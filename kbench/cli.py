@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from kbench import __version__
-from kbench.errors import KbenchError
+from kbench.errors import KbenchError, UsageError
 
 app = typer.Typer(
     name="kbench",
@@ -70,6 +70,7 @@ def run_command(
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance. Default: the problem's own.")] = None,
     no_tf32: Annotated[bool, typer.Option("--no-tf32", help="Turn TF32 off for cuDNN (and matmul) in reference and solution alike.")] = False,
     no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline", help="Skip timing the reference under torch.compile.")] = False,
+    two_sizes: Annotated[Optional[bool], typer.Option("--two-sizes/--one-size", help="Also check correctness at the other size (full/small). Default: yes on CUDA, no on CPU.")] = None,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds before one child (build or evaluation) is killed.")] = 900.0,
     jobs: Annotated[int, typer.Option(min=0, help="Solutions compiled in parallel; 0 = one per CPU core.")] = 0,
     max_time: Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per evaluation.")] = 10.0,
@@ -95,7 +96,7 @@ def run_command(
 
     config = RunConfig(
         device=device, size=size, trials=trials, atol=atol, rtol=rtol, math=MathFlags.from_tf32(not no_tf32),
-        compile_baseline=not no_compile_baseline, timeout_s=timeout, jobs=jobs,
+        compile_baseline=not no_compile_baseline, two_sizes=two_sizes, timeout_s=timeout, jobs=jobs,
         timing=TimingPolicy(max_time_s=max_time), results_dir=results_dir, cache_dir=cache_dir, seed=seed,
     )
     try:
@@ -139,6 +140,173 @@ def build_command(
     for r in failed:
         typer.echo(f"\n--- {r.solution.problem}/{r.solution.name}: {r.status} ---\n{r.compile.log[-3000:]}", err=True)
     if failed:
+        raise typer.Exit(code=1)
+
+
+def _fraction(text: str) -> float:
+    """'5%' or '0.05' as a fraction."""
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise typer.BadParameter(f"expected a percentage like 1% or a fraction like 0.01, got {text!r}") from None
+
+
+@app.command("compare")
+def compare_command(
+    a: Annotated[Optional[str], typer.Argument(help="Before: a run id, run directory, run.json or baseline. Default: the run before the latest.")] = None,
+    b: Annotated[Optional[str], typer.Argument(help="After: likewise. Default: the latest run.")] = None,
+    baseline: Annotated[Optional[str], typer.Option(help="Compare against a stored baseline (name under results/baselines/ or a file) instead.")] = None,
+    threshold: Annotated[str, typer.Option(help="Smallest change that counts (below it: same).")] = "1%",
+    fmt: Annotated[str, typer.Option("--format", help="table, md, csv or json.")] = "table",
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when a row is slower or newly failing.")] = False,
+    ignore_env: Annotated[bool, typer.Option("--ignore-env", help="Compare runs from different GPUs or torch versions anyway.")] = False,
+    results_dir: Annotated[Path, typer.Option(help="Where runs are stored.")] = Path("results"),
+) -> None:
+    """Did it get faster or slower for real? Compare two runs row by row.
+
+    Each row's verdict comes from the raw samples of both runs (Mann-Whitney U test, p < 0.05) and a
+    minimum effect (--threshold). Marks: + slower, - faster, ~ unclear, ! newly failing, x failing,
+    * fixed, n new, r removed.
+
+    Examples:
+
+      kbench compare
+
+      kbench compare 20261122-074644-be41 20261122-091500-a1b2 --format md
+
+      kbench compare --baseline h100 --fail-on-regression
+    """
+    from kbench.compare import compare
+    from kbench.report import FORMATS, comparison_frame, render
+
+    if fmt not in FORMATS:
+        raise _fail(UsageError(f"Unknown format '{fmt}'. Use one of: {', '.join(FORMATS)}"))
+    try:
+        result = compare(a, b, baseline, results_dir, _fraction(threshold), ignore_env)
+    except KbenchError as exc:
+        raise _fail(exc) from None
+    for warning in result.warnings:
+        typer.secho(f"[warning] {warning}", err=True, fg=typer.colors.YELLOW)
+    if fmt == "table":
+        typer.echo(f"before: {result.before.label}\nafter:  {result.after.label}\n")
+    typer.echo(render(comparison_frame(result.rows), fmt))
+    if fail_on_regression and result.regressions:
+        typer.secho(f"[error] {len(result.regressions)} regression(s)", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=1)
+
+
+@app.command("report")
+def report_command(
+    run: Annotated[Optional[str], typer.Argument(help="A run id, run directory or run.json. Default: the latest run.")] = None,
+    no_chart: Annotated[bool, typer.Option("--no-chart", help="Skip the PNG chart.")] = False,
+    results_dir: Annotated[Path, typer.Option(help="Where runs are stored.")] = Path("results"),
+) -> None:
+    """Rank each problem's solutions and summarize the suite (fast_p, geometric-mean speedup).
+
+    Writes report.md and speedups.png (needs matplotlib: pip install 'kbench[plot]') next to run.json.
+
+    Examples:
+
+      kbench report
+
+      kbench report 20261122-074644-be41 --no-chart
+    """
+    from kbench.leaderboard import write_report
+
+    try:
+        md_path, png, text = write_report(run, results_dir, with_chart=not no_chart)
+    except KbenchError as exc:
+        raise _fail(exc) from None
+    typer.echo(text)
+    typer.echo(f"report: {md_path}" + (f"\nchart:  {png}" if png else ("" if no_chart else "\nchart:  skipped (matplotlib is not installed)")))
+
+
+@app.command("import")
+def import_command(
+    responses: Annotated[list[Path], typer.Argument(help="LLM response files (text, markdown or .py), or folders of them.", show_default=False)],
+    problem: Annotated[str, typer.Option("--problem", "-p", help="The problem the responses answer: a name under problems/ or a path.", show_default=False)],
+    name: Annotated[Optional[str], typer.Option("--name", "-n", help="Solution name; with several responses a prefix (NAME_1, NAME_2, ...). Default: from each response's file name.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite a solution of the same name instead of skipping or renaming.")] = False,
+    problems_dir: ProblemsDir = Path("problems"),
+    solutions_dir: SolutionsDir = Path("solutions"),
+) -> None:
+    """Take the final ModelNew code out of LLM responses into solutions/<problem>/<name>.py; exit 1 if any fails.
+
+    From each response it takes the last fenced Python block that defines class ModelNew (or the whole file
+    when it is Python). A response cut off before its final answer is skipped with the reason.
+
+    Examples:
+
+      kbench import answer.md --problem conv3d_gelu --name llm_try1
+
+      kbench import responses/ -p conv3d_logsumexp
+    """
+    from kbench.importer import import_responses
+
+    try:
+        results = import_responses(responses, problem, name, problems_dir, solutions_dir, force)
+    except KbenchError as exc:
+        raise _fail(exc) from None
+    for r in results:
+        typer.echo(f"imported {r.source} -> {r.solution}" if r.ok else f"skipped {r.source}: {r.reason}")
+    if not all(r.ok for r in results):
+        raise typer.Exit(code=1)
+
+
+@app.command("gate")
+def gate_command(
+    problem: Annotated[Optional[list[str]], typer.Option("--problem", "-p", help="Problem name or path; repeat for several. Default: all.")] = None,
+    solution: Annotated[Optional[str], typer.Option("--solution", "-s", help="One solution (name or path). Default: all.")] = None,
+    baseline: Annotated[Optional[str], typer.Option(help="GPU only: fail solutions slower than this baseline beyond noise.")] = None,
+    max_regression: Annotated[str, typer.Option(help="Slowdown allowed against --baseline before a solution fails.")] = "5%",
+    junit: Annotated[Optional[Path], typer.Option(help="Also write a JUnit XML report here.")] = None,
+    trials: Annotated[int, typer.Option(min=1, help="Correctness trials per size.")] = 5,
+    max_time: Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per evaluation.")] = 10.0,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds before one child is killed.")] = 900.0,
+    jobs: Annotated[int, typer.Option(min=0, help="Solutions compiled in parallel; 0 = one per CPU core.")] = 0,
+    results_dir: Annotated[Path, typer.Option(help="Where the gate's runs are written.")] = Path("results"),
+    cache_dir: Annotated[Optional[Path], typer.Option(help="Extension build cache.")] = None,
+    problems_dir: ProblemsDir = Path("problems"),
+    solutions_dir: SolutionsDir = Path("solutions"),
+) -> None:
+    """The CI correctness gate: exit 0 only when every selected solution passes every check run here.
+
+    With a GPU: each CUDA solution must build and be correct at full and small size (and, with
+    --baseline, not be slower than the baseline beyond noise). Without one: every CUDA solution must
+    compile and link, and every CPU solution must be correct at small size. What could not be
+    checked is said plainly; the gate never passes on zero checks.
+
+    Examples:
+
+      kbench gate
+
+      kbench gate --junit results/gate.xml
+
+      kbench gate --baseline h100 --max-regression 5%
+    """
+    from kbench.gate import FAIL, PASS, SKIP, gate, write_junit
+    from kbench.records import RunConfig, TimingPolicy
+
+    config = RunConfig(trials=trials, timeout_s=timeout, jobs=jobs, timing=TimingPolicy(max_time_s=max_time),
+                       results_dir=results_dir, cache_dir=cache_dir)
+    try:
+        result = gate(problem or [], solution, problems_dir, solutions_dir, config, baseline, _fraction(max_regression), _progress)
+        if junit is not None:
+            write_junit(result, junit)
+    except KbenchError as exc:
+        raise _fail(exc) from None
+    for check in result.checks:
+        if check.outcome == FAIL:
+            typer.secho(f"FAIL {check.problem}/{check.solution} {check.name}: {check.message}", fg=typer.colors.RED)
+            typer.echo(f"     reproduce: {check.reproduce}")
+    for note in result.notes:
+        typer.echo(f"not checked here: {note}")
+    verdict = "PASSED" if result.passed else "FAILED"
+    typer.echo(f"gate {verdict} ({result.mode}): {result.count(PASS)} passed, {result.count(FAIL)} failed, "
+               f"{result.count(SKIP)} skipped")
+    if not result.passed:
+        if result.count(PASS) == 0 and result.count(FAIL) == 0:
+            typer.echo("no check ran, so the gate cannot pass")
         raise typer.Exit(code=1)
 
 

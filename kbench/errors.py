@@ -25,3 +25,7 @@ class Interrupted(KbenchError):
     """The run was stopped by a signal; what finished is saved."""
 
     exit_code = 130
+
+
+class ImportFailure(KbenchError):
+    """An LLM response holds no importable ModelNew: no code, cut off, or not valid Python."""

@@ -42,8 +42,16 @@ class ProblemSpec:
     constants: tuple[tuple[str, Any], ...] = ()  # module-level size constants, read from the AST
     small: tuple[tuple[str, Any], ...] = ()  # overrides of those constants for --size small
 
+    @property
+    def has_small(self) -> bool:
+        return bool(self.small)
+
     def overrides(self, size: str) -> dict[str, Any]:
-        return dict(self.small) if size == "small" else {}
+        """Explicit values of the size constants that differ between sizes, for `size`."""
+        if size == "small":
+            return dict(self.small)
+        full = dict(self.constants)
+        return {name: full[name] for name, _ in self.small}
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,7 @@ class RunConfig:
     rtol: float | None = None
     math: MathFlags = MathFlags()
     compile_baseline: bool = True
+    two_sizes: bool | None = None  # correctness at full and small; None: yes on CUDA, no on CPU
     timeout_s: float = 900.0
     jobs: int = 0  # 0 = one per CPU core
     timing: TimingPolicy = TimingPolicy()
@@ -157,6 +166,7 @@ class Evaluation:
     message: str = ""
     compile: CompileInfo | None = None
     trials: tuple[TrialResult, ...] = ()
+    size_checks: dict[str, tuple[TrialResult, ...]] = field(default_factory=dict)  # trials at other sizes
     timing: Measurement | None = None
     eager_timing: Measurement | None = None  # eager reference timed in the same child, interleaved
     speedup_vs_eager: float | None = None
@@ -189,6 +199,7 @@ class Evaluation:
             message=data.get("message", ""),
             compile=CompileInfo(**compile_info) if compile_info else None,
             trials=tuple(TrialResult(**t) for t in data.get("trials", ())),
+            size_checks={k: tuple(TrialResult(**t) for t in v) for k, v in data.get("size_checks", {}).items()},
             timing=Measurement.from_json(data["timing"]) if data.get("timing") else None,
             eager_timing=Measurement.from_json(data["eager_timing"]) if data.get("eager_timing") else None,
             speedup_vs_eager=data.get("speedup_vs_eager"),

@@ -12,6 +12,9 @@ from kbench.records import Evaluation
 
 if TYPE_CHECKING:
     from kbench.build import BuildResult
+    from kbench.compare import Row
+
+FORMATS = ("table", "md", "csv", "json")
 
 COLUMNS = [
     "problem", "solution", "status", "size", "median_ms", "eager_ms", "vs_eager", "vs_compile",
@@ -75,3 +78,28 @@ def build_table(results: Sequence[BuildResult]) -> str:
         for r in results
     ]
     return tabulate(rows, headers=["problem", "solution", "devices", "build", "cached", "seconds", "message"], tablefmt="simple")
+
+
+def comparison_frame(rows: Sequence[Row]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [{"mark": r.mark, "problem": r.problem, "solution": r.solution, "size": r.size, "change": r.change,
+          "before_ms": r.before_ms, "after_ms": r.after_ms, "ratio": r.ratio, "p_value": r.p_value,
+          "before_status": r.before_status, "after_status": r.after_status} for r in rows],
+        columns=["mark", "problem", "solution", "size", "change", "before_ms", "after_ms", "ratio", "p_value",
+                 "before_status", "after_status"],
+    )
+
+
+def render(frame: pd.DataFrame, fmt: str) -> str:
+    """A frame as a terminal table, markdown, CSV or JSON (records)."""
+    if fmt == "csv":
+        return frame.to_csv(index=False)
+    if fmt == "json":
+        return frame.to_json(orient="records", indent=1)
+    shown = frame.copy()
+    for column, pattern in {"before_ms": "{:.3f}", "after_ms": "{:.3f}", "ratio": "{:.3f}", "p_value": "{:.2g}"}.items():
+        if column in shown:
+            shown[column] = [pattern.format(v) if v is not None and pd.notna(v) else "" for v in shown[column]]
+    shown = shown.fillna("")
+    style = "github" if fmt == "md" else "simple"
+    return tabulate(shown, headers="keys", tablefmt=style, showindex=False, disable_numparse=True)

@@ -88,6 +88,15 @@ def _base_job(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
     }
 
 
+def other_sizes(plan: Plan, problem: ProblemSpec) -> list[dict[str, Any]]:
+    """The further sizes at which a solution's correctness is checked (none if the problem has no small size)."""
+    two = plan.config.two_sizes if plan.config.two_sizes is not None else plan.device == "cuda"
+    if not two or not problem.has_small:
+        return []
+    other = "small" if plan.size == "full" else "full"
+    return [{"name": other, "overrides": problem.overrides(other)}]
+
+
 def _measurement(data: dict[str, Any] | None) -> Measurement | None:
     return Measurement.from_json(data) if data else None
 
@@ -149,7 +158,8 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
         status = built.status if built else "not_run"
         message = built.message if built else "not built"
         return Evaluation(status=Status(status), message=message, compile=compile_info, **common)
-    job = {**_base_job(plan, problem), "mode": "evaluate", "solution": {"name": solution.name, "path": str(solution.path)}}
+    job = {**_base_job(plan, problem), "mode": "evaluate", "other_sizes": other_sizes(plan, problem),
+           "solution": {"name": solution.name, "path": str(solution.path)}}
     outcome = isolation.run_child(job, plan.config.timeout_s, child_env(plan.build, solution, 1))
     failure = outcome.failure
     if failure is not None or outcome.result is None:
@@ -161,6 +171,7 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
     return Evaluation(
         status=Status(result["status"]), message=result.get("message", ""), compile=compile_info,
         trials=_trials(result), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
+        size_checks={k: tuple(TrialResult(**t) for t in v) for k, v in result.get("size_checks", {}).items()},
         speedup_vs_compile=speedup / compile_gain if speedup and compile_gain else None,
         warnings=_warnings(plan, timing, result.get("warnings", ())), seconds=outcome.seconds,
         extra=result.get("extra", {}), **common,

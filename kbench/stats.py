@@ -84,3 +84,40 @@ def geometric_mean(values: Sequence[float]) -> float:
     if not values or any(v <= 0 for v in values):
         raise ValueError("geometric mean needs positive values")
     return math.exp(math.fsum(math.log(v) for v in values) / len(values))
+
+
+def _ranks(values: Sequence[float]) -> tuple[list[float], list[int]]:
+    """Average ranks (1-based) of values, and the sizes of tied groups."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    ties: list[int] = []
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        ties.append(j - i + 1)
+        i = j + 1
+    return ranks, ties
+
+
+def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Two-sided Mann-Whitney U test: (U of a, p-value), normal approximation with tie and continuity
+    corrections. It asks whether values of one sample tend to be larger, assuming nothing about their
+    distribution, which suits skewed timing samples. Identical samples give p = 1.
+    """
+    if not a or not b:
+        raise ValueError("Mann-Whitney U needs two non-empty samples")
+    n1, n2 = len(a), len(b)
+    ranks, ties = _ranks(list(a) + list(b))
+    u1 = math.fsum(ranks[:n1]) - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    tie_term = math.fsum(t**3 - t for t in ties) / (n * (n - 1)) if n > 1 else 0.0
+    variance = n1 * n2 / 12 * ((n + 1) - tie_term)
+    if variance <= 0:
+        return u1, 1.0
+    mu = n1 * n2 / 2
+    z = (abs(u1 - mu) - 0.5) / math.sqrt(variance)
+    return u1, min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))

@@ -6,16 +6,19 @@ import json
 import os
 import secrets
 import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kbench.errors import ResultsError
+from kbench.errors import ResultsError, UsageError
 from kbench.records import Evaluation
 
 FORMAT = "kbench-run"
 VERSION = 1
 RUN_FILE = "run.json"
+BASELINES = "baselines"  # results/baselines/<name>.json: curated runs kept in git
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -24,11 +27,21 @@ def new_run_id(now: datetime | None = None) -> str:
     return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_read_umask()  # read once at import: os.umask can only be read by setting it
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename: readers see the old or the new file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600; results are ordinary files
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -104,3 +117,57 @@ def load_run(path: Path) -> tuple[dict[str, Any], list[Evaluation]]:
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultsError(f"{file} has a malformed evaluation ({exc})") from None
     return doc, evaluations
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    path: Path
+    label: str
+    doc: dict[str, Any]
+    evaluations: tuple[Evaluation, ...]
+
+
+def load(path: Path) -> LoadedRun:
+    doc, evaluations = load_run(path)
+    return LoadedRun(path, str(doc.get("run_id", path)), doc, tuple(evaluations))
+
+
+def run_dirs(results_dir: Path) -> list[Path]:
+    """Run directories under results_dir, oldest first (run ids sort by time)."""
+    if not results_dir.is_dir():
+        return []
+    return sorted(d for d in results_dir.iterdir() if (d / RUN_FILE).is_file() and d.name != BASELINES)
+
+
+def resolve(ref: str, results_dir: Path) -> Path:
+    """A run id, a run directory, a run.json, a baseline name (results/baselines/<name>.json) or file."""
+    for candidate in (Path(ref), results_dir / ref, results_dir / BASELINES / f"{ref}.json"):
+        if candidate.is_file() or (candidate / RUN_FILE).is_file():
+            return candidate
+    known = ", ".join(d.name for d in run_dirs(results_dir)[-5:]) or "(none)"
+    raise UsageError(f"No run or baseline '{ref}' under {results_dir}. Recent runs: {known}")
+
+
+def _readable(results_dir: Path, warn: list[str]) -> Iterator[LoadedRun]:
+    """Readable runs, newest first; unreadable ones are skipped with a warning, never a crash."""
+    for directory in reversed(run_dirs(results_dir)):
+        try:
+            yield load(directory)
+        except ResultsError as exc:
+            warn.append(f"skipped {directory.name}: {exc}")
+
+
+def latest_run(results_dir: Path, warn: list[str]) -> LoadedRun:
+    for run in _readable(results_dir, warn):
+        return run
+    raise UsageError(f"No readable run under {results_dir}. Start one with: kbench run")
+
+
+def latest_two(results_dir: Path, warn: list[str]) -> tuple[LoadedRun, LoadedRun]:
+    """(the run before the latest, the latest), both readable."""
+    runs = []
+    for run in _readable(results_dir, warn):
+        runs.append(run)
+        if len(runs) == 2:
+            return runs[1], runs[0]
+    raise UsageError(f"Need two readable runs under {results_dir} to compare; found {len(runs)}. Name them: kbench compare A B")

@@ -108,11 +108,16 @@ def load_solution(path: str) -> tuple[ModuleType, dict[str, Any]]:
     return module, info
 
 
+def set_sizes(module: ModuleType, values: dict[str, Any]) -> None:
+    """Give the problem module's size constants new values; get_inputs() reads them when called."""
+    for name, value in values.items():
+        setattr(module, name, tuple(value) if isinstance(value, list) else value)
+
+
 def load_problem(job: dict[str, Any]) -> ModuleType:
     problem = job["problem"]
     module = _import_path("kbench_problem", problem["path"])
-    for name, value in problem.get("overrides", {}).items():
-        setattr(module, name, tuple(value) if isinstance(value, list) else value)
+    set_sizes(module, problem.get("overrides", {}))
     return module
 
 
@@ -193,6 +198,10 @@ def evaluate(job: dict[str, Any]) -> dict[str, Any]:
         result["warnings"] += warnings
         if not all(t.passed for t in trials):
             return {**result, "status": "incorrect", "message": trials[-1].message}
+        failure = check_other_sizes(job, problem, solution, result)
+        if failure:
+            return {**result, "status": "incorrect", "message": failure}
+        set_sizes(problem, job["problem"].get("overrides", {}))
         inputs = make(seed)
         cand_in, ref_in = correctness.clone_inputs(inputs), correctness.clone_inputs(inputs)
         fns = {"solution": lambda: candidate(*cand_in), "eager": lambda: reference(*ref_in)}
@@ -200,6 +209,30 @@ def evaluate(job: dict[str, Any]) -> dict[str, Any]:
     result["timing"] = measured["solution"].to_json()
     result["eager_timing"] = measured["eager"].to_json()
     return {**result, "status": "correct", "message": ""}
+
+
+def check_other_sizes(job: dict[str, Any], problem: ModuleType, solution: ModuleType, result: dict[str, Any]) -> str:
+    """Correctness trials at each further size (fresh models and inputs); a message on the first failure.
+
+    A solution that hard-codes the sizes it was written for passes at one size and fails at another.
+    """
+    device, seed = job["device"], job["seed"]
+    result["size_checks"] = {}
+    for other in job.get("other_sizes", []):
+        set_sizes(problem, other["overrides"])
+        reference, candidate, _ = build_models(problem, solution, seed, device)
+        make = input_maker(problem, device)
+        seeds = [seed + 101 + i for i in range(job["trials"])]
+        trials, _ = _guarded(
+            device,
+            f"the solution at size {other['name']}",
+            lambda: correctness.run_trials(make, candidate, reference, seeds, job["atol"], job["rtol"]),
+        )
+        result["size_checks"][other["name"]] = [t.__dict__ for t in trials]
+        del reference, candidate
+        if not all(t.passed for t in trials):
+            return f"at size {other['name']}: {trials[-1].message}"
+    return ""
 
 
 def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ EXPECTED = {
     "wrong_shape": Status.INCORRECT,
     "produces_nan": Status.INCORRECT,
     "forges_result": Status.INCORRECT,
+    "hardcoded_small": Status.INCORRECT,
 }
 
 
@@ -33,6 +34,7 @@ def fixture_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("run")
     config = RunConfig(
         device="cpu", trials=2, timeout_s=30, timing=TimingPolicy(max_time_s=0.2), compile_baseline=False,
+        two_sizes=True,
         results_dir=tmp / "results", cache_dir=tmp / "cache",
     )
     problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "solutions")
@@ -93,6 +95,16 @@ def test_results_are_written_and_reload(fixture_run):
     raw = json.loads((store.directory / "run.json").read_text())
     good = next(e for e in raw["evaluations"] if e["solution"] == "good")
     assert good["timing"]["samples"] and good["timing"]["median"] > 0
+
+
+def test_a_solution_with_hard_coded_sizes_fails_at_the_other_size(fixture_run):
+    store, _ = fixture_run
+    by_name = {e.solution: e for e in store.evaluations}
+    hardcoded, good = by_name["hardcoded_small"], by_name["good"]
+    assert all(t.passed for t in hardcoded.trials)  # right at the run's (small) size...
+    assert hardcoded.message.startswith("at size full: output shape (8, 16) != reference (64, 32)")
+    assert [t.passed for t in good.size_checks["full"]] == [True, True]
+    assert [t.seed for t in good.size_checks["full"]] == [143, 144]
 
 
 def test_a_forged_result_on_stdout_changes_nothing(fixture_run):

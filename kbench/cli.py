@@ -46,15 +46,35 @@ def main_callback(
 
 
 @app.command("list")
-def list_command(problems_dir: ProblemsDir = Path("problems"), solutions_dir: SolutionsDir = Path("solutions")) -> None:
+def list_command(
+    check: Annotated[bool, typer.Option("--check", help="Also check each reference for degenerate outputs at its tolerance.")] = False,
+    problem: Annotated[Optional[list[str]], typer.Option("--problem", "-p", help="With --check: only these problems.")] = None,
+    device: Annotated[str, typer.Option(help="With --check: auto, cuda or cpu.")] = "auto",
+    size: Annotated[Optional[str], typer.Option(help="With --check: full or small (default: full on CUDA, small on CPU).")] = None,
+    timeout: Annotated[float, typer.Option(min=1, help="With --check: seconds per problem.")] = 600.0,
+    problems_dir: ProblemsDir = Path("problems"),
+    solutions_dir: SolutionsDir = Path("solutions"),
+) -> None:
     """List problems (origin, sizes, tolerance) and their solutions (supported devices).
 
-    Example: kbench list
+    With --check, each reference is run for two input seeds: does a constant tensor (the output's
+    mean) pass at the problem's tolerance? do outputs for different inputs agree within it? are most
+    outputs zero? A problem with such a finding cannot tell a right answer from a wrong one.
+
+    Examples:
+
+      kbench list
+
+      kbench list --check --device cpu
     """
-    from kbench.listing import listing
+    from kbench.listing import check_table, listing
+    from kbench.runner import check_problems
 
     try:
         typer.echo(listing(problems_dir, solutions_dir))
+        if check:
+            checks = check_problems(problem or [], problems_dir, device, size, timeout, _progress)
+            typer.echo("\n" + check_table(checks))
     except KbenchError as exc:
         raise _fail(exc) from None
 

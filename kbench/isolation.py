@@ -60,17 +60,18 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _parse(data: bytes, token: str) -> dict[str, Any] | None:
-    """The one result line that carries this job's token; anything else on the channel voids it."""
-    lines = [ln for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
-    if len(lines) != 1:
-        return None
-    try:
-        message = json.loads(lines[0])
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(message, dict) or message.get("token") != token or not isinstance(message.get("result"), dict):
-        return None
-    return message["result"]
+    """The one result line that carries this job's token. Lines without it (a solution writing to every
+    descriptor it can find) are ignored; two lines with it mean the channel was tampered with: no result.
+    """
+    found = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(message, dict) and message.get("token") == token and isinstance(message.get("result"), dict):
+            found.append(message["result"])
+    return found[0] if len(found) == 1 else None
 
 
 def run_child(job: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> ChildOutcome:

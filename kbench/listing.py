@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from tabulate import tabulate
 
 from kbench.discovery import list_problems, list_solutions
+from kbench.runner import ProblemCheck
 
 
 def _sizes(constants: dict[str, object], small: dict[str, object]) -> str:
@@ -26,3 +28,16 @@ def listing(problems_dir: Path, solutions_dir: Path) -> str:
             "\n".join(f"{s.name} ({', '.join(s.devices)})" for s in solutions) or "-",
         ])
     return tabulate(rows, headers=["problem", "origin", "tolerance", "sizes", "solutions"], tablefmt="simple")
+
+
+def check_table(checks: Sequence[ProblemCheck]) -> str:
+    rows = []
+    for c in checks:
+        fig = c.figures
+        verdict = c.error or ("; ".join(f.split("] ", 1)[-1] for f in c.findings) if c.findings else "clean")
+        rows.append([c.problem.name, c.size, f"atol={c.problem.atol:g} rtol={c.problem.rtol:g}",
+                     f"{fig['constant_pass_share']:.1%}" if "constant_pass_share" in fig else "",
+                     f"{fig['zero_share']:.1%}" if "zero_share" in fig else "",
+                     f"{fig['output_std']:.3g}" if "output_std" in fig else "", verdict])
+    return tabulate(rows, headers=["problem", "size", "tolerance", "constant passes", "zeros", "output std", "verdict"],
+                    tablefmt="simple")

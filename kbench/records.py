@@ -176,6 +176,11 @@ class Evaluation:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def flags(self) -> tuple[str, ...]:
+        """The codes of the warnings, e.g. ('non_deterministic', 'monkey_patch')."""
+        return tuple(w[1 : w.index("]")] for w in self.warnings if w.startswith("[") and "]" in w)
+
+    @property
     def max_abs_err(self) -> float | None:
         errs = [t.max_abs_err for t in self.trials if t.max_abs_err is not None]
         return max(errs) if errs else None

@@ -127,8 +127,8 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec) -> list[Evaluation]:
     if result["status"] != "correct":
         return [Evaluation(solution=EAGER, status=Status(result["status"]), message=result["message"], **common)]
     eager = _measurement(result["timing"])
-    rows = [Evaluation(solution=EAGER, status=Status.CORRECT, timing=eager, eager_timing=eager,
-                       speedup_vs_eager=1.0, warnings=_warnings(plan, eager), extra={"output": result["output"]}, **common)]
+    rows = [Evaluation(solution=EAGER, status=Status.CORRECT, timing=eager, eager_timing=eager, speedup_vs_eager=1.0,
+                       warnings=_warnings(plan, eager, result.get("warnings", ())), extra={"output": result["output"]}, **common)]
     compiled = result.get("compiled")
     if compiled is not None:
         timing = _measurement(compiled.get("timing"))
@@ -173,9 +173,21 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
         trials=_trials(result), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
         size_checks={k: tuple(TrialResult(**t) for t in v) for k, v in result.get("size_checks", {}).items()},
         speedup_vs_compile=speedup / compile_gain if speedup and compile_gain else None,
-        warnings=_warnings(plan, timing, result.get("warnings", ())), seconds=outcome.seconds,
-        extra=result.get("extra", {}), **common,
+        warnings=_warnings(plan, timing, [*static_warnings(solution), *result.get("warnings", ())]),
+        seconds=outcome.seconds, extra={**result.get("extra", {}), **{k: result[k] for k in ("accuracy", "kernels") if k in result}},
+        **common,
     )
+
+
+def static_warnings(solution: SolutionSpec) -> list[str]:
+    """Findings of the static checks on the solution's source, as `[code] message (line N)` warnings."""
+    from kbench.static_checks import analyze
+
+    try:
+        source = solution.path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [f"[{f.code}] {f.message}" for f in analyze(source)]
 
 
 def _to_build(device: str, solutions: Sequence[SolutionSpec], cuda_home: Path | None) -> tuple[list[SolutionSpec], dict[Path, str]]:
@@ -287,3 +299,33 @@ def build_only(problem_refs: Sequence[str], solution_ref: str | None, problems_d
 
     results = build_all(ctx, chosen, on_built)
     return [results[s.path] for s in chosen]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProblemCheck:
+    problem: ProblemSpec
+    size: str
+    findings: tuple[str, ...]
+    figures: dict[str, Any]
+    error: str = ""
+
+
+def check_problems(problem_refs: Sequence[str], problems_dir: Path, device: str, size: str | None,
+                   timeout_s: float, progress: Progress = lambda _: None) -> list[ProblemCheck]:
+    """`kbench list --check`: each reference's degenerate-output check, each in its own child."""
+    from kbench.discovery import find_problem, list_problems
+
+    problems = [find_problem(r, problems_dir) for r in problem_refs] if problem_refs else list_problems(problems_dir)
+    env = probe_environment()
+    device = resolve_device(device, env)
+    size = resolve_size(size, device)
+    plan = Plan(RunConfig(device=device), device, size, env, None)  # type: ignore[arg-type]
+    checks = []
+    for problem in problems:
+        progress(f"checking {problem.name} ({device}, {size}) ...")
+        outcome = isolation.run_child({**_base_job(plan, problem), "mode": "check"}, timeout_s, isolation.worker_path_env())
+        result = outcome.result or {}
+        error = "" if result.get("status") == "correct" else (
+            result.get("message") or (outcome.failure or ("", "no result"))[1])
+        checks.append(ProblemCheck(problem, size, tuple(result.get("findings", ())), result.get("figures", {}), error))
+    return checks

@@ -11,10 +11,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+import torch
+
 from kbench.records import Measurement, TimingPolicy
 from kbench.stats import median, median_ci_relative
 
 _perf_counter = time.perf_counter
+_cuda_event = torch.cuda.Event
+_cuda_synchronize = torch.cuda.synchronize
+_elapsed_time = torch.cuda.Event.elapsed_time
 
 Clock = Callable[[], float]
 
@@ -49,27 +54,22 @@ class CudaEventTimer:
     """
 
     def __init__(self, device: object, clock: Clock = _perf_counter) -> None:
-        import torch
-
-        self._torch = torch
-        self._event = torch.cuda.Event
-        self._synchronize = torch.cuda.synchronize
         self._device = device
         self._clock = clock
         l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
         self._flush = torch.empty(max(L2_FLUSH_FACTOR * l2_bytes // 4, 1 << 20), dtype=torch.float32, device=device)
 
     def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
-        start, end = self._event(enable_timing=True), self._event(enable_timing=True)
-        self._synchronize(self._device)
+        start, end = _cuda_event(enable_timing=True), _cuda_event(enable_timing=True)
+        _cuda_synchronize(self._device)
         self._flush.fill_(1.0)
         host_start = self._clock()
         start.record()
         fn()
         end.record()
-        self._synchronize(self._device)
+        _cuda_synchronize(self._device)
         host = self._clock() - host_start
-        return start.elapsed_time(end) / 1e3, host
+        return _elapsed_time(start, end) / 1e3, host
 
 
 def warm_up(fn: Callable[[], object], policy: TimingPolicy, clock: Clock = _perf_counter) -> int:
@@ -136,7 +136,7 @@ def escaped_work_warning(m: Measurement) -> str | None:
     excess = wall - timed
     if excess > HOST_EXCESS_ABS_S and excess > HOST_EXCESS_REL * timed:
         return (
-            f"host time {wall * 1e3:.3f} ms exceeds event time {timed * 1e3:.3f} ms: "
+            f"[escaped_timer] host time {wall * 1e3:.3f} ms exceeds event time {timed * 1e3:.3f} ms: "
             "work may run outside the timed stream, so the event time may be too low"
         )
     return None

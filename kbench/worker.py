@@ -11,6 +11,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -92,6 +93,29 @@ def _instrumented_import(path: str) -> tuple[ModuleType, list[float]]:
             setattr(cpp_extension, name, original)
 
 
+def _guarded_attributes() -> list[tuple[str, Any, str]]:
+    """Functions a solution could replace to fool timing or checks: (label, owner, attribute)."""
+    import torch.testing
+
+    return [
+        ("torch.cuda.Event", torch.cuda, "Event"), ("torch.cuda.synchronize", torch.cuda, "synchronize"),
+        ("torch.cuda.Event.elapsed_time", torch.cuda.Event, "elapsed_time"),
+        ("time.perf_counter", time, "perf_counter"), ("time.time", time, "time"), ("time.monotonic", time, "monotonic"),
+        ("torch.allclose", torch, "allclose"), ("torch.equal", torch, "equal"), ("torch.isclose", torch, "isclose"),
+        ("torch.testing.assert_close", torch.testing, "assert_close"), ("torch.Tensor.__eq__", torch.Tensor, "__eq__"),
+        ("torch.Tensor.sub", torch.Tensor, "sub"), ("torch.manual_seed", torch, "manual_seed"),
+    ]
+
+
+def snapshot_attributes() -> dict[str, Any]:
+    return {label: owner.__dict__.get(name, getattr(owner, name, None)) for label, owner, name in _guarded_attributes()}
+
+
+def replaced_attributes(before: dict[str, Any]) -> list[str]:
+    after = snapshot_attributes()
+    return [label for label, value in before.items() if after.get(label) is not value]
+
+
 def load_solution(path: str) -> tuple[ModuleType, dict[str, Any]]:
     start = _perf_counter()
     try:
@@ -130,19 +154,23 @@ def _to(x: Any, device: str) -> Any:
     return x.to(device) if isinstance(x, torch.Tensor) else x
 
 
+_manual_seed = torch.manual_seed
+
+
 def _synchronize(device: str) -> None:
+    """Wait for all work on the device, every stream included (the original function, never a replaced one)."""
     if device == "cuda":
-        torch.cuda.synchronize()
+        timing._cuda_synchronize()
 
 
 def build_models(problem: ModuleType, solution: ModuleType | None, seed: int, device: str) -> tuple[Any, Any, int]:
     """Seed before each constructor (as KernelBench does), then copy matching reference weights."""
     init = problem.get_init_inputs()
-    torch.manual_seed(seed)
+    _manual_seed(seed)
     reference = problem.Model(*init).to(device)
     if solution is None:
         return reference, None, 0
-    torch.manual_seed(seed)
+    _manual_seed(seed)
     try:
         candidate = solution.ModelNew(*init).to(device)
     except Exception as exc:
@@ -155,7 +183,7 @@ def build_models(problem: ModuleType, solution: ModuleType | None, seed: int, de
 
 def input_maker(problem: ModuleType, device: str):
     def make(seed: int) -> list[Any]:
-        torch.manual_seed(seed)
+        _manual_seed(seed)
         return [_to(x, device) for x in problem.get_inputs()]
 
     return make
@@ -182,6 +210,7 @@ def evaluate(job: dict[str, Any]) -> dict[str, Any]:
     policy = TimingPolicy(**job["timing"])
     apply_math_flags(MathFlags(**job["math"]))
     problem = load_problem(job)
+    guarded = snapshot_attributes()
     solution, compile_info = load_solution(job["solution"]["path"])
     result: dict[str, Any] = {"compile": compile_info, "warnings": []}
     with torch.no_grad():
@@ -192,7 +221,8 @@ def evaluate(job: dict[str, Any]) -> dict[str, Any]:
         trials, warnings = _guarded(
             device,
             "the solution",
-            lambda: correctness.run_trials(make, candidate, reference, seeds, job["atol"], job["rtol"]),
+            lambda: correctness.run_trials(make, candidate, reference, seeds, job["atol"], job["rtol"],
+                                           sync=lambda: _synchronize(device)),
         )
         result["trials"] = [t.__dict__ for t in trials]
         result["warnings"] += warnings
@@ -206,9 +236,89 @@ def evaluate(job: dict[str, Any]) -> dict[str, Any]:
         cand_in, ref_in = correctness.clone_inputs(inputs), correctness.clone_inputs(inputs)
         fns = {"solution": lambda: candidate(*cand_in), "eager": lambda: reference(*ref_in)}
         measured = _guarded(device, "timing", lambda: timing.measure_interleaved(fns, make_timer(device), policy))
-    result["timing"] = measured["solution"].to_json()
-    result["eager_timing"] = measured["eager"].to_json()
+        result["timing"] = measured["solution"].to_json()
+        result["eager_timing"] = measured["eager"].to_json()
+        _guarded(device, "the solution", lambda: trust_checks(job, reference, candidate, make, result))
+    patched = replaced_attributes(guarded)
+    if patched:
+        result["warnings"].append(f"[monkey_patch] the solution replaced {', '.join(patched)} (timing and checks use the originals)")
     return {**result, "status": "correct", "message": ""}
+
+
+ACCURACY_FLAG_FACTOR = 10.0  # a solution this many times further from float64 than the reference is flagged
+ACCURACY_FLOOR = 1e-6  # errors below this are rounding noise, never flagged
+PROFILED_CALLS = 3
+
+
+def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any, result: dict[str, Any]) -> None:
+    """Checks beyond the verdict: determinism, accuracy against float64, own-kernel share of GPU time."""
+    device = job["device"]
+    inputs = make(job["seed"] + 1)
+    first = candidate(*correctness.clone_inputs(inputs))
+    _synchronize(device)
+    second = candidate(*correctness.clone_inputs(inputs))
+    _synchronize(device)
+    if not correctness.identical(first, second):
+        diff = correctness.max_abs_diff(first, second)
+        result["warnings"].append(f"[non_deterministic] two calls on the same inputs differ (max diff {diff:.3g}): a race?")
+    result["accuracy"] = accuracy_against_fp64(reference, inputs, first, device)
+    acc = result["accuracy"]
+    if acc["solution"] > ACCURACY_FLOOR and acc["solution"] > ACCURACY_FLAG_FACTOR * acc["reference"]:
+        result["warnings"].append(
+            f"[low_accuracy] max error vs float64 {acc['solution']:.3g} is over {ACCURACY_FLAG_FACTOR:g}x the reference's "
+            f"own {acc['reference']:.3g} (reduced precision inside?)"
+        )
+    del first, second
+    if device == "cuda":
+        share = own_kernel_share(lambda: candidate(*correctness.clone_inputs(inputs)), Path(job["solution"]["path"]).read_text())
+        result["kernels"] = share
+        if share["own_s"] == 0:
+            result["warnings"].append("[no_custom_kernel] none of the GPU time is spent in the solution's own kernels")
+
+
+def accuracy_against_fp64(reference: Any, inputs: list[Any], candidate_out: Any, device: str) -> dict[str, float]:
+    """Max abs error of the reference (as run) and of the solution against the reference in float64."""
+    import copy
+
+    ref_out = reference(*correctness.clone_inputs(inputs))
+    ref64 = copy.deepcopy(reference).double()
+    inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    exact = ref64(*inputs64)
+    _synchronize(device)
+    errors = {"reference": correctness.max_abs_diff(ref_out, exact), "solution": correctness.max_abs_diff(candidate_out, exact)}
+    del ref64, exact
+    return errors
+
+
+_KERNEL_NAME = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+(\w+)")
+
+
+def own_kernel_share(fn: Any, source: str) -> dict[str, Any]:
+    """GPU time in the solution's own kernels (named by its __global__ functions) vs library kernels."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    names = set(_KERNEL_NAME.findall(source))
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(PROFILED_CALLS):
+            fn()
+        torch.cuda.synchronize()
+    own = library = 0.0
+    top: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type != DeviceType.CUDA:
+            continue
+        us = float(getattr(event, "device_time", None) or getattr(event, "cuda_time", 0.0))
+        kernel = event.name
+        mine = any(re.search(rf"\b{re.escape(n)}\b", kernel) for n in names)
+        own, library = (own + us, library) if mine else (own, library + us)
+        top[kernel[:80]] = top.get(kernel[:80], 0.0) + us
+    total = own + library
+    return {
+        "own_s": own / 1e6 / PROFILED_CALLS, "library_s": library / 1e6 / PROFILED_CALLS,
+        "own_share": own / total if total else 0.0, "kernels_declared": sorted(names),
+        "top": sorted(top.items(), key=lambda kv: -kv[1])[:5],
+    }
 
 
 def check_other_sizes(job: dict[str, Any], problem: ModuleType, solution: ModuleType, result: dict[str, Any]) -> str:
@@ -226,7 +336,8 @@ def check_other_sizes(job: dict[str, Any], problem: ModuleType, solution: Module
         trials, _ = _guarded(
             device,
             f"the solution at size {other['name']}",
-            lambda: correctness.run_trials(make, candidate, reference, seeds, job["atol"], job["rtol"]),
+            lambda: correctness.run_trials(make, candidate, reference, seeds, job["atol"], job["rtol"],
+                                           sync=lambda: _synchronize(device)),
         )
         result["size_checks"][other["name"]] = [t.__dict__ for t in trials]
         del reference, candidate
@@ -246,7 +357,11 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
         make = input_maker(problem, device)
         inputs = make(seed)
         out = _guarded(device, "the reference", lambda: reference(*correctness.clone_inputs(inputs)))
-        result: dict[str, Any] = {"status": "correct", "message": "", "output": _describe(out)}
+        other = _guarded(device, "the reference", lambda: reference(*make(seed + 1)))
+        findings, figures = correctness.degenerate_findings(out, other, job["atol"], job["rtol"])
+        result: dict[str, Any] = {"status": "correct", "message": "", "output": {**_describe(out), **figures},
+                                  "warnings": findings}
+        del other
         fns = {"eager": lambda: reference(*correctness.clone_inputs(inputs))}
         compiled: dict[str, Any] | None = None
         if job.get("compile_baseline"):
@@ -264,12 +379,27 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def check_problem(job: dict[str, Any]) -> dict[str, Any]:
+    """Can this problem tell right from wrong at its tolerance? (reference outputs for two input seeds)"""
+    device, seed = job["device"], job["seed"]
+    apply_math_flags(MathFlags(**job["math"]))
+    problem = load_problem(job)
+    with torch.no_grad():
+        reference, _, _ = build_models(problem, None, seed, device)
+        make = input_maker(problem, device)
+        first = _guarded(device, "the reference", lambda: reference(*make(seed + 1)))
+        second = _guarded(device, "the reference", lambda: reference(*make(seed + 2)))
+        findings, figures = correctness.degenerate_findings(first, second, job["atol"], job["rtol"])
+    return {"status": "correct", "message": "", "findings": findings, "figures": {**figures, **_describe(first)}}
+
+
 def _check_compiled(job: dict[str, Any], reference: Any, make: Any, device: str) -> dict[str, Any]:
     start = _perf_counter()
     model = torch.compile(reference)
     seeds = [job["seed"] + 1 + i for i in range(job["trials"])]
     try:
-        trials, _ = correctness.run_trials(make, model, reference, seeds, job["atol"], job["rtol"])
+        trials, _ = correctness.run_trials(make, model, reference, seeds, job["atol"], job["rtol"],
+                                           sync=lambda: _synchronize(device))
         _synchronize(device)
     except Exception as exc:  # inductor needs a working compiler toolchain; report, don't fail the problem
         return {"status": "runtime_error", "message": f"torch.compile raised {_short(exc)}"}
@@ -299,7 +429,7 @@ def probe(job: dict[str, Any]) -> dict[str, Any]:
     return {"status": "ok", "environment": describe_torch()}
 
 
-MODES = {"evaluate": evaluate, "reference": evaluate_reference, "build": build, "probe": probe}
+MODES = {"evaluate": evaluate, "reference": evaluate_reference, "build": build, "probe": probe, "check": check_problem}
 
 
 def main() -> None:

@@ -72,7 +72,7 @@ def test_trials_run_candidate_first_on_separate_clones_with_fresh_seeds():
     assert order == ["candidate", "reference"] * 3
     assert all(t.passed for t in trials) and [t.seed for t in trials] == [1, 2, 3]
     assert not torch.equal(seen[0], seen[1])
-    assert warnings == ["solution modifies its inputs in place"]
+    assert warnings == ["[modifies_inputs] the solution modifies its inputs in place"]
 
 
 def test_trials_stop_at_the_first_failure():

@@ -52,3 +52,46 @@ def test_an_illegal_address_fails_one_evaluation_not_the_run(tmp_path):
     assert bad.status == Status.RUNTIME_ERROR, (bad.status, bad.message)
     assert "illegal memory access" in bad.message
     assert rows["good"].status == Status.CORRECT  # the next evaluation has a healthy GPU
+
+
+CUDA_CASES = {
+    "empty_output": (Status.INCORRECT, set()),
+    "caches_output": (Status.INCORRECT, set()),
+    "side_stream": (Status.CORRECT, {"escaped_timer", "new_stream"}),
+    "pytorch_only": (Status.CORRECT, {"no_custom_kernel"}),
+    "patches_timers": (Status.CORRECT, {"monkey_patch"}),
+    "racy": (Status.CORRECT, {"non_deterministic"}),
+    "bf16_inside": (Status.CORRECT, {"low_accuracy"}),
+}
+
+
+def test_adversarial_verdicts_on_cuda(tmp_path):
+    problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "adversarial")
+    solutions = {"tiny": [s for s in solutions["tiny"] if s.name in CUDA_CASES]}
+    store = execute(_config(tmp_path, compile_baseline=False, atol=2e-2, rtol=2e-2), problems, solutions, Path.cwd())
+    rows = {e.solution: e for e in store.evaluations}
+    for name, (status, flags) in CUDA_CASES.items():
+        assert rows[name].status == status, (name, rows[name].message, rows[name].warnings)
+        assert flags <= set(rows[name].flags), (name, rows[name].warnings)
+    patched, honest = rows["patches_timers"], rows["pytorch_only"]
+    assert patched.timing.median > honest.timing.median / 3  # the fake Event's 0 ms was not used
+    assert rows["pytorch_only"].extra["kernels"]["own_share"] == 0
+
+
+def test_shipped_solutions_spend_their_time_in_their_own_kernels_and_raise_no_flags(tmp_path):
+    problems, solutions = select(SHIPPED, None, ROOT / "problems", ROOT / "solutions")
+    solutions = {p: [s for s in group if s.name == "cuda_fused"] for p, group in solutions.items()}
+    store = execute(_config(tmp_path, compile_baseline=False), problems, solutions, Path.cwd())
+    for e in store.evaluations:
+        assert e.status == Status.CORRECT, (e.problem, e.solution, e.message)
+        assert e.flags == (), (e.problem, e.solution, e.warnings)
+        if e.solution == "cuda_fused":
+            assert 0 < e.extra["kernels"]["own_share"] < 1
+            assert e.size_checks["small"] and all(t.passed for t in e.size_checks["small"])
+
+
+def test_shipped_problems_are_not_degenerate_at_full_size():
+    from kbench.runner import check_problems
+
+    for check in check_problems(SHIPPED, ROOT / "problems", "cuda", "full", 600):
+        assert check.error == "" and check.findings == (), (check.problem.name, check.findings, check.figures)

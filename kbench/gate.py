@@ -87,10 +87,10 @@ def cpu_checks(e: Evaluation, spec: SolutionSpec) -> list[Check]:
     return [build_check(e)]
 
 
-def speed_checks(run: LoadedRun, baseline: LoadedRun, max_regression: float) -> list[Check]:
+def speed_checks(run: LoadedRun, baseline: LoadedRun, max_regression: float, selected: set[tuple[str, str]]) -> list[Check]:
     rows = comparing.compare_runs(baseline, run, max_regression)
     checks = []
-    for row in rows:
+    for row in (r for r in rows if (r.problem, r.solution) in selected):
         if row.change == comparing.SLOWER:
             message = f"{row.ratio:.3f}x the baseline's median ({row.before_ms:.3f} -> {row.after_ms:.3f} ms, p={row.p_value:.2g})"
             checks.append(Check(row.problem, row.solution, "speed", FAIL, message, f"kbench compare --baseline {baseline.path}"))
@@ -123,7 +123,7 @@ def gate(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Pa
         runs.append(store.directory)
         checks += [c for e in store.evaluations if (e.problem, e.solution) in specs for c in cuda_checks(e)]
         if baseline is not None:
-            checks += speed_checks(load(store.directory), load(resolve(baseline, base.results_dir)), max_regression)
+            checks += speed_checks(load(store.directory), load(resolve(baseline, base.results_dir)), max_regression, set(specs))
         else:
             notes.append("speed: not checked (no --baseline)")
     # Without a GPU every solution goes through the CPU run (CUDA ones are built there); with one, the CPU-only ones.

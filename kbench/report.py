@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 FORMATS = ("table", "md", "csv", "json")
 
 COLUMNS = [
-    "problem", "solution", "status", "size", "median_ms", "eager_ms", "vs_eager", "vs_compile",
+    "problem", "solution", "status", "size", "median_ms", "eager_ms", "vs_eager", "vs_compile", "floor_pct",
     "n", "ci_pct", "max_abs_err", "compile_s", "notes",
 ]
 NOTE_CHARS = 120
@@ -43,6 +43,7 @@ def _row(e: Evaluation) -> dict[str, object]:
     row["vs_eager"] = e.speedup_vs_eager
     row["vs_compile"] = e.speedup_vs_compile
     row["max_abs_err"] = e.max_abs_err
+    row["floor_pct"] = e.extra.get("percent_of_floor")
     if e.compile is not None:
         row["compile_s"] = e.compile.seconds
     return row
@@ -56,7 +57,7 @@ def _display(frame: pd.DataFrame) -> pd.DataFrame:
     shown = frame.copy()
     fmt = {
         "median_ms": "{:.3f}", "eager_ms": "{:.3f}", "vs_eager": "{:.2f}x", "vs_compile": "{:.2f}x",
-        "ci_pct": "±{:.1f}%", "max_abs_err": "{:.1e}", "compile_s": "{:.1f}", "n": "{:.0f}",
+        "ci_pct": "±{:.1f}%", "floor_pct": "{:.0f}%", "max_abs_err": "{:.1e}", "compile_s": "{:.1f}", "n": "{:.0f}",
     }
     for column, pattern in fmt.items():
         shown[column] = [pattern.format(v) if v is not None and pd.notna(v) else "" for v in shown[column]]

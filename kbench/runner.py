@@ -116,7 +116,8 @@ def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[str] = ())
 
 def evaluate_reference(plan: Plan, problem: ProblemSpec) -> list[Evaluation]:
     """The eager row, and the torch.compile row unless it was switched off."""
-    job = {**_base_job(plan, problem), "mode": "reference", "compile_baseline": plan.config.compile_baseline}
+    job = {**_base_job(plan, problem), "mode": "reference", "compile_baseline": plan.config.compile_baseline,
+           "ceilings_dir": str(plan.build.cache_dir.parent / "ceilings")}
     outcome = isolation.run_child(job, plan.config.timeout_s, isolation.worker_path_env())
     common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds}
     failure = outcome.failure
@@ -128,7 +129,8 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec) -> list[Evaluation]:
         return [Evaluation(solution=EAGER, status=Status(result["status"]), message=result["message"], **common)]
     eager = _measurement(result["timing"])
     rows = [Evaluation(solution=EAGER, status=Status.CORRECT, timing=eager, eager_timing=eager, speedup_vs_eager=1.0,
-                       warnings=_warnings(plan, eager, result.get("warnings", ())), extra={"output": result["output"]}, **common)]
+                       warnings=_warnings(plan, eager, result.get("warnings", ())),
+                       extra={"output": result["output"], **({"floor": result["floor"]} if "floor" in result else {})}, **common)]
     compiled = result.get("compiled")
     if compiled is not None:
         timing = _measurement(compiled.get("timing"))
@@ -140,6 +142,19 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec) -> list[Evaluation]:
             compile=CompileInfo(ok=True, seconds=compiled.get("compile", {}).get("seconds", 0.0)), **common,
         ))
     return rows
+
+
+def with_floor(row: Evaluation, floor: dict[str, Any] | None) -> Evaluation:
+    """Add % of the hardware floor and implausible-speed warnings to a timed row."""
+    if floor is None or row.timing is None:
+        return row
+    from kbench import roofline
+
+    fl = roofline.floor_from_json(floor)
+    eager = row.eager_timing.median if row.eager_timing is not None and row.solution != EAGER else None
+    found = [f"[implausible_speed] {w}" for w in roofline.plausibility(row.timing.median, eager, fl)]
+    extra = {**row.extra, "percent_of_floor": roofline.percent_of_floor(row.timing.median, fl)}
+    return dataclasses.replace(row, warnings=row.warnings + tuple(found), extra=extra)
 
 
 def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, built: BuildResult | None,
@@ -224,7 +239,8 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
                               "constants": dict(p.constants), "overrides": p.overrides(size)} for p in problems},
     }
     store = RunStore.create(config.results_dir, header)
-    progress(f"run {store.run_id}: {len(problems)} problem(s) on {device} ({gpu.get('name', env['cpu'])}), size {size}")
+    machine = gpu.get("name", env["cpu"]) if device == "cuda" else env["cpu"]
+    progress(f"run {store.run_id}: {len(problems)} problem(s) on {device} ({machine}), size {size}")
     with _sigterm_as_interrupt():
         try:
             _run_all(plan, problems, solutions, store, cuda_home, progress)
@@ -250,6 +266,8 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
     for problem in problems:
         progress(f"{problem.name}: reference (eager{', torch.compile' if plan.config.compile_baseline else ''}) ...")
         reference_rows = evaluate_reference(plan, problem)
+        floor = reference_rows[0].extra.get("floor")
+        reference_rows = [with_floor(row, floor) for row in reference_rows]
         for row in reference_rows:
             store.add(row)
         gain = next((r.speedup_vs_eager for r in reference_rows if r.solution == COMPILED and r.speedup_vs_eager), None)
@@ -259,7 +277,7 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
                                  message=skipped[solution.path], device=plan.device, size=plan.size)
             else:
                 progress(f"{problem.name}: {solution.name} ...")
-                row = evaluate_solution(plan, problem, solution, builds.get(solution.path), gain)
+                row = with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain), floor)
             progress(f"  {problem.name}/{solution.name}: {row.status.value}{' - ' + row.message if row.message else ''}")
             store.add(row)
 

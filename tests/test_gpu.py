@@ -85,6 +85,7 @@ def test_shipped_solutions_spend_their_time_in_their_own_kernels_and_raise_no_fl
     for e in store.evaluations:
         assert e.status == Status.CORRECT, (e.problem, e.solution, e.message)
         assert e.flags == (), (e.problem, e.solution, e.warnings)
+        assert 0 < e.extra["percent_of_floor"] <= 100, (e.problem, e.solution, e.extra)  # floor from measured ceilings
         if e.solution == "cuda_fused":
             assert 0 < e.extra["kernels"]["own_share"] < 1
             assert e.size_checks["small"] and all(t.passed for t in e.size_checks["small"])

@@ -14,7 +14,8 @@ def test_shipped_problems_are_found_with_their_metadata():
     assert set(problems) == SHIPPED
     lse = problems["conv3d_logsumexp"]
     assert dict(lse.constants)["batch_size"] == 4 and dict(lse.constants)["width"] == 128
-    assert lse.overrides("small")["batch_size"] == 2 and lse.overrides("full") == {}
+    assert lse.overrides("small")["batch_size"] == 2 and lse.overrides("full")["batch_size"] == 4
+    assert set(lse.overrides("full")) == set(lse.overrides("small"))  # explicit values for every size constant that differs
     assert problems["convtranspose3d_softmax"].atol == 1e-4
     assert "#43" in lse.origin
 

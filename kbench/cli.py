@@ -95,6 +95,7 @@ def run_command(
     jobs: Annotated[int, typer.Option(min=0, help="Solutions compiled in parallel; 0 = one per CPU core.")] = 0,
     max_time: Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per evaluation.")] = 10.0,
     seed: Annotated[int, typer.Option(help="Seed for weights; trial i uses seed + 1 + i for inputs.")] = 42,
+    resume: Annotated[Optional[str], typer.Option(help="Finish an earlier (e.g. interrupted) run: its id or folder. Its own settings apply; finished evaluations are kept.")] = None,
     results_dir: Annotated[Path, typer.Option(help="Where results/<run-id>/ is written.")] = Path("results"),
     cache_dir: Annotated[Optional[Path], typer.Option(help="Extension build cache. Default: ~/.cache/kbench/extensions.")] = None,
     problems_dir: ProblemsDir = Path("problems"),
@@ -109,6 +110,10 @@ def run_command(
       kbench run -p conv3d_gelu -s cuda_fused --max-time 5
 
       kbench run -p ~/KernelBench/level2/43_Conv3d_Max_LogSumExp_ReLU.py -s my_solution.py
+
+      kbench run --problems-dir ~/KernelBench/level1 --solutions-dir my_solutions/
+
+      kbench run --resume 20261122-074644-be41
     """
     from kbench.records import MathFlags, RunConfig, TimingPolicy
     from kbench.report import results_frame, to_terminal
@@ -120,7 +125,7 @@ def run_command(
         timing=TimingPolicy(max_time_s=max_time), results_dir=results_dir, cache_dir=cache_dir, seed=seed,
     )
     try:
-        store = run(config, problem or [], solution, problems_dir, solutions_dir, _progress)
+        store = run(config, problem or [], solution, problems_dir, solutions_dir, _progress, resume)
     except KbenchError as exc:
         raise _fail(exc) from None
     typer.echo(to_terminal(results_frame(store.evaluations)))
@@ -161,6 +166,40 @@ def build_command(
         typer.echo(f"\n--- {r.solution.problem}/{r.solution.name}: {r.status} ---\n{r.compile.log[-3000:]}", err=True)
     if failed:
         raise typer.Exit(code=1)
+
+
+@app.command("baseline")
+def baseline_command(
+    problem: Annotated[Optional[list[str]], typer.Option("--problem", "-p", help="Problem name or path; repeat for several. Default: all.")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Baseline name: results/baselines/<name>.json. Default: the GPU's name.")] = None,
+    device: Annotated[str, typer.Option(help="auto, cuda or cpu.")] = "auto",
+    size: Annotated[Optional[str], typer.Option(help="full or small. Default: full on CUDA, small on CPU.")] = None,
+    no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline", help="Skip torch.compile.")] = False,
+    max_time: Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per problem.")] = 10.0,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds before one child is killed.")] = 900.0,
+    results_dir: Annotated[Path, typer.Option(help="Where runs and baselines/ are written.")] = Path("results"),
+    problems_dir: ProblemsDir = Path("problems"),
+) -> None:
+    """Time only the references (eager and torch.compile) of a problem suite and store them as a baseline.
+
+    Examples:
+
+      kbench baseline
+
+      kbench baseline --problems-dir ~/KernelBench/level1 --name level1-h100
+    """
+    from kbench.records import RunConfig, TimingPolicy
+    from kbench.report import results_frame, to_terminal
+    from kbench.runner import baseline
+
+    config = RunConfig(device=device, size=size, compile_baseline=not no_compile_baseline, timeout_s=timeout,
+                       timing=TimingPolicy(max_time_s=max_time), results_dir=results_dir)
+    try:
+        store, target = baseline(config, problem or [], problems_dir, name, _progress)
+    except KbenchError as exc:
+        raise _fail(exc) from None
+    typer.echo(to_terminal(results_frame(store.evaluations)))
+    typer.echo(f"\nbaseline: {target}")
 
 
 def _fraction(text: str) -> float:

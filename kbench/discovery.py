@@ -98,10 +98,37 @@ def load_problem_dir(directory: Path) -> ProblemSpec:
     return load_problem_file(model, name=directory.name, meta=_read_meta(directory / META_FILE))
 
 
-def list_problems(problems_dir: Path) -> list[ProblemSpec]:
+def _problem_entries(problems_dir: Path) -> list[Path]:
+    """Folders holding a model.py, and flat KernelBench files (e.g. a KernelBench checkout's level1/*.py)."""
     if not problems_dir.is_dir():
         raise DiscoveryError(f"No problems folder at {problems_dir}. Run kbench from the repository root or pass --problems-dir.")
-    return [load_problem_dir(d) for d in sorted(problems_dir.iterdir()) if (d / MODEL_FILE).is_file()]
+    return [p for p in sorted(problems_dir.iterdir())
+            if (p / MODEL_FILE).is_file() or (p.suffix == ".py" and p.is_file() and not p.name.startswith("_"))]
+
+
+def _load_entry(entry: Path) -> ProblemSpec:
+    if entry.is_dir():
+        return load_problem_dir(entry)
+    return load_problem_file(entry, meta=_read_meta(entry.with_suffix(".toml")))
+
+
+def scan_problems(problems_dir: Path) -> tuple[list[ProblemSpec], list[tuple[str, str]]]:
+    """Every problem under problems_dir, and (name, reason) for each file that breaks the contract."""
+    problems, broken = [], []
+    for entry in _problem_entries(problems_dir):
+        try:
+            problems.append(_load_entry(entry))
+        except DiscoveryError as exc:
+            broken.append((entry.stem, str(exc)))
+    return problems, broken
+
+
+def list_problems(problems_dir: Path) -> list[ProblemSpec]:
+    """Every problem under problems_dir; the first broken one is an error."""
+    problems, broken = scan_problems(problems_dir)
+    if broken:
+        raise DiscoveryError(broken[0][1])
+    return problems
 
 
 def find_problem(ref: str, problems_dir: Path) -> ProblemSpec:
@@ -116,8 +143,8 @@ def find_problem(ref: str, problems_dir: Path) -> ProblemSpec:
         name = path.parent.name if path.name == MODEL_FILE else path.stem
         return load_problem_file(path, name=name, meta=meta)
     candidate = problems_dir / ref
-    if (candidate / MODEL_FILE).is_file():
-        return load_problem_dir(candidate)
+    if (candidate / MODEL_FILE).is_file() or (problems_dir / f"{ref}.py").is_file():
+        return _load_entry(candidate if candidate.is_dir() else problems_dir / f"{ref}.py")
     known = [p.name for p in list_problems(problems_dir)] if problems_dir.is_dir() else []
     raise DiscoveryError(f"Unknown problem '{ref}'. Available: {', '.join(known) or '(none)'}")
 
@@ -187,3 +214,11 @@ def select(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: 
     if len(set(names)) != len(names):
         raise DiscoveryError(f"A problem is named twice: {', '.join(names)}")
     return problems, {p.name: find_solutions(p, solution_ref, solutions_dir) for p in problems}
+
+
+def select_suite(problems_dir: Path, solutions_dir: Path) -> tuple[list[ProblemSpec], dict[str, list[SolutionSpec]], list[tuple[str, str]]]:
+    """Every problem in a folder with its solutions (matched by problem name); broken files are returned, not raised."""
+    problems, broken = scan_problems(problems_dir)
+    if not problems and not broken:
+        raise DiscoveryError(f"No problems under {problems_dir}")
+    return problems, {p.name: find_solutions(p, None, solutions_dir) for p in problems}, broken

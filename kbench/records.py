@@ -105,6 +105,17 @@ class RunConfig:
     results_dir: Path = Path("results")
     cache_dir: Path | None = None
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunConfig:
+        """The configuration as run.json stores it (dataclasses.asdict), e.g. to resume a run."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        values["math"] = MathFlags(**data.get("math", {}))
+        values["timing"] = TimingPolicy(**data.get("timing", {}))
+        values["results_dir"] = Path(data.get("results_dir", "results"))
+        values["cache_dir"] = Path(data["cache_dir"]) if data.get("cache_dir") else None
+        return cls(**values)
+
 
 @dataclass(frozen=True)
 class Measurement:

@@ -219,10 +219,19 @@ def _to_build(device: str, solutions: Sequence[SolutionSpec], cuda_home: Path | 
 
 
 def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
-            repo: Path, progress: Progress = lambda _: None) -> RunStore:
-    """Run every problem and its solutions; results are saved after each evaluation."""
+            repo: Path, progress: Progress = lambda _: None, broken: Sequence[tuple[str, str]] = (),
+            resume: Path | None = None) -> RunStore:
+    """Run every problem and its solutions; results are saved after each evaluation.
+
+    `broken` problem files (name, reason) get a failed record each and the run goes on. With `resume`,
+    an earlier run's directory is reopened with its own configuration, and evaluations it already
+    holds are not run again.
+    """
     progress("probing the machine ...")
     env = probe_environment()
+    resumed = RunStore.resume(resume) if resume is not None else None
+    if resumed is not None:
+        config = _resumable_config(resumed, env)
     device = resolve_device(config.device, env)
     size = resolve_size(config.size, device)
     gpu = env.get("gpu") or {}
@@ -238,11 +247,19 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
         "problems": {p.name: {"origin": p.origin, "path": str(p.path), "atol": p.atol, "rtol": p.rtol,
                               "constants": dict(p.constants), "overrides": p.overrides(size)} for p in problems},
     }
-    store = RunStore.create(config.results_dir, header)
+    if resumed is not None:
+        store = resumed
+        store.header["problems"] = {**store.header.get("problems", {}), **header["problems"]}
+    else:
+        store = RunStore.create(config.results_dir, header)
     machine = gpu.get("name", env["cpu"]) if device == "cuda" else env["cpu"]
     progress(f"run {store.run_id}: {len(problems)} problem(s) on {device} ({machine}), size {size}")
     with _sigterm_as_interrupt():
         try:
+            for name, reason in broken:
+                if not _done(store, name, EAGER):
+                    store.add(Evaluation(problem=name, solution=EAGER, status=Status.LOAD_ERROR, message=reason,
+                                         device=device, size=size))
             _run_all(plan, problems, solutions, store, cuda_home, progress)
         except KeyboardInterrupt:
             store.finish("interrupted")
@@ -251,9 +268,23 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
     return store
 
 
+def _resumable_config(store: RunStore, env: dict[str, Any]) -> RunConfig:
+    """The resumed run's own configuration; resuming on another kind of machine would mix timings."""
+    stored = store.header.get("environment", {})
+    here, there = (env.get("gpu") or {}).get("name"), (stored.get("gpu") or {}).get("name")
+    if here != there or env.get("torch") != stored.get("torch"):
+        raise UsageError(f"Run {store.run_id} was measured on {there or 'CPU'} with torch {stored.get('torch')}; "
+                         f"this machine has {here or 'no GPU'} with torch {env.get('torch')}. Start a new run instead.")
+    return RunConfig.from_json(store.header["config"])
+
+
+def _done(store: RunStore, problem: str, solution: str) -> bool:
+    return any(e.problem == problem and e.solution == solution for e in store.evaluations)
+
+
 def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
              store: RunStore, cuda_home: Path | None, progress: Progress) -> None:
-    every = [s for p in problems for s in solutions.get(p.name, [])]
+    every = [s for p in problems for s in solutions.get(p.name, []) if not _done(store, p.name, s.name)]
     chosen, skipped = _to_build(plan.device, every, cuda_home)
     if chosen:
         progress(f"building {len(chosen)} solution(s) into {plan.build.cache_dir} ...")
@@ -265,13 +296,19 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
     builds = build_all(plan.build, chosen, on_built)
     for problem in problems:
         progress(f"{problem.name}: reference (eager{', torch.compile' if plan.config.compile_baseline else ''}) ...")
-        reference_rows = evaluate_reference(plan, problem)
-        floor = reference_rows[0].extra.get("floor")
-        reference_rows = [with_floor(row, floor) for row in reference_rows]
-        for row in reference_rows:
-            store.add(row)
+        if _done(store, problem.name, EAGER):
+            reference_rows = [e for e in store.evaluations if e.problem == problem.name and e.solution in (EAGER, COMPILED)]
+            floor = reference_rows[0].extra.get("floor")
+        else:
+            reference_rows = evaluate_reference(plan, problem)
+            floor = reference_rows[0].extra.get("floor")
+            reference_rows = [with_floor(row, floor) for row in reference_rows]
+            for row in reference_rows:
+                store.add(row)
         gain = next((r.speedup_vs_eager for r in reference_rows if r.solution == COMPILED and r.speedup_vs_eager), None)
         for solution in solutions.get(problem.name, []):
+            if _done(store, problem.name, solution.name):
+                continue
             if solution.path in skipped:
                 row = Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
                                  message=skipped[solution.path], device=plan.device, size=plan.size)
@@ -283,12 +320,44 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
 
 
 def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path,
-        solutions_dir: Path, progress: Progress = lambda _: None) -> RunStore:
-    """`kbench run`: select problems and solutions, then execute them."""
-    from kbench.discovery import select
+        solutions_dir: Path, progress: Progress = lambda _: None, resume: str | None = None) -> RunStore:
+    """`kbench run`: select problems and solutions, then execute them (or finish an earlier run).
 
-    problems, solutions = select(problem_refs, solution_ref, problems_dir, solutions_dir)
-    return execute(config, problems, solutions, Path.cwd(), progress)
+    With no problem named, every problem under problems_dir runs, and a file there that breaks the
+    contract fails alone, as a load_error record.
+    """
+    from kbench.discovery import select, select_suite
+    from kbench.storage import resolve
+
+    broken: list[tuple[str, str]] = []
+    if problem_refs or solution_ref is not None:
+        problems, solutions = select(problem_refs, solution_ref, problems_dir, solutions_dir)
+    else:
+        problems, solutions, broken = select_suite(problems_dir, solutions_dir)
+    previous = resolve(resume, config.results_dir) if resume else None
+    return execute(config, problems, solutions, Path.cwd(), progress, broken, previous)
+
+
+def baseline(config: RunConfig, problem_refs: Sequence[str], problems_dir: Path, name: str | None,
+             progress: Progress = lambda _: None) -> tuple[RunStore, Path]:
+    """`kbench baseline`: time only the references (eager and torch.compile) and store the run as a baseline."""
+    import re
+    import shutil
+
+    from kbench.discovery import find_problem, scan_problems
+    from kbench.storage import BASELINES, RUN_FILE
+
+    if problem_refs:
+        problems, broken = [find_problem(r, problems_dir) for r in problem_refs], []
+    else:
+        problems, broken = scan_problems(problems_dir)
+    store = execute(config, problems, {}, Path.cwd(), progress, broken)
+    env = store.header["environment"]
+    label = name or ((env.get("gpu") or {}).get("name") or "cpu")
+    target = config.results_dir / BASELINES / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', label).strip('-').lower()}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(store.directory / RUN_FILE, target)
+    return store, target
 
 
 def build_only(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path, solutions_dir: Path,

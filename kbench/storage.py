@@ -73,6 +73,17 @@ class RunStore:
         store.save(state="running")
         return store
 
+    @classmethod
+    def resume(cls, path: Path) -> RunStore:
+        """Reopen an earlier run (e.g. an interrupted one) to add the evaluations it did not finish."""
+        doc, evaluations = load_run(path)
+        directory = path if path.is_dir() else path.parent
+        header = {k: v for k, v in doc.items() if k not in ("evaluations", "state", "finished")}
+        store = cls(directory, header)
+        store.evaluations = list(evaluations)
+        store.save(state="running")
+        return store
+
     @property
     def run_id(self) -> str:
         return str(self.header["run_id"])

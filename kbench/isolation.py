@@ -16,6 +16,19 @@ from pathlib import Path
 from typing import Any
 
 LOG_TAIL_CHARS = 20_000
+_live: set[int] = set()  # process groups of running children, killed if the parent is interrupted
+_live_lock = threading.Lock()
+
+
+def kill_all() -> None:
+    """Kill every running child's process group (used when a run with parallel children is interrupted)."""
+    with _live_lock:
+        groups = list(_live)
+    for pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 @dataclass(frozen=True)
@@ -98,6 +111,8 @@ def run_child(job: dict[str, Any], timeout_s: float, env: dict[str, str] | None 
             env=env,
         )
         os.close(write_fd)
+        with _live_lock:
+            _live.add(proc.pid)
         timed_out = False
         try:
             assert proc.stdin is not None
@@ -115,6 +130,8 @@ def run_child(job: dict[str, Any], timeout_s: float, env: dict[str, str] | None 
             raise
         finally:
             _kill_group(proc)
+            with _live_lock:
+                _live.discard(proc.pid)
         proc.wait()
         seconds = time.monotonic() - start
         reader.join(timeout=5)

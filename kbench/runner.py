@@ -12,6 +12,7 @@ from typing import Any
 from kbench import isolation, toolkit
 from kbench.build import BuildContext, BuildResult, build_all, child_env
 from kbench.environment import git_info, host_info
+from kbench.pool import Slot, gpu_slots, pinned_env, run_on_slots, visible_devices
 from kbench.errors import Interrupted, KbenchError, UsageError
 from kbench.records import (
     COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
@@ -114,11 +115,11 @@ def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[str] = ())
     return tuple(found)
 
 
-def evaluate_reference(plan: Plan, problem: ProblemSpec) -> list[Evaluation]:
+def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> list[Evaluation]:
     """The eager row, and the torch.compile row unless it was switched off."""
     job = {**_base_job(plan, problem), "mode": "reference", "compile_baseline": plan.config.compile_baseline,
            "ceilings_dir": str(plan.build.cache_dir.parent / "ceilings")}
-    outcome = isolation.run_child(job, plan.config.timeout_s, isolation.worker_path_env())
+    outcome = isolation.run_child(job, plan.config.timeout_s, pinned_env(isolation.worker_path_env(), slot))
     common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds}
     failure = outcome.failure
     if failure is not None or outcome.result is None:
@@ -158,7 +159,7 @@ def with_floor(row: Evaluation, floor: dict[str, Any] | None) -> Evaluation:
 
 
 def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, built: BuildResult | None,
-                      compile_gain: float | None) -> Evaluation:
+                      compile_gain: float | None, slot: Slot = None) -> Evaluation:
     """One solution in its own child; `compile_gain` is eager/compiled time from the reference child."""
     common = {"problem": problem.name, "solution": solution.name, "device": plan.device, "size": plan.size}
     compile_info = built.compile if built else None
@@ -175,7 +176,7 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
         return Evaluation(status=Status(status), message=message, compile=compile_info, **common)
     job = {**_base_job(plan, problem), "mode": "evaluate", "other_sizes": other_sizes(plan, problem),
            "solution": {"name": solution.name, "path": str(solution.path)}}
-    outcome = isolation.run_child(job, plan.config.timeout_s, child_env(plan.build, solution, 1))
+    outcome = isolation.run_child(job, plan.config.timeout_s, pinned_env(child_env(plan.build, solution, 1), slot))
     failure = outcome.failure
     if failure is not None or outcome.result is None:
         status, message = failure or ("crashed", "")
@@ -262,6 +263,7 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
                                          device=device, size=size))
             _run_all(plan, problems, solutions, store, cuda_home, progress)
         except KeyboardInterrupt:
+            isolation.kill_all()
             store.finish("interrupted")
             raise Interrupted(f"Interrupted; {len(store.evaluations)} finished evaluation(s) are saved in {store.directory}") from None
     store.finish("complete")
@@ -294,29 +296,37 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
         progress(f"  [build {done}/{total}] {result.solution.problem}/{result.solution.name}: {state} ({result.compile.seconds:.1f} s)")
 
     builds = build_all(plan.build, chosen, on_built)
-    for problem in problems:
+    slots = gpu_slots(plan.device, (plan.env.get("gpu") or {}).get("count", 0), visible_devices())
+    if len(slots) > 1:
+        progress(f"evaluating on {len(slots)} GPUs at once (one evaluation per GPU): {', '.join(map(str, slots))}")
+
+    # References first: each problem's solutions need its floor and torch.compile gain.
+    def reference(problem: ProblemSpec, slot: Slot) -> list[Evaluation]:
         progress(f"{problem.name}: reference (eager{', torch.compile' if plan.config.compile_baseline else ''}) ...")
-        if _done(store, problem.name, EAGER):
-            reference_rows = [e for e in store.evaluations if e.problem == problem.name and e.solution in (EAGER, COMPILED)]
-            floor = reference_rows[0].extra.get("floor")
-        else:
-            reference_rows = evaluate_reference(plan, problem)
-            floor = reference_rows[0].extra.get("floor")
-            reference_rows = [with_floor(row, floor) for row in reference_rows]
-            for row in reference_rows:
-                store.add(row)
+        rows = evaluate_reference(plan, problem, slot)
+        return [with_floor(row, rows[0].extra.get("floor")) for row in rows]
+
+    run_on_slots([p for p in problems if not _done(store, p.name, EAGER)], slots, reference,
+                 lambda _, rows: [store.add(row) for row in rows])
+    rows_of = {p.name: [e for e in store.evaluations if e.problem == p.name and e.solution in (EAGER, COMPILED)] for p in problems}
+
+    def solution_row(item: tuple[ProblemSpec, SolutionSpec], slot: Slot) -> Evaluation:
+        problem, solution = item
+        reference_rows = rows_of[problem.name]
+        floor = reference_rows[0].extra.get("floor") if reference_rows else None
         gain = next((r.speedup_vs_eager for r in reference_rows if r.solution == COMPILED and r.speedup_vs_eager), None)
-        for solution in solutions.get(problem.name, []):
-            if _done(store, problem.name, solution.name):
-                continue
-            if solution.path in skipped:
-                row = Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
-                                 message=skipped[solution.path], device=plan.device, size=plan.size)
-            else:
-                progress(f"{problem.name}: {solution.name} ...")
-                row = with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain), floor)
-            progress(f"  {problem.name}/{solution.name}: {row.status.value}{' - ' + row.message if row.message else ''}")
-            store.add(row)
+        if solution.path in skipped:
+            return Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
+                              message=skipped[solution.path], device=plan.device, size=plan.size)
+        progress(f"{problem.name}: {solution.name} ...")
+        return with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor)
+
+    def record(item: tuple[ProblemSpec, SolutionSpec], row: Evaluation) -> None:
+        progress(f"  {row.problem}/{row.solution}: {row.status.value}{' - ' + row.message if row.message else ''}")
+        store.add(row)
+
+    pending = [(p, s) for p in problems for s in solutions.get(p.name, []) if not _done(store, p.name, s.name)]
+    run_on_slots(pending, slots, solution_row, record)
 
 
 def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path,

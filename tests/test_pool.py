@@ -1,0 +1,56 @@
+"""Spreading evaluations over GPUs: one per GPU at a time, pinned, all done (scheduler tested without GPUs)."""
+
+import threading
+import time
+
+from kbench.pool import gpu_slots, pinned_env, run_on_slots
+
+
+def test_slots_follow_the_visible_gpus():
+    assert gpu_slots("cpu", 8) == [None]
+    assert gpu_slots("cuda", 1) == [None]
+    assert gpu_slots("cuda", 4) == ["0", "1", "2", "3"]
+    assert gpu_slots("cuda", 2, visible="5, 7") == ["5", "7"]
+    assert gpu_slots("cuda", 1, visible="3") == [None]
+
+
+def test_pinned_env_sets_cuda_visible_devices_only_when_pinned():
+    assert pinned_env({"A": "1"}, "3") == {"A": "1", "CUDA_VISIBLE_DEVICES": "3"}
+    assert pinned_env({"A": "1"}, None) == {"A": "1"}
+
+
+def test_never_two_items_on_one_slot_and_all_slots_used():
+    spans: list[tuple[str, float, float]] = []
+    lock = threading.Lock()
+
+    def work(item: int, slot: str) -> int:
+        start = time.monotonic()
+        time.sleep(0.05)
+        with lock:
+            spans.append((slot, start, time.monotonic()))
+        return item * 10
+
+    done: dict[int, int] = {}
+    caller = threading.get_ident()
+    threads_seen = set()
+
+    def on_done(item: int, result: int) -> None:
+        threads_seen.add(threading.get_ident())
+        done[item] = result
+
+    run_on_slots(list(range(9)), ["0", "1", "2"], work, on_done)
+    assert done == {i: i * 10 for i in range(9)}
+    assert threads_seen == {caller}  # results are recorded in the caller's thread only
+    assert {slot for slot, _, _ in spans} == {"0", "1", "2"}
+    for slot in ("0", "1", "2"):
+        mine = sorted((a, b) for s, a, b in spans if s == slot)
+        assert all(prev_end <= next_start for (_, prev_end), (next_start, _) in zip(mine, mine[1:]))
+    overlapping = any(a1 < b2 and a2 < b1 for s1, a1, b1 in spans for s2, a2, b2 in spans if s1 != s2)
+    assert overlapping  # the slots really ran at the same time
+
+
+def test_one_slot_runs_in_order_in_the_callers_thread():
+    order, caller = [], threading.get_ident()
+    run_on_slots([3, 1, 2], [None], lambda item, slot: (item, slot, threading.get_ident()),
+                 lambda item, result: order.append(result))
+    assert order == [(3, None, caller), (1, None, caller), (2, None, caller)]

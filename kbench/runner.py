@@ -284,6 +284,11 @@ def _done(store: RunStore, problem: str, solution: str) -> bool:
     return any(e.problem == problem and e.solution == solution for e in store.evaluations)
 
 
+def _on_gpu(row: Evaluation, slot: Slot) -> Evaluation:
+    """Record which GPU (CUDA_VISIBLE_DEVICES index) ran the evaluation when runs are spread over several."""
+    return row if slot is None else dataclasses.replace(row, extra={**row.extra, "gpu": slot})
+
+
 def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
              store: RunStore, cuda_home: Path | None, progress: Progress) -> None:
     every = [s for p in problems for s in solutions.get(p.name, []) if not _done(store, p.name, s.name)]
@@ -304,7 +309,7 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
     def reference(problem: ProblemSpec, slot: Slot) -> list[Evaluation]:
         progress(f"{problem.name}: reference (eager{', torch.compile' if plan.config.compile_baseline else ''}) ...")
         rows = evaluate_reference(plan, problem, slot)
-        return [with_floor(row, rows[0].extra.get("floor")) for row in rows]
+        return [_on_gpu(with_floor(row, rows[0].extra.get("floor")), slot) for row in rows]
 
     run_on_slots([p for p in problems if not _done(store, p.name, EAGER)], slots, reference,
                  lambda _, rows: [store.add(row) for row in rows])
@@ -319,7 +324,7 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
             return Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
                               message=skipped[solution.path], device=plan.device, size=plan.size)
         progress(f"{problem.name}: {solution.name} ...")
-        return with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor)
+        return _on_gpu(with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor), slot)
 
     def record(item: tuple[ProblemSpec, SolutionSpec], row: Evaluation) -> None:
         progress(f"  {row.problem}/{row.solution}: {row.status.value}{' - ' + row.message if row.message else ''}")

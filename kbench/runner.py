@@ -19,7 +19,7 @@ from kbench.records import (
     TrialResult,
 )
 from kbench.storage import RunStore
-from kbench.timing import escaped_work_warning
+from kbench.timing import escaped_work_warning, few_samples_warning
 
 Progress = Callable[[str], None]
 PROBE_TIMEOUT_S = 120
@@ -108,6 +108,8 @@ def _trials(data: dict[str, Any]) -> tuple[TrialResult, ...]:
 
 def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
     found = list(extra)
+    if timing is not None and (few := few_samples_warning(timing, plan.config.timing)):
+        found.append(few)
     if timing is not None and plan.device == "cuda":
         warning = escaped_work_warning(timing)
         if warning:

@@ -123,6 +123,14 @@ def measure_interleaved(
     return {n: Measurement(tuple(samples[n]), tuple(host[n]), reason) for n in names}
 
 
+def few_samples_warning(m: Measurement, policy: TimingPolicy) -> str | None:
+    """A warning when --max-time ended sampling before the minimum sample count: the median is shaky."""
+    if m.stop_reason == STOP_MAX_TIME and len(m.samples) < policy.min_samples:
+        return (f"[few_samples] only {len(m.samples)} sample(s) before the {policy.max_time_s:g} s cap "
+                f"(minimum {policy.min_samples}); raise --max-time for a reliable median")
+    return None
+
+
 # Host time above event time by both margins means work ran outside the timed stream.
 HOST_EXCESS_ABS_S = 100e-6
 HOST_EXCESS_REL = 0.5

@@ -101,3 +101,12 @@ def test_host_time_far_above_event_time_is_flagged():
     escaped = Measurement((1e-5,) * 10, (2e-3,) * 10)
     assert escaped_work_warning(honest) is None
     assert "outside the timed stream" in escaped_work_warning(escaped)
+
+
+def test_a_sample_count_cut_short_by_max_time_is_flagged():
+    from kbench.timing import few_samples_warning
+
+    policy = TimingPolicy(min_samples=10, max_time_s=2.0)
+    assert "[few_samples] only 1 sample(s)" in few_samples_warning(Measurement((0.01,), (), "max_time"), policy)
+    assert few_samples_warning(Measurement((0.01,) * 12, (), "max_time"), policy) is None
+    assert few_samples_warning(Measurement((0.01,) * 10, (), "converged"), policy) is None

@@ -95,6 +95,9 @@ def run_command(
     jobs: Annotated[int, typer.Option(min=0, help="Solutions compiled in parallel; 0 = one per CPU core.")] = 0,
     max_time: Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per evaluation.")] = 10.0,
     seed: Annotated[int, typer.Option(help="Seed for weights; trial i uses seed + 1 + i for inputs.")] = 42,
+    executor: Annotated[str, typer.Option(help="local (one evaluation per visible GPU) or ray (Ray tasks, one GPU each).")] = "local",
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address (with --executor ray). Default: a local Ray instance.")] = None,
+    parallel: Annotated[Optional[int], typer.Option(min=1, help="With --executor ray: evaluations at once. Default: the cluster's GPUs (CPU: 1).")] = None,
     resume: Annotated[Optional[str], typer.Option(help="Finish an earlier (e.g. interrupted) run: its id or folder. Its own settings apply; finished evaluations are kept.")] = None,
     results_dir: Annotated[Path, typer.Option(help="Where results/<run-id>/ is written.")] = Path("results"),
     cache_dir: Annotated[Optional[Path], typer.Option(help="Extension build cache. Default: ~/.cache/kbench/extensions.")] = None,
@@ -114,6 +117,8 @@ def run_command(
       kbench run --problems-dir ~/KernelBench/level1 --solutions-dir my_solutions/
 
       kbench run --resume 20261122-074644-be41
+
+      kbench run --executor ray --address ray://head:10001
     """
     from kbench.records import MathFlags, RunConfig, TimingPolicy
     from kbench.report import results_frame, to_terminal
@@ -123,6 +128,7 @@ def run_command(
         device=device, size=size, trials=trials, atol=atol, rtol=rtol, math=MathFlags.from_tf32(not no_tf32),
         compile_baseline=not no_compile_baseline, two_sizes=two_sizes, timeout_s=timeout, jobs=jobs,
         timing=TimingPolicy(max_time_s=max_time), results_dir=results_dir, cache_dir=cache_dir, seed=seed,
+        executor=executor, address=address, parallel=parallel,
     )
     try:
         store = run(config, problem or [], solution, problems_dir, solutions_dir, _progress, resume)

@@ -104,6 +104,9 @@ class RunConfig:
     timing: TimingPolicy = TimingPolicy()
     results_dir: Path = Path("results")
     cache_dir: Path | None = None
+    executor: str = "local"  # local | ray
+    address: str | None = None  # Ray cluster address; None starts a local Ray instance
+    parallel: int | None = None  # evaluations at once under Ray (default: the cluster's GPUs; 1 on CPU)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunConfig:

@@ -12,7 +12,8 @@ from typing import Any
 from kbench import isolation, toolkit
 from kbench.build import BuildContext, BuildResult, build_all, child_env
 from kbench.environment import git_info, host_info
-from kbench.pool import Slot, gpu_slots, pinned_env, run_on_slots, visible_devices
+from kbench.executors import Executor, local_executor, make_executor
+from kbench.pool import Slot, run_on_slots
 from kbench.errors import Interrupted, KbenchError, UsageError
 from kbench.records import (
     COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
@@ -73,6 +74,7 @@ class Plan:
     size: str
     env: dict[str, Any]
     build: BuildContext
+    executor: Executor = dataclasses.field(default_factory=lambda: local_executor("cpu", 0))
 
 
 def _base_job(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
@@ -121,7 +123,7 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
     """The eager row, and the torch.compile row unless it was switched off."""
     job = {**_base_job(plan, problem), "mode": "reference", "compile_baseline": plan.config.compile_baseline,
            "ceilings_dir": str(plan.build.cache_dir.parent / "ceilings")}
-    outcome = isolation.run_child(job, plan.config.timeout_s, pinned_env(isolation.worker_path_env(), slot))
+    outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(isolation.worker_path_env(), slot))
     common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds}
     failure = outcome.failure
     if failure is not None or outcome.result is None:
@@ -178,7 +180,7 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
         return Evaluation(status=Status(status), message=message, compile=compile_info, **common)
     job = {**_base_job(plan, problem), "mode": "evaluate", "other_sizes": other_sizes(plan, problem),
            "solution": {"name": solution.name, "path": str(solution.path)}}
-    outcome = isolation.run_child(job, plan.config.timeout_s, pinned_env(child_env(plan.build, solution, 1), slot))
+    outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, solution, 1), slot))
     failure = outcome.failure
     if failure is not None or outcome.result is None:
         status, message = failure or ("crashed", "")
@@ -242,7 +244,8 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
     arch = toolkit.arch_list(tuple(gpu["capability"]) if gpu else None)
     cache_dir = config.cache_dir or toolkit.default_cache_dir()
     ctx = BuildContext(cache_dir, cuda_home, arch, env["torch"], config.timeout_s, config.jobs)
-    plan = Plan(config, device, size, env, ctx)
+    executor = make_executor(config.executor, device, gpu.get("count", 0), config.address, config.parallel)
+    plan = Plan(config, device, size, env, ctx, executor)
     header = {
         "environment": {**env, "cuda_home": str(cuda_home) if cuda_home else None, "arch_list": arch, **host_info()},
         "git": git_info(repo),
@@ -287,7 +290,7 @@ def _done(store: RunStore, problem: str, solution: str) -> bool:
 
 
 def _on_gpu(row: Evaluation, slot: Slot) -> Evaluation:
-    """Record which GPU (CUDA_VISIBLE_DEVICES index) ran the evaluation when runs are spread over several."""
+    """Record which slot (a GPU index, or a Ray task slot) ran the evaluation when runs are spread out."""
     return row if slot is None else dataclasses.replace(row, extra={**row.extra, "gpu": slot})
 
 
@@ -303,9 +306,9 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
         progress(f"  [build {done}/{total}] {result.solution.problem}/{result.solution.name}: {state} ({result.compile.seconds:.1f} s)")
 
     builds = build_all(plan.build, chosen, on_built)
-    slots = gpu_slots(plan.device, (plan.env.get("gpu") or {}).get("count", 0), visible_devices())
-    if len(slots) > 1:
-        progress(f"evaluating on {len(slots)} GPUs at once (one evaluation per GPU): {', '.join(map(str, slots))}")
+    slots = list(plan.executor.slots)
+    if len(slots) > 1 or plan.executor.name != "local":
+        progress(f"evaluating {len(slots)} at once ({plan.executor.name}; one evaluation per GPU): {', '.join(map(str, slots))}")
 
     # References first: each problem's solutions need its floor and torch.compile gain.
     def reference(problem: ProblemSpec, slot: Slot) -> list[Evaluation]:

@@ -54,3 +54,17 @@ def test_one_slot_runs_in_order_in_the_callers_thread():
     run_on_slots([3, 1, 2], [None], lambda item, slot: (item, slot, threading.get_ident()),
                  lambda item, result: order.append(result))
     assert order == [(3, None, caller), (1, None, caller), (2, None, caller)]
+
+
+def test_executor_choices_are_checked():
+    import pytest
+
+    from kbench.errors import UsageError
+    from kbench.executors import make_executor
+
+    with pytest.raises(UsageError, match="Unknown executor 'dask'"):
+        make_executor("dask", "cpu", 0, None, None)
+    with pytest.raises(UsageError, match="--address goes with --executor ray"):
+        make_executor("local", "cpu", 0, "ray://head:10001", None)
+    local = make_executor("local", "cuda", 2, None, None)
+    assert local.pins and local.slots == ("0", "1") and local.env({}, "1") == {"CUDA_VISIBLE_DEVICES": "1"}

@@ -1,0 +1,39 @@
+"""The Ray executor on a local Ray instance: the same verdicts as local runs, children run as Ray tasks."""
+
+from pathlib import Path
+
+import pytest
+
+from kbench.discovery import select
+from kbench.records import EAGER, RunConfig, Status, TimingPolicy
+from kbench.runner import execute
+from tests.conftest import FIXTURES
+
+ray = pytest.importorskip("ray")
+
+EXPECTED = {
+    EAGER: Status.CORRECT,
+    "good": Status.CORRECT,
+    "wrong_values": Status.INCORRECT,
+    "exits": Status.CRASHED,
+    "raises_in_forward": Status.RUNTIME_ERROR,
+}
+
+
+def test_ray_tasks_give_the_same_verdicts_as_local_children(tmp_path):
+    config = RunConfig(device="cpu", trials=2, compile_baseline=False, timeout_s=120,
+                       timing=TimingPolicy(max_time_s=0.1), results_dir=tmp_path / "results",
+                       cache_dir=tmp_path / "cache", executor="ray", parallel=2)
+    problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "solutions")
+    solutions = {"tiny": [s for s in solutions["tiny"] if s.name in EXPECTED]}
+    messages: list[str] = []
+    try:
+        store = execute(config, problems, solutions, Path.cwd(), messages.append)
+    finally:
+        ray.shutdown()
+    rows = {e.solution: e for e in store.evaluations}
+    assert {name: row.status for name, row in rows.items()} == EXPECTED
+    assert "exited with code 3" in rows["exits"].message
+    assert rows["good"].timing is not None and rows["good"].speedup_vs_eager > 0
+    assert {row.extra.get("gpu") for row in rows.values()} <= {"ray-0", "ray-1"}  # each ran in a Ray slot
+    assert any("evaluating 2 at once (ray" in m for m in messages)

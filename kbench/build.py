@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -75,9 +76,12 @@ def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int) -> Build
     directory.mkdir(parents=True, exist_ok=True)
     with open(ctx.cache_dir / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        cached = (directory / toolkit.BUILT_MARKER).exists()
+        built_before = (directory / toolkit.BUILT_MARKER).exists()
+        started = time.time()
         job = {"mode": "build", "solution": {"name": solution.name, "path": str(solution.path)}}
         outcome = isolation.run_child(job, ctx.timeout_s, child_env(ctx, solution, max_jobs))
+        # ninja rebuilds even a cached extension when torch's headers are newer (a fresh install): not cached then.
+        cached = built_before and not any(p.stat().st_mtime >= started for p in directory.rglob("*.so"))
     log = outcome.log[-BUILD_LOG_CHARS:]
     failure = outcome.failure
     result = outcome.result or {}

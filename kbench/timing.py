@@ -28,6 +28,12 @@ STOP_CONVERGED = "converged"
 STOP_MAX_TIME = "max_time"
 
 
+def synchronize(device: str) -> None:
+    """Wait for all work on the device, every stream included (the original function, never a replaced one)."""
+    if device == "cuda":
+        _cuda_synchronize()
+
+
 class Timer(Protocol):
     def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
         """Run fn once; return (timed seconds, host wall seconds over the same window)."""
@@ -72,11 +78,16 @@ class CudaEventTimer:
         return _elapsed_time(start, end) / 1e3, host
 
 
-def warm_up(fn: Callable[[], object], policy: TimingPolicy, clock: Clock = _perf_counter) -> int:
-    """Call fn at least `warmup_calls` times and for at least `warmup_s`; returns the number of calls."""
+def warm_up(fn: Callable[[], object], timer: Timer, policy: TimingPolicy, clock: Clock = _perf_counter) -> int:
+    """Take and discard samples of fn for at least `warmup_calls` calls and `warmup_s`; returns the count.
+
+    Warm-up calls go through the timer, so each one is synchronized: calling fn bare in a loop would
+    only queue GPU work for `warmup_s` of host time (hundreds of calls of a 10 ms kernel), and the
+    first timed sample would then wait for that backlog.
+    """
     calls, start = 0, clock()
     while calls < policy.warmup_calls or clock() - start < policy.warmup_s:
-        fn()
+        timer.sample(fn)
         calls += 1
     return calls
 
@@ -103,7 +114,7 @@ def measure_interleaved(
     """
     names = list(fns)
     for name in names:
-        warm_up(fns[name], policy, clock)
+        warm_up(fns[name], timer, policy, clock)
     samples: dict[str, list[float]] = {n: [] for n in names}
     host: dict[str, list[float]] = {n: [] for n in names}
     start, rounds = clock(), 0

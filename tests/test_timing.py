@@ -41,16 +41,19 @@ def test_host_timer_reads_the_injected_clock():
     assert HostTimer(clock).sample(work) == (0.25, 0.25)
 
 
-def test_warm_up_needs_both_calls_and_time():
+def test_warm_up_needs_both_calls_and_time_and_goes_through_the_timer():
     clock = FakeClock()
-    calls = []
+    timer = FakeTimer(clock, {"a": [0.001]})
+    n = warm_up(lambda: "a", timer, TimingPolicy(warmup_calls=3, warmup_s=0.025), clock)
+    assert n == len(timer.calls) == 25  # 3 calls are not 25 ms; it takes 25 synchronized calls of 1 ms
 
-    def fn():
-        calls.append(1)
-        clock.now += 0.001
 
-    n = warm_up(fn, TimingPolicy(warmup_calls=3, warmup_s=0.025), clock)
-    assert n == len(calls) == 25  # 3 calls are not 25 ms; it takes 25 calls of 1 ms
+def test_warm_up_samples_are_not_kept():
+    clock = FakeClock()
+    timer = FakeTimer(clock, {"a": [0.01]})
+    policy = TimingPolicy(warmup_calls=5, warmup_s=0, min_samples=10, min_time_s=0, max_time_s=10)
+    out = measure_interleaved(fns("a"), timer, policy, clock)
+    assert len(timer.calls) == 5 + len(out["a"].samples) and len(out["a"].samples) == 10
 
 
 def test_constant_samples_stop_at_the_minimum_count_and_time():

@@ -1,0 +1,165 @@
+"""One evaluation, as the parent sees it: the job sent to a child, and its outcome turned into records."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from kbench import isolation
+from kbench.build import BuildContext, BuildResult, child_env
+from kbench.executors import Executor, local_executor
+from kbench.pool import Slot
+from kbench.records import (
+    COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
+    TrialResult,
+)
+from kbench.timing import escaped_work_warning, few_samples_warning
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    config: RunConfig
+    device: str
+    size: str
+    env: dict[str, Any]
+    build: BuildContext
+    executor: Executor = dataclasses.field(default_factory=lambda: local_executor("cpu", 0))
+
+
+def base_job(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
+    cfg = plan.config
+    return {
+        "problem": {"name": problem.name, "path": str(problem.path), "overrides": problem.overrides(plan.size)},
+        "device": plan.device,
+        "seed": cfg.seed,
+        "trials": cfg.trials,
+        "atol": cfg.atol if cfg.atol is not None else problem.atol,
+        "rtol": cfg.rtol if cfg.rtol is not None else problem.rtol,
+        "math": dataclasses.asdict(cfg.math),
+        "timing": dataclasses.asdict(cfg.timing),
+    }
+
+
+def other_sizes(plan: Plan, problem: ProblemSpec) -> list[dict[str, Any]]:
+    """The further sizes at which a solution's correctness is checked (none if the problem has no small size)."""
+    two = plan.config.two_sizes if plan.config.two_sizes is not None else plan.device == "cuda"
+    if not two or not problem.has_small:
+        return []
+    other = "small" if plan.size == "full" else "full"
+    return [{"name": other, "overrides": problem.overrides(other)}]
+
+
+def _measurement(data: dict[str, Any] | None) -> Measurement | None:
+    return Measurement.from_json(data) if data else None
+
+
+def _trials(data: dict[str, Any]) -> tuple[TrialResult, ...]:
+    return tuple(TrialResult(**t) for t in data.get("trials", ()))
+
+
+def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    found = list(extra)
+    if timing is not None and (few := few_samples_warning(timing, plan.config.timing)):
+        found.append(few)
+    if timing is not None and plan.device == "cuda":
+        warning = escaped_work_warning(timing)
+        if warning:
+            found.append(warning)
+    return tuple(found)
+
+
+def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> list[Evaluation]:
+    """The eager row, and the torch.compile row unless it was switched off."""
+    job = {**base_job(plan, problem), "mode": "reference", "compile_baseline": plan.config.compile_baseline,
+           "ceilings_dir": str(plan.build.cache_dir.parent / "ceilings")}
+    outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(isolation.worker_path_env(), slot))
+    common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds}
+    failure = outcome.failure
+    if failure is not None or outcome.result is None:
+        status, message = failure or ("crashed", "")
+        return [Evaluation(solution=EAGER, status=Status(status), message=message, **common)]
+    result = outcome.result
+    if result["status"] != "correct":
+        return [Evaluation(solution=EAGER, status=Status(result["status"]), message=result["message"], **common)]
+    eager = _measurement(result["timing"])
+    rows = [Evaluation(solution=EAGER, status=Status.CORRECT, timing=eager, eager_timing=eager, speedup_vs_eager=1.0,
+                       warnings=_warnings(plan, eager, result.get("warnings", ())),
+                       extra={"output": result["output"], **({"floor": result["floor"]} if "floor" in result else {})}, **common)]
+    compiled = result.get("compiled")
+    if compiled is not None:
+        timing = _measurement(compiled.get("timing"))
+        speedup = eager.median / timing.median if timing and eager else None
+        rows.append(Evaluation(
+            solution=COMPILED, status=Status(compiled["status"]), message=compiled.get("message", ""),
+            trials=_trials(compiled), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
+            speedup_vs_compile=1.0 if timing else None, warnings=_warnings(plan, timing),
+            compile=CompileInfo(ok=True, seconds=compiled.get("compile", {}).get("seconds", 0.0)), **common,
+        ))
+    return rows
+
+
+def with_floor(row: Evaluation, floor: dict[str, Any] | None) -> Evaluation:
+    """Add % of the hardware floor and implausible-speed warnings to a timed row."""
+    if floor is None or row.timing is None:
+        return row
+    from kbench import roofline
+
+    fl = roofline.floor_from_json(floor)
+    eager = row.eager_timing.median if row.eager_timing is not None and row.solution != EAGER else None
+    found = [f"[implausible_speed] {w}" for w in roofline.plausibility(row.timing.median, eager, fl)]
+    extra = {**row.extra, "percent_of_floor": roofline.percent_of_floor(row.timing.median, fl)}
+    return dataclasses.replace(row, warnings=row.warnings + tuple(found), extra=extra)
+
+
+def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, built: BuildResult | None,
+                      compile_gain: float | None, slot: Slot = None) -> Evaluation:
+    """One solution in its own child; `compile_gain` is eager/compiled time from the reference child."""
+    common = {"problem": problem.name, "solution": solution.name, "device": plan.device, "size": plan.size}
+    compile_info = built.compile if built else None
+    if plan.device not in solution.devices:
+        reason = f"supports {', '.join(solution.devices)} only; this run is on {plan.device}"
+        if built is not None and not built.ok:
+            return Evaluation(status=Status(built.status), message=built.message, compile=compile_info, **common)
+        if built is not None:
+            reason += " (it compiled and linked)"
+        return Evaluation(status=Status.NOT_RUN, message=reason, compile=compile_info, **common)
+    if built is None or not built.ok:
+        status = built.status if built else "not_run"
+        message = built.message if built else "not built"
+        return Evaluation(status=Status(status), message=message, compile=compile_info, **common)
+    job = {**base_job(plan, problem), "mode": "evaluate", "other_sizes": other_sizes(plan, problem),
+           "solution": {"name": solution.name, "path": str(solution.path)}}
+    outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, solution, 1), slot))
+    failure = outcome.failure
+    if failure is not None or outcome.result is None:
+        status, message = failure or ("crashed", "")
+        return Evaluation(status=Status(status), message=message, compile=compile_info, seconds=outcome.seconds, **common)
+    result = outcome.result
+    timing, eager = _measurement(result.get("timing")), _measurement(result.get("eager_timing"))
+    speedup = eager.median / timing.median if timing and eager else None
+    return Evaluation(
+        status=Status(result["status"]), message=result.get("message", ""), compile=compile_info,
+        trials=_trials(result), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
+        size_checks={k: tuple(TrialResult(**t) for t in v) for k, v in result.get("size_checks", {}).items()},
+        speedup_vs_compile=speedup / compile_gain if speedup and compile_gain else None,
+        warnings=_warnings(plan, timing, [*static_warnings(solution), *result.get("warnings", ())]),
+        seconds=outcome.seconds, extra={**result.get("extra", {}), **{k: result[k] for k in ("accuracy", "kernels") if k in result}},
+        **common,
+    )
+
+
+def static_warnings(solution: SolutionSpec) -> list[str]:
+    """Findings of the static checks on the solution's source, as `[code] message (line N)` warnings."""
+    from kbench.static_checks import analyze
+
+    try:
+        source = solution.path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [f"[{f.code}] {f.message}" for f in analyze(source)]
+
+
+def on_gpu(row: Evaluation, slot: Slot) -> Evaluation:
+    """Record which slot (a GPU index, or a Ray task slot) ran the evaluation when runs are spread out."""
+    return row if slot is None else dataclasses.replace(row, extra={**row.extra, "gpu": slot})

@@ -1,0 +1,127 @@
+"""Checks beyond the verdict, run in the child: replaced functions, determinism, float64 accuracy, own-kernel share.
+
+Imported by the worker before any solution, like the comparison and timing modules.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kbench import correctness
+from kbench.timing import synchronize
+
+
+def guarded_attributes() -> list[tuple[str, Any, str]]:
+    """Functions a solution could replace to fool timing or checks: (label, owner, attribute)."""
+    import torch.testing
+
+    return [
+        ("torch.cuda.Event", torch.cuda, "Event"), ("torch.cuda.synchronize", torch.cuda, "synchronize"),
+        ("torch.cuda.Event.elapsed_time", torch.cuda.Event, "elapsed_time"),
+        ("time.perf_counter", time, "perf_counter"), ("time.time", time, "time"), ("time.monotonic", time, "monotonic"),
+        ("torch.allclose", torch, "allclose"), ("torch.equal", torch, "equal"), ("torch.isclose", torch, "isclose"),
+        ("torch.testing.assert_close", torch.testing, "assert_close"), ("torch.Tensor.__eq__", torch.Tensor, "__eq__"),
+        ("torch.Tensor.sub", torch.Tensor, "sub"),
+        # Not torch.manual_seed: torch's dynamo re-wraps it when first imported, and seeding uses _manual_seed.
+    ]
+
+
+def snapshot_attributes() -> dict[str, Any]:
+    return {label: owner.__dict__.get(name, getattr(owner, name, None)) for label, owner, name in guarded_attributes()}
+
+
+def replaced_attributes(before: dict[str, Any]) -> list[str]:
+    after = snapshot_attributes()
+    return [label for label, value in before.items() if after.get(label) is not value]
+
+
+ACCURACY_FLAG_FACTOR = 10.0  # a solution this many times further from float64 than the reference is flagged
+ACCURACY_FLOOR = 1e-6  # errors below this are rounding noise, never flagged
+PROFILED_CALLS = 3
+
+
+NONDETERMINISM_FACTOR = 10.0  # a solution may vary as much as this times the reference (cuDNN is not bitwise stable)
+
+
+def _two_calls(model: Any, inputs: list[Any], device: str) -> tuple[Any, float]:
+    """Call twice on clones of the same inputs; the first output and the largest difference between the two."""
+    first = model(*correctness.clone_inputs(inputs))
+    synchronize(device)
+    second = model(*correctness.clone_inputs(inputs))
+    synchronize(device)
+    return first, 0.0 if correctness.identical(first, second) else correctness.max_abs_diff(first, second)
+
+
+def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any, result: dict[str, Any]) -> None:
+    """Checks beyond the verdict: determinism, accuracy against float64, own-kernel share of GPU time."""
+    device = job["device"]
+    inputs = make(job["seed"] + 1)
+    first, diff = _two_calls(candidate, inputs, device)
+    _, ref_diff = _two_calls(reference, inputs, device)
+    if diff > NONDETERMINISM_FACTOR * ref_diff:
+        result["warnings"].append(
+            f"[non_deterministic] two calls on the same inputs differ by up to {diff:.3g} "
+            f"(the reference: {ref_diff:.3g}): a race?"
+        )
+    result["accuracy"] = accuracy_against_fp64(reference, inputs, first, device)
+    acc = result["accuracy"]
+    if acc["solution"] > ACCURACY_FLOOR and acc["solution"] > ACCURACY_FLAG_FACTOR * acc["reference"]:
+        result["warnings"].append(
+            f"[low_accuracy] max error vs float64 {acc['solution']:.3g} is over {ACCURACY_FLAG_FACTOR:g}x the reference's "
+            f"own {acc['reference']:.3g} (reduced precision inside?)"
+        )
+    del first
+    if device == "cuda":
+        share = own_kernel_share(lambda: candidate(*correctness.clone_inputs(inputs)), Path(job["solution"]["path"]).read_text())
+        result["kernels"] = share
+        if share["own_s"] == 0:
+            result["warnings"].append("[no_custom_kernel] none of the GPU time is spent in the solution's own kernels")
+
+
+def accuracy_against_fp64(reference: Any, inputs: list[Any], candidate_out: Any, device: str) -> dict[str, float]:
+    """Max abs error of the reference (as run) and of the solution against the reference in float64."""
+    ref_out = reference(*correctness.clone_inputs(inputs))
+    ref64 = copy.deepcopy(reference).double()
+    inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    exact = ref64(*inputs64)
+    synchronize(device)
+    errors = {"reference": correctness.max_abs_diff(ref_out, exact), "solution": correctness.max_abs_diff(candidate_out, exact)}
+    del ref64, exact
+    return errors
+
+
+_KERNEL_NAME = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+(\w+)")
+
+
+def own_kernel_share(fn: Any, source: str) -> dict[str, Any]:
+    """GPU time in the solution's own kernels (named by its __global__ functions) vs library kernels."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    names = set(_KERNEL_NAME.findall(source))
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(PROFILED_CALLS):
+            fn()
+        torch.cuda.synchronize()
+    own = library = 0.0
+    top: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type != DeviceType.CUDA:
+            continue
+        us = float(getattr(event, "device_time", None) or getattr(event, "cuda_time", 0.0))
+        kernel = event.name
+        mine = any(re.search(rf"\b{re.escape(n)}\b", kernel) for n in names)
+        own, library = (own + us, library) if mine else (own, library + us)
+        top[kernel[:80]] = top.get(kernel[:80], 0.0) + us
+    total = own + library
+    return {
+        "own_s": own / 1e6 / PROFILED_CALLS, "library_s": library / 1e6 / PROFILED_CALLS,
+        "own_share": own / total if total else 0.0, "kernels_declared": sorted(names),
+        "top": sorted(top.items(), key=lambda kv: -kv[1])[:5],
+    }

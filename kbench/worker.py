@@ -253,7 +253,10 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
         inputs = make(seed)
         out = _guarded(device, "the reference", lambda: reference(*correctness.clone_inputs(inputs)))
         other = _guarded(device, "the reference", lambda: reference(*make(seed + 1)))
-        findings, figures = correctness.degenerate_findings(out, other, job["atol"], job["rtol"])
+        try:
+            findings, figures = correctness.degenerate_findings(out, other, job["atol"], job["rtol"])
+        except Exception as exc:  # a harness check, e.g. float64 copies of a huge output out of memory
+            findings, figures = [f"[check_skipped] degenerate check could not run: {type(exc).__name__}: {str(exc)[:200]}"], {}
         result: dict[str, Any] = {"status": "correct", "message": "", "output": {**_describe(out), **figures},
                                   "warnings": findings}
         del other

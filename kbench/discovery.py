@@ -216,9 +216,13 @@ def select(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: 
     return problems, {p.name: find_solutions(p, solution_ref, solutions_dir) for p in problems}
 
 
-def select_suite(problems_dir: Path, solutions_dir: Path) -> tuple[list[ProblemSpec], dict[str, list[SolutionSpec]], list[tuple[str, str]]]:
-    """Every problem in a folder with its solutions (matched by problem name); broken files are returned, not raised."""
+def choose_problems(problem_refs: Sequence[str], problems_dir: Path) -> tuple[list[ProblemSpec], list[tuple[str, str]]]:
+    """The problems named (a bad one is an error), or every problem in the folder, with (name, reason)
+    for each file there that breaks the contract: in a suite, a broken file fails alone.
+    """
+    if problem_refs:
+        return [find_problem(ref, problems_dir) for ref in problem_refs], []
     problems, broken = scan_problems(problems_dir)
     if not problems and not broken:
         raise DiscoveryError(f"No problems under {problems_dir}")
-    return problems, {p.name: find_solutions(p, None, solutions_dir) for p in problems}, broken
+    return problems, broken

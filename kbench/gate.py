@@ -7,11 +7,12 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kbench import compare as comparing
 from kbench.discovery import select
 from kbench.errors import KbenchError, UsageError
-from kbench.records import Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status
+from kbench.records import Evaluation, ProblemSpec, RunConfig, SolutionSpec
 from kbench.runner import Progress, execute, probe_environment
 from kbench.storage import LoadedRun, RunStore, atomic_write, load, resolve
 
@@ -100,8 +101,8 @@ def speed_checks(run: LoadedRun, baseline: LoadedRun, max_regression: float, sel
 
 
 def _run(config: RunConfig, problems: list[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
-         progress: Progress) -> RunStore:
-    return execute(config, problems, solutions, Path.cwd(), progress)
+         progress: Progress, env: dict[str, Any]) -> RunStore:
+    return execute(config, problems, solutions, Path.cwd(), progress, env=env)
 
 
 def gate(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path, solutions_dir: Path,
@@ -110,7 +111,8 @@ def gate(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Pa
     specs = {(s.problem, s.name): s for group in solutions.values() for s in group}
     if not specs:
         raise KbenchError("No solutions selected: the gate never passes on zero checks.")
-    gpu = bool(probe_environment().get("gpu"))
+    env = probe_environment()  # once: both runs below reuse it
+    gpu = bool(env.get("gpu"))
     if baseline is not None and not gpu:
         raise UsageError("--baseline needs a GPU: speed is not checked on a machine without one.")
     base = dataclasses.replace(base, compile_baseline=False)
@@ -119,7 +121,7 @@ def gate(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Pa
     runs: list[Path] = []
     cuda = {p: [s for s in group if "cuda" in s.devices] for p, group in solutions.items()}
     if gpu and any(cuda.values()):
-        store = _run(dataclasses.replace(base, device="cuda", size="full", two_sizes=True), problems, cuda, progress)
+        store = _run(dataclasses.replace(base, device="cuda", size="full", two_sizes=True), problems, cuda, progress, env)
         runs.append(store.directory)
         checks += [c for e in store.evaluations if (e.problem, e.solution) in specs for c in cuda_checks(e)]
         if baseline is not None:
@@ -129,7 +131,7 @@ def gate(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Pa
     # Without a GPU every solution goes through the CPU run (CUDA ones are built there); with one, the CPU-only ones.
     on_cpu = solutions if not gpu else {p: [s for s in group if "cuda" not in s.devices] for p, group in solutions.items()}
     if any(on_cpu.values()):
-        store = _run(dataclasses.replace(base, device="cpu", size="small", two_sizes=False), problems, on_cpu, progress)
+        store = _run(dataclasses.replace(base, device="cpu", size="small", two_sizes=False), problems, on_cpu, progress, env)
         runs.append(store.directory)
         chosen = {(s.problem, s.name) for group in on_cpu.values() for s in group}
         checks += [c for e in store.evaluations if (e.problem, e.solution) in chosen

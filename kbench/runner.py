@@ -77,27 +77,41 @@ def _to_build(device: str, solutions: Sequence[SolutionSpec], cuda_home: Path | 
     return chosen, skipped
 
 
+def build_context(env: dict[str, Any], cache_dir: Path | None, timeout_s: float, jobs: int) -> BuildContext:
+    """Where and how solutions compile on this machine: toolkit, arch list (from the GPU), cache."""
+    gpu = env.get("gpu") or {}
+    arch = toolkit.arch_list(tuple(gpu["capability"]) if gpu else None)
+    return BuildContext(cache_dir or toolkit.default_cache_dir(), toolkit.find_cuda_home(), arch, env["torch"], timeout_s, jobs)
+
+
+def build_progress(progress: Progress) -> Callable[[BuildResult, int, int], None]:
+    def on_built(result: BuildResult, done: int, total: int) -> None:
+        state = "cached" if result.compile.cached else ("ok" if result.ok else f"{result.status}: {result.message}")
+        progress(f"  [build {done}/{total}] {result.solution.problem}/{result.solution.name}: {state} ({result.compile.seconds:.1f} s)")
+
+    return on_built
+
+
 def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
             repo: Path, progress: Progress = lambda _: None, broken: Sequence[tuple[str, str]] = (),
-            resume: Path | None = None) -> RunStore:
+            resume: Path | None = None, env: dict[str, Any] | None = None) -> RunStore:
     """Run every problem and its solutions; results are saved after each evaluation.
 
     `broken` problem files (name, reason) get a failed record each and the run goes on. With `resume`,
     an earlier run's directory is reopened with its own configuration, and evaluations it already
-    holds are not run again.
+    holds are not run again. `env` is the machine's probe, when the caller has it already.
     """
-    progress("probing the machine ...")
-    env = probe_environment()
+    if env is None:
+        progress("probing the machine ...")
+        env = probe_environment()
     resumed = RunStore.resume(resume) if resume is not None else None
     if resumed is not None:
         config = _resumable_config(resumed, env)
     device = resolve_device(config.device, env)
     size = resolve_size(config.size, device)
     gpu = env.get("gpu") or {}
-    cuda_home = toolkit.find_cuda_home()
-    arch = toolkit.arch_list(tuple(gpu["capability"]) if gpu else None)
-    cache_dir = config.cache_dir or toolkit.default_cache_dir()
-    ctx = BuildContext(cache_dir, cuda_home, arch, env["torch"], config.timeout_s, config.jobs)
+    ctx = build_context(env, config.cache_dir, config.timeout_s, config.jobs)
+    cuda_home, arch = ctx.cuda_home, ctx.arch
     executor = make_executor(config.executor, device, gpu.get("count", 0), config.address, config.parallel)
     plan = Plan(config, device, size, env, ctx, executor)
     header = {
@@ -110,6 +124,7 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
     if resumed is not None:
         store = resumed
         store.header["problems"] = {**store.header.get("problems", {}), **header["problems"]}
+        store.save("running")
     else:
         store = RunStore.create(config.results_dir, header)
     machine = gpu.get("name", env["cpu"]) if device == "cuda" else env["cpu"]
@@ -150,11 +165,7 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
     if chosen:
         progress(f"building {len(chosen)} solution(s) into {plan.build.cache_dir} ...")
 
-    def on_built(result: BuildResult, done: int, total: int) -> None:
-        state = "cached" if result.compile.cached else ("ok" if result.ok else f"{result.status}: {result.message}")
-        progress(f"  [build {done}/{total}] {result.solution.problem}/{result.solution.name}: {state} ({result.compile.seconds:.1f} s)")
-
-    builds = build_all(plan.build, chosen, on_built)
+    builds = build_all(plan.build, chosen, build_progress(progress))
     slots = list(plan.executor.slots)
     if len(slots) > 1 or plan.executor.name != "local":
         progress(f"evaluating {len(slots)} at once ({plan.executor.name}; one evaluation per GPU): {', '.join(map(str, slots))}")
@@ -195,14 +206,14 @@ def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None
     With no problem named, every problem under problems_dir runs, and a file there that breaks the
     contract fails alone, as a load_error record.
     """
-    from kbench.discovery import select, select_suite
+    from kbench.discovery import choose_problems, find_solutions, select
     from kbench.storage import resolve
 
-    broken: list[tuple[str, str]] = []
     if problem_refs or solution_ref is not None:
-        problems, solutions = select(problem_refs, solution_ref, problems_dir, solutions_dir)
+        (problems, solutions), broken = select(problem_refs, solution_ref, problems_dir, solutions_dir), []
     else:
-        problems, solutions, broken = select_suite(problems_dir, solutions_dir)
+        problems, broken = choose_problems([], problems_dir)
+        solutions = {p.name: find_solutions(p, None, solutions_dir) for p in problems}
     previous = resolve(resume, config.results_dir) if resume else None
     return execute(config, problems, solutions, Path.cwd(), progress, broken, previous)
 
@@ -213,13 +224,10 @@ def baseline(config: RunConfig, problem_refs: Sequence[str], problems_dir: Path,
     import re
     import shutil
 
-    from kbench.discovery import find_problem, scan_problems
+    from kbench.discovery import choose_problems
     from kbench.storage import BASELINES, RUN_FILE
 
-    if problem_refs:
-        problems, broken = [find_problem(r, problems_dir) for r in problem_refs], []
-    else:
-        problems, broken = scan_problems(problems_dir)
+    problems, broken = choose_problems(problem_refs, problems_dir)
     store = execute(config, problems, {}, Path.cwd(), progress, broken)
     env = store.header["environment"]
     label = name or ((env.get("gpu") or {}).get("name") or "cpu")
@@ -238,22 +246,13 @@ def build_only(problem_refs: Sequence[str], solution_ref: str | None, problems_d
     chosen = [s for group in solutions.values() for s in group]
     if not chosen:
         raise UsageError("No solutions selected, so nothing to build.")
-    env = probe_environment()
-    gpu = env.get("gpu") or {}
-    cuda_home = toolkit.find_cuda_home()
-    arch = toolkit.arch_list(tuple(gpu["capability"]) if gpu else None)
+    ctx = build_context(probe_environment(), cache_dir, timeout_s, jobs)
     needs_cuda = [s for s in chosen if "cuda" in s.devices]
-    if needs_cuda and cuda_home is None:
+    if needs_cuda and ctx.cuda_home is None:
         names = ", ".join(f"{s.problem}/{s.name}" for s in needs_cuda)
         raise KbenchError(f"No CUDA toolkit found for {names}. Set CUDA_HOME to the toolkit's folder.")
-    ctx = BuildContext(cache_dir or toolkit.default_cache_dir(), cuda_home, arch, env["torch"], timeout_s, jobs)
-    progress(f"building {len(chosen)} solution(s) for arch {arch} (CUDA toolkit: {cuda_home or 'none'}) into {ctx.cache_dir} ...")
-
-    def on_built(result: BuildResult, done: int, total: int) -> None:
-        state = "cached" if result.compile.cached else ("ok" if result.ok else result.status)
-        progress(f"  [{done}/{total}] {result.solution.problem}/{result.solution.name}: {state} ({result.compile.seconds:.1f} s)")
-
-    results = build_all(ctx, chosen, on_built)
+    progress(f"building {len(chosen)} solution(s) for arch {ctx.arch} (CUDA toolkit: {ctx.cuda_home or 'none'}) into {ctx.cache_dir} ...")
+    results = build_all(ctx, chosen, build_progress(progress))
     return [results[s.path] for s in chosen]
 
 

@@ -81,8 +81,7 @@ class RunStore:
         header = {k: v for k, v in doc.items() if k not in ("evaluations", "state", "finished")}
         store = cls(directory, header)
         store.evaluations = list(evaluations)
-        store.save(state="running")
-        return store
+        return store  # nothing is written until the caller has accepted it (same machine, same torch)
 
     @property
     def run_id(self) -> str:

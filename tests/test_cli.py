@@ -64,3 +64,14 @@ def test_run_prints_the_table_and_writes_results(tmp_path):
     assert "good" in result.output and "correct" in result.output and "results:" in result.output
     (run_dir,) = (tmp_path / "r").iterdir()
     assert {p.name for p in run_dir.iterdir()} == {"run.json", "results.csv", "results.md"}
+
+
+def test_build_reports_each_solution_and_refuses_an_empty_selection(tmp_path):
+    result = runner.invoke(app, ["build", "-p", "tiny", "-s", "good", *FIXTURE_DIRS, "--cache-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "tiny       good" in result.output and " ok " in result.output
+    empty = tmp_path / "none"
+    (empty / "tiny").mkdir(parents=True)
+    result = runner.invoke(app, ["build", "-p", "tiny", "--problems-dir", str(FIXTURES / "problems"),
+                                 "--solutions-dir", str(empty), "--cache-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "No solutions selected" in result.output

@@ -77,3 +77,16 @@ def test_baseline_times_only_the_references(tmp_path):
     doc, evaluations = load_run(tmp_path / "baselines" / "suite-cpu.json")
     assert [(e.problem, e.solution, e.status) for e in evaluations] == [
         ("05_relu", EAGER, Status.CORRECT), ("07_layernorm", EAGER, Status.CORRECT)]
+
+
+def test_a_refused_resume_leaves_the_interrupted_run_as_it_was(suite_run):
+    tmp, run_dir = suite_run
+    copy = tmp / "results" / "20000101-000001-cafe"
+    shutil.copytree(run_dir, copy)
+    doc = json.loads((copy / "run.json").read_text())
+    doc["environment"]["torch"], doc["state"] = "0.0.1", "interrupted"
+    (copy / "run.json").write_text(json.dumps(doc))
+    before = (copy / "run.json").read_text()
+    result = runner.invoke(app, ["run", *ARGS, "--results-dir", str(tmp / "results"), "--resume", copy.name])
+    assert result.exit_code == 2 and "Start a new run instead" in result.output
+    assert (copy / "run.json").read_text() == before

@@ -12,7 +12,7 @@ from kbench.executors import Executor, local_executor
 from kbench.pool import Slot
 from kbench.records import (
     COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
-    TrialResult,
+    trials_from_json,
 )
 from kbench.timing import escaped_work_warning, few_samples_warning
 
@@ -54,10 +54,6 @@ def _measurement(data: dict[str, Any] | None) -> Measurement | None:
     return Measurement.from_json(data) if data else None
 
 
-def _trials(data: dict[str, Any]) -> tuple[TrialResult, ...]:
-    return tuple(TrialResult(**t) for t in data.get("trials", ()))
-
-
 def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
     found = list(extra)
     if timing is not None and (few := few_samples_warning(timing, plan.config.timing)):
@@ -92,7 +88,7 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
         speedup = eager.median / timing.median if timing and eager else None
         rows.append(Evaluation(
             solution=COMPILED, status=Status(compiled["status"]), message=compiled.get("message", ""),
-            trials=_trials(compiled), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
+            trials=trials_from_json(compiled.get("trials", ())), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
             speedup_vs_compile=1.0 if timing else None, warnings=_warnings(plan, timing),
             compile=CompileInfo(ok=True, seconds=compiled.get("compile", {}).get("seconds", 0.0)), **common,
         ))
@@ -140,8 +136,8 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
     speedup = eager.median / timing.median if timing and eager else None
     return Evaluation(
         status=Status(result["status"]), message=result.get("message", ""), compile=compile_info,
-        trials=_trials(result), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
-        size_checks={k: tuple(TrialResult(**t) for t in v) for k, v in result.get("size_checks", {}).items()},
+        trials=trials_from_json(result.get("trials", ())), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
+        size_checks={k: trials_from_json(v) for k, v in result.get("size_checks", {}).items()},
         speedup_vs_compile=speedup / compile_gain if speedup and compile_gain else None,
         warnings=_warnings(plan, timing, [*static_warnings(solution), *result.get("warnings", ())]),
         seconds=outcome.seconds, extra={**result.get("extra", {}), **{k: result[k] for k in ("accuracy", "kernels") if k in result}},

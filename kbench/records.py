@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -159,6 +160,10 @@ class TrialResult:
     message: str = ""
 
 
+def trials_from_json(data: Sequence[dict[str, Any]]) -> tuple[TrialResult, ...]:
+    return tuple(TrialResult(**t) for t in data)
+
+
 @dataclass(frozen=True)
 class CompileInfo:
     ok: bool
@@ -217,8 +222,8 @@ class Evaluation:
             size=data.get("size", ""),
             message=data.get("message", ""),
             compile=CompileInfo(**compile_info) if compile_info else None,
-            trials=tuple(TrialResult(**t) for t in data.get("trials", ())),
-            size_checks={k: tuple(TrialResult(**t) for t in v) for k, v in data.get("size_checks", {}).items()},
+            trials=trials_from_json(data.get("trials", ())),
+            size_checks={k: trials_from_json(v) for k, v in data.get("size_checks", {}).items()},
             timing=Measurement.from_json(data["timing"]) if data.get("timing") else None,
             eager_timing=Measurement.from_json(data["eager_timing"]) if data.get("eager_timing") else None,
             speedup_vs_eager=data.get("speedup_vs_eager"),

@@ -53,15 +53,24 @@ def results_frame(evaluations: Sequence[Evaluation]) -> pd.DataFrame:
     return pd.DataFrame([_row(e) for e in evaluations], columns=COLUMNS)
 
 
-def _display(frame: pd.DataFrame) -> pd.DataFrame:
+RESULT_FORMATS = {
+    "median_ms": "{:.3f}", "eager_ms": "{:.3f}", "vs_eager": "{:.2f}x", "vs_compile": "{:.2f}x",
+    "ci_pct": "±{:.1f}%", "floor_pct": "{:.0f}%", "max_abs_err": "{:.1e}", "compile_s": "{:.1f}", "n": "{:.0f}",
+}
+COMPARISON_FORMATS = {"before_ms": "{:.3f}", "after_ms": "{:.3f}", "ratio": "{:.3f}", "p_value": "{:.2g}"}
+
+
+def _formatted(frame: pd.DataFrame, patterns: dict[str, str]) -> pd.DataFrame:
+    """Numbers as display strings (empty where missing), for tables people read."""
     shown = frame.copy()
-    fmt = {
-        "median_ms": "{:.3f}", "eager_ms": "{:.3f}", "vs_eager": "{:.2f}x", "vs_compile": "{:.2f}x",
-        "ci_pct": "±{:.1f}%", "floor_pct": "{:.0f}%", "max_abs_err": "{:.1e}", "compile_s": "{:.1f}", "n": "{:.0f}",
-    }
-    for column, pattern in fmt.items():
-        shown[column] = [pattern.format(v) if v is not None and pd.notna(v) else "" for v in shown[column]]
+    for column, pattern in patterns.items():
+        if column in shown:
+            shown[column] = [pattern.format(v) if v is not None and pd.notna(v) else "" for v in shown[column]]
     return shown.fillna("")
+
+
+def _display(frame: pd.DataFrame) -> pd.DataFrame:
+    return _formatted(frame, RESULT_FORMATS)
 
 
 def to_terminal(frame: pd.DataFrame) -> str:
@@ -97,10 +106,6 @@ def render(frame: pd.DataFrame, fmt: str) -> str:
         return frame.to_csv(index=False)
     if fmt == "json":
         return frame.to_json(orient="records", indent=1)
-    shown = frame.copy()
-    for column, pattern in {"before_ms": "{:.3f}", "after_ms": "{:.3f}", "ratio": "{:.3f}", "p_value": "{:.2g}"}.items():
-        if column in shown:
-            shown[column] = [pattern.format(v) if v is not None and pd.notna(v) else "" for v in shown[column]]
-    shown = shown.fillna("")
+    shown = _formatted(frame, COMPARISON_FORMATS)
     style = "github" if fmt == "md" else "simple"
     return tabulate(shown, headers="keys", tablefmt=style, showindex=False, disable_numparse=True)

@@ -111,9 +111,15 @@ def build_all(
     results: dict[Path, BuildResult] = {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(build_one, ctx, s, max_jobs) for s in solutions]
-        for done, future in enumerate(as_completed(futures), start=1):
-            result = future.result()
-            results[result.solution.path] = result
-            if progress:
-                progress(result, done, len(solutions))
+        try:
+            for done, future in enumerate(as_completed(futures), start=1):
+                result = future.result()
+                results[result.solution.path] = result
+                if progress:
+                    progress(result, done, len(solutions))
+        except BaseException:  # Ctrl-C / SIGTERM: queued builds never start, running compilers are killed
+            for future in futures:
+                future.cancel()
+            isolation.kill_all()
+            raise
     return results

@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, TypeVar
 
+from kbench import isolation
+
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 Slot = str | None  # a CUDA device index as CUDA_VISIBLE_DEVICES takes it; None: do not pin
@@ -55,9 +57,10 @@ def run_on_slots(items: Sequence[Item], slots: Sequence[Slot], work: Callable[[I
         try:
             for future in as_completed(futures):
                 on_done(futures[future], future.result())
-        except BaseException:
+        except BaseException:  # Ctrl-C / SIGTERM: queued items never start, running children are killed
             for future in futures:
                 future.cancel()
+            isolation.kill_all()
             raise
 
 

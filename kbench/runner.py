@@ -94,12 +94,14 @@ def build_progress(progress: Progress) -> Callable[[BuildResult, int, int], None
 
 def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
             repo: Path, progress: Progress = lambda _: None, broken: Sequence[tuple[str, str]] = (),
-            resume: Path | None = None, env: dict[str, Any] | None = None) -> RunStore:
+            resume: Path | None = None, env: dict[str, Any] | None = None,
+            selection: dict[str, Any] | None = None) -> RunStore:
     """Run every problem and its solutions; results are saved after each evaluation.
 
     `broken` problem files (name, reason) get a failed record each and the run goes on. With `resume`,
     an earlier run's directory is reopened with its own configuration, and evaluations it already
-    holds are not run again. `env` is the machine's probe, when the caller has it already.
+    holds are not run again. `env` is the machine's probe, when the caller has it already. `selection`
+    (what was asked for) is stored so that a resume finishes the same problems and solutions.
     """
     if env is None:
         progress("probing the machine ...")
@@ -118,6 +120,7 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
         "environment": {**env, "cuda_home": str(cuda_home) if cuda_home else None, "arch_list": arch, **host_info()},
         "git": git_info(repo),
         "config": {**dataclasses.asdict(config), "device": device, "size": size},
+        "selection": selection,
         "problems": {p.name: {"origin": p.origin, "path": str(p.path), "atol": p.atol, "rtol": p.rtol,
                               "constants": dict(p.constants), "overrides": p.overrides(size)} for p in problems},
     }
@@ -207,15 +210,29 @@ def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None
     contract fails alone, as a load_error record.
     """
     from kbench.discovery import choose_problems, find_solutions, select
-    from kbench.storage import resolve
+    from kbench.storage import load_run, resolve
 
+    previous = resolve(resume, config.results_dir) if resume else None
+    stored = load_run(previous)[0].get("selection") if previous is not None else None
+    if stored:
+        if problem_refs or solution_ref is not None:
+            raise UsageError("--resume finishes the run's own problems and solutions; leave out -p/--problem and -s/--solution.")
+        problem_refs, solution_ref = stored["problems"], stored["solution"]
+        problems_dir, solutions_dir = Path(stored["problems_dir"]), Path(stored["solutions_dir"])
+    selection = {"problems": [_as_ref(r) for r in problem_refs], "solution": _as_ref(solution_ref) if solution_ref else None,
+                 "problems_dir": str(problems_dir.resolve()), "solutions_dir": str(solutions_dir.resolve())}
     if problem_refs or solution_ref is not None:
         (problems, solutions), broken = select(problem_refs, solution_ref, problems_dir, solutions_dir), []
     else:
         problems, broken = choose_problems([], problems_dir)
         solutions = {p.name: find_solutions(p, None, solutions_dir) for p in problems}
-    previous = resolve(resume, config.results_dir) if resume else None
-    return execute(config, problems, solutions, Path.cwd(), progress, broken, previous)
+    return execute(config, problems, solutions, Path.cwd(), progress, broken, previous, selection=selection)
+
+
+def _as_ref(ref: str) -> str:
+    """A problem or solution reference as stored: a path (a .py file or a folder) becomes absolute, a name stays."""
+    path = Path(ref)
+    return str(path.resolve()) if path.suffix == ".py" or path.is_dir() else ref
 
 
 def baseline(config: RunConfig, problem_refs: Sequence[str], problems_dir: Path, name: str | None,

@@ -16,6 +16,8 @@ import torch
 from kbench import correctness
 from kbench.timing import synchronize
 
+_where, _isfinite = torch.where, torch.isfinite  # bound before any solution is imported
+
 
 def guarded_attributes() -> list[tuple[str, Any, str]]:
     """Functions a solution could replace to fool timing or checks: (label, owner, attribute)."""
@@ -43,6 +45,10 @@ def replaced_attributes(before: dict[str, Any]) -> list[str]:
 
 ACCURACY_FLAG_FACTOR = 10.0  # a solution this many times further from float64 than the reference is flagged
 ACCURACY_FLOOR = 1e-6  # errors below this are rounding noise, never flagged
+# Where the run allows TF32, a solution may be as far from float64 as TF32 rounding of the inputs and parameters
+# puts the reference, times this slack (bf16 rounds 8x coarser than TF32, so it stays flagged).
+TF32_SLACK = 3.0
+TF32_MANTISSA_DROP = 13  # float32 keeps 23 mantissa bits, TF32 10
 PROFILED_CALLS = 3
 
 
@@ -80,14 +86,14 @@ def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any,
             f"[non_deterministic] two calls on the same inputs differ by up to {diff:.3g} "
             f"(the reference: {ref_diff:.3g}): a race?"
         )
-    acc = _optional(result, "float64 accuracy", lambda: accuracy_against_fp64(reference, inputs, first, device))
+    math = job.get("math", {})
+    tf32 = bool(math.get("cudnn_tf32") or math.get("matmul_tf32"))
+    acc = _optional(result, "float64 accuracy", lambda: accuracy_against_fp64(reference, inputs, first, device, tf32))
     if acc is not None:
         result["accuracy"] = acc
-    if acc is not None and acc["solution"] > ACCURACY_FLOOR and acc["solution"] > ACCURACY_FLAG_FACTOR * acc["reference"]:
-        result["warnings"].append(
-            f"[low_accuracy] max error vs float64 {acc['solution']:.3g} is over {ACCURACY_FLAG_FACTOR:g}x the reference's "
-            f"own {acc['reference']:.3g} (reduced precision inside?)"
-        )
+        warning = accuracy_warning(acc)
+        if warning:
+            result["warnings"].append(warning)
     del first
     if device == "cuda":
         source = Path(job["solution"]["path"]).read_text()
@@ -98,19 +104,58 @@ def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any,
             result["warnings"].append("[no_custom_kernel] none of the GPU time is spent in the solution's own kernels")
 
 
-def accuracy_against_fp64(reference: Any, inputs: list[Any], candidate_out: Any, device: str) -> dict[str, float]:
-    """Max abs error of the reference (as run) and of the solution against the reference in float64."""
+def accuracy_warning(acc: dict[str, float]) -> str | None:
+    """The [low_accuracy] flag: far less accurate than the reference, and than TF32 where the run allows it."""
+    allowed = ACCURACY_FLAG_FACTOR * acc["reference"]
+    if "tf32" in acc:
+        allowed = max(allowed, TF32_SLACK * acc["tf32"])
+    if acc["solution"] <= ACCURACY_FLOOR or acc["solution"] <= allowed:
+        return None
+    tf32 = f" and {TF32_SLACK:g}x what TF32 rounding costs ({acc['tf32']:.3g})" if "tf32" in acc else ""
+    return (f"[low_accuracy] max error vs float64 {acc['solution']:.3g} is over {ACCURACY_FLAG_FACTOR:g}x the reference's "
+            f"own {acc['reference']:.3g}{tf32} (reduced precision inside?)")
+
+
+def round_to_tf32(t: torch.Tensor) -> torch.Tensor:
+    """float32 values rounded to TF32's 10 mantissa bits (to nearest, ties away), as float32."""
+    bits = t.float().contiguous().view(torch.int32)
+    half = 1 << (TF32_MANTISSA_DROP - 1)
+    rounded = (bits + half) & ~((1 << TF32_MANTISSA_DROP) - 1)
+    return _where(_isfinite(t.float()), rounded.view(torch.float32), t.float())
+
+
+def accuracy_against_fp64(reference: Any, inputs: list[Any], candidate_out: Any, device: str,
+                          tf32: bool = False) -> dict[str, float]:
+    """Max abs error against the reference run in float64: of the reference as run, of the solution and, with
+    tf32, of the float64 reference fed TF32-rounded inputs and parameters (what TF32 arithmetic must cost)."""
     ref_out = reference(*correctness.clone_inputs(inputs))
     ref64 = copy.deepcopy(reference).double()
     inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     exact = ref64(*inputs64)
     synchronize(device)
     errors = {"reference": correctness.max_abs_diff(ref_out, exact), "solution": correctness.max_abs_diff(candidate_out, exact)}
+    del ref_out
+    if tf32:
+        with torch.no_grad():
+            for p in list(ref64.parameters()) + list(ref64.buffers()):
+                if p.is_floating_point():
+                    p.copy_(round_to_tf32(p).double())
+        rounded = [round_to_tf32(x).double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                   for x in inputs]
+        errors["tf32"] = correctness.max_abs_diff(ref64(*rounded), exact)
+        synchronize(device)
     del ref64, exact
     return errors
 
 
-_KERNEL_NAME = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+(\w+)")
+# __global__ [qualifiers] void [qualifiers] name( -- __launch_bounds__ may stand before or after the return type.
+_QUALIFIERS = r"(?:(?:__launch_bounds__\s*\([^)]*\)|static|inline|__forceinline__|__noinline__|extern\s+\"C\")\s*)*"
+_KERNEL_NAME = re.compile(rf"__global__\s+{_QUALIFIERS}void\s+{_QUALIFIERS}(\w+)\s*\(")
+
+
+def declared_kernels(source: str) -> set[str]:
+    """Names of the __global__ functions a solution's source declares."""
+    return set(_KERNEL_NAME.findall(source))
 
 
 def own_kernel_share(fn: Any, source: str) -> dict[str, Any]:
@@ -118,7 +163,7 @@ def own_kernel_share(fn: Any, source: str) -> dict[str, Any]:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    names = set(_KERNEL_NAME.findall(source))
+    names = declared_kernels(source)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(PROFILED_CALLS):
             fn()

@@ -3,6 +3,8 @@
 import threading
 import time
 
+import pytest
+
 from kbench.pool import gpu_slots, pinned_env, run_on_slots
 
 
@@ -68,3 +70,34 @@ def test_executor_choices_are_checked():
         make_executor("local", "cpu", 0, "ray://head:10001", None)
     local = make_executor("local", "cuda", 2, None, None)
     assert local.pins and local.slots == ("0", "1") and local.env({}, "1") == {"CUDA_VISIBLE_DEVICES": "1"}
+
+
+
+def test_an_interrupt_cancels_queued_builds_and_kills_running_ones(monkeypatch, tmp_path):
+    """Ctrl-C or SIGTERM during the build phase must not wait for every queued compile to finish."""
+    from kbench import build, isolation
+    from kbench.records import SolutionSpec
+
+    started, killed, lock = [], threading.Event(), threading.Lock()
+
+    def fake_build(ctx, solution, max_jobs):
+        with lock:
+            started.append(solution.name)
+            first = len(started) == 1
+        if not first:
+            killed.wait(timeout=5)  # a compiler that runs until it is killed
+        return build.BuildResult(solution=solution, ok=False, status="crashed", message="stopped", compile=None)
+
+    def interrupt(result, done, total):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build, "build_one", fake_build)
+    monkeypatch.setattr(isolation, "kill_all", killed.set)
+    solutions = [SolutionSpec(problem="p", name=f"s{i}", path=tmp_path / f"s{i}.py", devices=("cpu",)) for i in range(6)]
+    ctx = build.BuildContext(tmp_path / "cache", None, "9.0", "torch", 60, 2)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        build.build_all(ctx, solutions, interrupt)
+    assert time.monotonic() - t0 < 4  # not 5 s per queued build
+    assert killed.is_set()
+    assert len(started) <= 3, started  # the first, the one running beside it, at most one picked up meanwhile

@@ -90,3 +90,27 @@ def test_a_refused_resume_leaves_the_interrupted_run_as_it_was(suite_run):
     result = runner.invoke(app, ["run", *ARGS, "--results-dir", str(tmp / "results"), "--resume", copy.name])
     assert result.exit_code == 2 and "Start a new run instead" in result.output
     assert (copy / "run.json").read_text() == before
+
+
+def test_resume_alone_finishes_the_runs_own_selection(tmp_path):
+    """`kbench run --resume ID` with no other options evaluates what the interrupted run asked for, no more."""
+    cache = tmp_path / "cache"
+    chosen = ["--problems-dir", str(SUITE), "--solutions-dir", str(FIXTURES / "suite_solutions"), "-p", "05_relu",
+              "-p", "08_softmax", "--device", "cpu", "--no-compile-baseline", "--max-time", "0.05", "--trials", "2"]
+    result = runner.invoke(app, ["run", *chosen, "--results-dir", str(tmp_path / "results"), "--cache-dir", str(cache)])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "results").iterdir()
+    doc = json.loads((run_dir / "run.json").read_text())
+    full = {(e["problem"], e["solution"]) for e in doc["evaluations"]}
+    assert full == {("05_relu", EAGER), ("05_relu", "clamped"), ("08_softmax", EAGER)}
+    doc["evaluations"], doc["state"] = doc["evaluations"][:1], "interrupted"
+    (run_dir / "run.json").write_text(json.dumps(doc))
+
+    result = runner.invoke(app, ["run", "--resume", run_dir.name, "--results-dir", str(tmp_path / "results")])
+    assert result.exit_code == 0, result.output
+    resumed_doc, resumed = load_run(run_dir)
+    assert resumed_doc["state"] == "complete"
+    assert {(e.problem, e.solution) for e in resumed} == full
+
+    again = runner.invoke(app, ["run", "--resume", run_dir.name, "-p", "05_relu", "--results-dir", str(tmp_path / "results")])
+    assert again.exit_code == 2 and "leave out -p" in again.output

@@ -1,5 +1,7 @@
 """The child's extra checks: a check of the harness's own that cannot run is skipped, not a failure."""
 
+from pathlib import Path
+
 import torch
 import torch.nn as nn
 
@@ -33,3 +35,65 @@ def test_accuracy_and_determinism_of_an_honest_candidate(tmp_path):
     trust.trust_checks(job, model, lambda x: model(x), lambda seed: [torch.rand(4, 8)], result)
     assert result["warnings"] == []
     assert result["accuracy"]["solution"] == result["accuracy"]["reference"] < 1e-6
+
+
+def test_round_to_tf32_keeps_ten_mantissa_bits_rounding_to_nearest():
+    x = torch.tensor([1 + 2**-11, 1 + 2**-12, -(1 + 3 * 2**-11), 3.0, float("inf"), float("nan")])
+    r = trust.round_to_tf32(x)
+    assert r[:4].tolist() == [1 + 2**-10, 1.0, -(1 + 2 * 2**-10), 3.0]
+    assert r[4] == float("inf") and torch.isnan(r[5])
+    y = torch.randn(10_000)
+    ry = trust.round_to_tf32(y)
+    assert (ry.view(torch.int32) & ((1 << 13) - 1)).eq(0).all()
+    assert ((ry - y).abs() <= y.abs() * 2**-11).all()
+
+
+def _flags(candidate_of, tf32):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.Tanh())
+    job = {"device": "cpu", "seed": 0, "solution": {"path": "unused.py"},
+           "math": {"cudnn_tf32": tf32, "matmul_tf32": False}}
+    result = {"warnings": []}
+    trust.trust_checks(job, model, candidate_of(model), lambda seed: [torch.rand(32, 64)], result)
+    return result
+
+
+def _tf32_candidate(model):
+    lin = model[0]
+    return lambda x: torch.tanh(trust.round_to_tf32(x) @ trust.round_to_tf32(lin.weight).t() + lin.bias)
+
+
+def _bf16_candidate(model):
+    lin = model[0]
+    return lambda x: torch.tanh(x.bfloat16() @ lin.weight.bfloat16().t() + lin.bias.bfloat16()).float()
+
+
+def test_tf32_arithmetic_is_not_low_accuracy_where_the_run_allows_tf32():
+    allowed = _flags(_tf32_candidate, tf32=True)
+    assert allowed["warnings"] == []
+    assert allowed["accuracy"]["solution"] > 10 * allowed["accuracy"]["reference"]  # fp32 reference: far more exact
+    assert allowed["accuracy"]["solution"] <= trust.TF32_SLACK * allowed["accuracy"]["tf32"]
+    barred = _flags(_tf32_candidate, tf32=False)
+    assert "tf32" not in barred["accuracy"]
+    assert [w.split("]")[0] for w in barred["warnings"]] == ["[low_accuracy"]
+
+
+def test_bf16_arithmetic_stays_low_accuracy_even_with_tf32_allowed():
+    result = _flags(_bf16_candidate, tf32=True)
+    assert [w.split("]")[0] for w in result["warnings"]] == ["[low_accuracy"]
+    assert "TF32 rounding" in result["warnings"][0]
+
+
+def test_declared_kernels_finds_each_spelling_of_a_kernel_declaration():
+    source = """
+    __global__ void plain(float* x) {}
+    __global__ __launch_bounds__(256) void bounds_first(float* x) {}
+    __global__ void __launch_bounds__(THREADS, 2)
+    bounds_after(const float* __restrict__ x) {}
+    template <int TD>
+    __global__ static void templated_static (float* x) {}
+    __device__ void helper(float* x) {}
+    """
+    assert trust.declared_kernels(source) == {"plain", "bounds_first", "bounds_after", "templated_static"}
+    shipped = (Path(__file__).parent.parent / "solutions" / "conv3d_gelu" / "tf32_igemm.py").read_text()
+    assert "conv3d_tf32_fused" in trust.declared_kernels(shipped)

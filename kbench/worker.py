@@ -176,8 +176,22 @@ def _guarded(device: str, what: str, fn: Any) -> Any:
         raise Verdict("runtime_error", f"{what} raised {_short(exc)}") from exc
 
 
+class Phases:
+    """Wall seconds of each part of an evaluation since the last mark: where an evaluation's time goes."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = _perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = _perf_counter()
+        self.seconds[name] = round(now - self._last, 4)
+        self._last = now
+
+
 def evaluate(job: dict[str, Any]) -> dict[str, Any]:
     device, seed = job["device"], job["seed"]
+    phases = Phases()
     policy = TimingPolicy(**job["timing"])
     apply_math_flags(MathFlags(**job["math"]))
     problem = load_problem(job)
@@ -186,7 +200,8 @@ def evaluate(job: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"compile": compile_info, "warnings": []}
     with torch.no_grad():
         reference, candidate, copied = build_models(problem, solution, seed, device)
-        result["extra"] = {"state_dict_tensors_copied": copied}
+        result["extra"] = {"state_dict_tensors_copied": copied, "phases": phases.seconds}
+        phases.mark("load")
         make = input_maker(problem, device)
         seeds = [seed + 1 + i for i in range(job["trials"])]
         trials, warnings = _guarded(
@@ -197,9 +212,11 @@ def evaluate(job: dict[str, Any]) -> dict[str, Any]:
         )
         result["trials"] = [t.__dict__ for t in trials]
         result["warnings"] += warnings
+        phases.mark("trials")
         if not all(t.passed for t in trials):
             return {**result, "status": "incorrect", "message": trials[-1].message}
         failure = check_other_sizes(job, problem, solution, result)
+        phases.mark("other_sizes")
         if failure:
             return {**result, "status": "incorrect", "message": failure}
         set_sizes(problem, job["problem"].get("overrides", {}))
@@ -209,7 +226,9 @@ def evaluate(job: dict[str, Any]) -> dict[str, Any]:
         measured = _guarded(device, "timing", lambda: timing.measure_interleaved(fns, make_timer(device), policy))
         result["timing"] = measured["solution"].to_json()
         result["eager_timing"] = measured["eager"].to_json()
+        phases.mark("timing")
         _guarded(device, "the solution", lambda: trust.trust_checks(job, reference, candidate, make, result))
+        phases.mark("trust_checks")
     patched = trust.replaced_attributes(guarded)
     if patched:
         result["warnings"].append(f"[monkey_patch] the solution replaced {', '.join(patched)} (timing and checks use the originals)")

@@ -12,6 +12,7 @@ from tests.conftest import FIXTURES, ROOT
 pytestmark = pytest.mark.cuda
 
 SHIPPED = ["conv3d_logsumexp", "conv3d_gelu", "convtranspose3d_layernorm", "convtranspose3d_softmax"]
+FAST = {"conv3d_gelu", "convtranspose3d_layernorm", "convtranspose3d_softmax"}  # problems with a tf32_igemm
 
 
 def _config(tmp_path, **kw):
@@ -25,9 +26,10 @@ def test_shipped_cuda_solutions_are_correct_at_full_size(tmp_path):
     rows = {(e.problem, e.solution): e for e in store.evaluations}
     for problem in SHIPPED:
         assert rows[(problem, EAGER)].status == Status.CORRECT
-        cuda = rows[(problem, "cuda_fused")]
-        assert cuda.status == Status.CORRECT, f"{problem}: {cuda.message}"
-        assert cuda.size == "full" and cuda.timing.median > 0 and cuda.speedup_vs_eager > 0
+        for name in ("cuda_fused", "tf32_igemm") if problem in FAST else ("cuda_fused",):
+            cuda = rows[(problem, name)]
+            assert cuda.status == Status.CORRECT, f"{problem}/{name}: {cuda.message}"
+            assert cuda.size == "full" and cuda.timing.median > 0 and cuda.speedup_vs_eager > 0
         assert rows[(problem, "cpu_fused")].status == Status.NOT_RUN
 
 
@@ -80,15 +82,20 @@ def test_adversarial_verdicts_on_cuda(tmp_path):
 
 def test_shipped_solutions_spend_their_time_in_their_own_kernels_and_raise_no_flags(tmp_path):
     problems, solutions = select(SHIPPED, None, ROOT / "problems", ROOT / "solutions")
-    solutions = {p: [s for s in group if s.name == "cuda_fused"] for p, group in solutions.items()}
+    solutions = {p: [s for s in group if s.name in ("cuda_fused", "tf32_igemm")] for p, group in solutions.items()}
     store = execute(_config(tmp_path, compile_baseline=False), problems, solutions, Path.cwd())
     for e in store.evaluations:
         assert e.status == Status.CORRECT, (e.problem, e.solution, e.message)
         assert e.flags == (), (e.problem, e.solution, e.warnings)
         assert 0 < e.extra["percent_of_floor"] <= 100, (e.problem, e.solution, e.extra)  # floor from measured ceilings
-        if e.solution == "cuda_fused":
+        if e.solution == "cuda_fused":  # cuDNN's convolution plus one kernel of its own
             assert 0 < e.extra["kernels"]["own_share"] < 1
+        if e.solution == "tf32_igemm":  # the convolution itself is the solution's kernel
+            assert e.extra["kernels"]["own_share"] > 0.9, e.extra["kernels"]
+        if e.solution != EAGER:
             assert e.size_checks["small"] and all(t.passed for t in e.size_checks["small"])
+            accuracy = e.extra["accuracy"]  # TF32 arithmetic, within what TF32 rounding costs the reference
+            assert accuracy["solution"] <= max(10 * accuracy["reference"], 3 * accuracy["tf32"]), accuracy
 
 
 def test_shipped_problems_are_not_degenerate_at_full_size():

@@ -132,3 +132,14 @@ def test_compile_baseline_is_checked_and_timed(tmp_path):
     assert len(compiled.trials) == 2 and all(t.passed for t in compiled.trials)
     assert compiled.speedup_vs_eager == pytest.approx(eager.timing.median / compiled.timing.median)
     assert good.speedup_vs_compile == pytest.approx(good.speedup_vs_eager / compiled.speedup_vs_eager)
+
+
+def test_each_evaluation_records_where_its_time_went(fixture_run):
+    store, _ = fixture_run
+    by_name = {e.solution: e for e in store.evaluations}
+    good, wrong = by_name["good"].extra["phases"], by_name["wrong_values"].extra["phases"]
+    assert list(good) == ["load", "trials", "other_sizes", "timing", "trust_checks"]
+    assert all(v >= 0 for v in good.values())
+    assert sum(good.values()) <= by_name["good"].seconds  # the rest is the child's start-up and import of torch
+    assert good["timing"] > 0
+    assert list(wrong) == ["load", "trials"]  # an incorrect solution stops after its trials

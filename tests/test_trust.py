@@ -95,5 +95,7 @@ def test_declared_kernels_finds_each_spelling_of_a_kernel_declaration():
     __device__ void helper(float* x) {}
     """
     assert trust.declared_kernels(source) == {"plain", "bounds_first", "bounds_after", "templated_static"}
-    shipped = (Path(__file__).parent.parent / "solutions" / "conv3d_gelu" / "tf32_igemm.py").read_text()
-    assert "conv3d_tf32_fused" in trust.declared_kernels(shipped)
+    solutions = Path(__file__).parent.parent / "solutions"
+    assert trust.declared_kernels((solutions / "conv3d_gelu" / "tf32_igemm.py").read_text()) == {"conv3d_tf32_gelu"}
+    softmax = (solutions / "convtranspose3d_softmax" / "tf32_igemm.py").read_text()
+    assert trust.declared_kernels(softmax) == {"pack_transposed", "convt3d_tf32_softmax_sigmoid"}

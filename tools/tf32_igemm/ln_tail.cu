@@ -1,0 +1,142 @@
+constexpr int LN_THREADS = 512;  // 16 warps: 8 rows x 2 W-parities
+
+__global__ void pack_pairs(const float* __restrict__ w, float* __restrict__ out, int C, int K, int chunks, long long total) {
+    // out: [class (pd, ph) 4][chunk][pw][sd][sh][sw][k 64][ci 8], tap k_dim = 3 - p - 2 s; TF32-rounded, zero-padded.
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
+        long long t = i;
+        const int ci8 = (int)(t % CK); t /= CK;
+        const int n = (int)(t % NB); t /= NB;
+        const int tap = (int)(t % 16); t /= 16;
+        const int chunk = (int)(t % chunks); t /= chunks;
+        const int cls = (int)t;
+        const int pw = tap >> 3, sd = (tap >> 2) & 1, sh = (tap >> 1) & 1, sw = tap & 1;
+        const int kd = 3 - (cls >> 1) - 2 * sd, kh = 3 - (cls & 1) - 2 * sh, kw = 3 - pw - 2 * sw;
+        const int ci = chunk * CK + ci8;
+        float v = 0.f;
+        if (ci < C && n < K) v = round_tf32(w[(((long long)ci * K + n) * 4 + kd) * 16 + kh * 4 + kw]);
+        out[i] = v;
+    }
+}
+
+__global__ void __launch_bounds__(LN_THREADS, 1)
+convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict__ wt, const float* __restrict__ bias,
+                            const float* __restrict__ gamma, const float* __restrict__ beta, float* __restrict__ out,
+                            const Geometry g, float eps, float scale) {
+    extern __shared__ __align__(16) float smem[];
+    float* red = smem + 2 * g.bsz;  // [2 passes][16 warps][64 channels], outside the pipeline buffers
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int gid = lane >> 2, tig = lane & 3;
+    const int pw = warp >> 3, row = warp & 7, td = row / TH, th = row % TH;
+    conv_pipeline<3, 16, false, PAIRS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
+        // Accumulator (mt, j, half * 2 + e): output w = 2 (16 mt + 8 half + gid) + pw, channel 8 j + 2 tig + e.
+        // A LayerNorm row (n, channel, d, h) is this warp's 32 values and warp ^ 8's 32 of the other W-parity.
+        const int od = 2 * (o.od0 + td) + (o.cls >> 1), oh = 2 * (o.oh0 + th) + (o.cls & 1);
+        bool valid[2][2];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) valid[mt][half] = 2 * (16 * mt + 8 * half + gid) + pw < g.Wo;
+        float mean[8][2], rstd[8][2];
+#pragma unroll
+        for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float b = __ldg(bias + min(j * 8 + 2 * tig + e, g.K - 1));
+                    float s = 0.f;
+#pragma unroll
+                    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                        for (int half = 0; half < 2; ++half) {
+                            const float v = acc[mt][j][half * 2 + e] + b - (pass ? mean[j][e] : 0.f);
+                            s += valid[mt][half] ? (pass ? v * v : v) : 0.f;
+                        }
+                    s += __shfl_xor_sync(0xffffffffu, s, 4);
+                    s += __shfl_xor_sync(0xffffffffu, s, 8);
+                    s += __shfl_xor_sync(0xffffffffu, s, 16);
+                    if (gid == 0) red[(pass * 16 + warp) * NB + j * 8 + 2 * tig + e] = s;
+                }
+            }
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int c = j * 8 + 2 * tig + e;
+                    const float total = red[(pass * 16 + warp) * NB + c] + red[(pass * 16 + (warp ^ 8)) * NB + c];
+                    if (pass == 0) mean[j][e] = total / g.Wo;
+                    else rstd[j][e] = rsqrtf(total / g.Wo + eps);
+                }
+            }
+        }
+        if (od >= g.Do || oh >= g.Ho) return;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int k = j * 8 + 2 * tig + e;
+                if (k >= g.K) continue;
+                const float b = __ldg(bias + k);
+                float* dst = out + ((((long long)o.n * g.K + k) * g.Do + od) * g.Ho + oh) * g.Wo;
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        const int ow = 2 * (16 * mt + 8 * half + gid) + pw;
+                        if (!valid[mt][half]) continue;
+                        const float y = (acc[mt][j][half * 2 + e] + b - mean[j][e]) * rstd[j][e] * __ldg(gamma + ow) + __ldg(beta + ow);
+                        dst[ow] = 0.5f * y * (1.f + erff(y * 0.70710678118654752440f)) * scale;
+                    }
+            }
+        }
+    });
+}
+
+}  // namespace
+
+// x: (N, C, D, H, W); w: (C, K <= 64, 4, 4, 4), a ConvTranspose3d weight (stride 2, padding 1, no output padding);
+// gamma, beta: the LayerNorm's (2 W <= 64 values). Returns gelu(layernorm_W(convT(x) + bias)) * scale.
+torch::Tensor convt3d_layernorm_gelu(torch::Tensor x, torch::Tensor w, torch::Tensor bias, torch::Tensor gamma,
+                                     torch::Tensor beta, double eps, double scale) {
+    TORCH_CHECK(x.is_cuda() && w.is_cuda() && bias.is_cuda() && gamma.is_cuda() && beta.is_cuda(),
+                "convt3d_layernorm_gelu: CUDA tensors only");
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32 &&
+                bias.scalar_type() == torch::kFloat32 && gamma.scalar_type() == torch::kFloat32 &&
+                beta.scalar_type() == torch::kFloat32, "convt3d_layernorm_gelu: float32 only");
+    TORCH_CHECK(x.dim() == 5 && w.dim() == 5 && w.size(0) == x.size(1) && w.size(2) == 4 && w.size(3) == 4 &&
+                w.size(4) == 4, "convt3d_layernorm_gelu: weight (C, K, 4, 4, 4) expected");
+    TORCH_CHECK(w.size(1) <= NB && bias.numel() == w.size(1), "convt3d_layernorm_gelu: up to 64 output channels");
+    TORCH_CHECK(2 * x.size(4) <= 2 * TW && gamma.numel() == 2 * x.size(4) && beta.numel() == 2 * x.size(4),
+                "convt3d_layernorm_gelu: the normalized output width must be <= 64 and match gamma/beta");
+    const c10::cuda::CUDAGuard guard(x.device());
+    x = x.contiguous();
+    auto wc = w.contiguous(), b = bias.contiguous(), ga = gamma.contiguous(), be = beta.contiguous();
+    Geometry g{};
+    g.N = (int)x.size(0); g.C = (int)x.size(1); g.D = (int)x.size(2); g.H = (int)x.size(3); g.W = (int)x.size(4);
+    g.K = (int)w.size(1); g.pad = 1;
+    g.Do = 2 * g.D; g.Ho = 2 * g.H; g.Wo = 2 * g.W;
+    g.chunks = (g.C + CK - 1) / CK;
+    auto out = torch::empty({g.N, g.K, g.Do, g.Ho, g.Wo}, x.options());
+    if (out.numel() == 0) return out;
+    const long long total = 4LL * g.chunks * 16 * NB * CK;
+    auto wt = torch::empty({total}, w.options());
+    auto stream = c10::cuda::getCurrentCUDAStream();
+    pack_pairs<<<(unsigned)std::min<long long>((total + 255) / 256, 4096), 256, 0, stream>>>(
+        wc.data_ptr<float>(), wt.data_ptr<float>(), g.C, g.K, g.chunks, total);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    set_tiles(g, g.D, g.H, g.W, 4);
+    for (int c = 0; c < 4; ++c) g.masks[c] = 0xffffffffu;
+    g.slabs = 1; g.resident = 0;
+    g.wsz = 16 * NB * CK;
+    g.xsz = CK * (TD + 2) * (TH + 2) * (TW + 2);
+    g.xsz = (g.xsz + 3) / 4 * 4;
+    g.bsz = g.wsz + g.xsz;
+    const size_t smem = sizeof(float) * (2 * (size_t)g.bsz + 2 * 16 * NB);
+    const dim3 grid = persistent_grid(convt3d_tf32_layernorm_gelu, g, smem, LN_THREADS);
+    convt3d_tf32_layernorm_gelu<<<grid, LN_THREADS, smem, stream>>>(
+        x.data_ptr<float>(), wt.data_ptr<float>(), b.data_ptr<float>(), ga.data_ptr<float>(), be.data_ptr<float>(),
+        out.data_ptr<float>(), g, (float)eps, (float)scale);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return out;
+}

@@ -8,7 +8,8 @@ different LLM candidates cost. Four phases, each one or more separate `kbench` p
 3. cold_run:   `kbench run` (reference once, then N evaluations, one per visible GPU at a time),
 4. warm_run:   a second, separate `kbench run` on the now warm cache.
 
-Cold throughput is N / (cold_build + cold_run), warm throughput N / warm_run.
+Cold throughput is N / (cold_build + cold_run), warm throughput N / warm_run. The figures also give the mean
+seconds of each part of a candidate's evaluation (kbench's `extra.phases`, plus the child's start-up and exit).
 
 A phase that does not finish within --budget seconds of this invocation is interrupted (SIGTERM: kbench saves an
 interrupted run), and the next invocation with the same --work resumes it with `kbench run --resume`, adding up the
@@ -77,8 +78,15 @@ def figures(state: dict, work: Path) -> dict:
     statuses: dict[str, int] = {}
     for row in cold_rows + warm_rows:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+    phases: dict[str, float] = {}
+    timed_rows = [r for r in cold_rows + warm_rows if r.get("extra", {}).get("phases")]
+    for row in timed_rows:
+        parts = row["extra"]["phases"]
+        for name, spent in {**parts, "child_start_and_exit": row["seconds"] - sum(parts.values())}.items():
+            phases[name] = phases.get(name, 0.0) + spent / len(timed_rows)
     return {
         "problem": state["problem"], "candidates": state["count"], "run_args": state["run_args"],
+        "mean_evaluation_phases_s": {name: round(spent, 2) for name, spent in phases.items()},
         "evaluated_cold": len(cold_rows), "evaluated_warm": len(warm_rows), "statuses": statuses,
         "gpu": gpu.get("name", "none"), "gpus": gpu.get("count", 0), "cpu_count": document["environment"].get("cpu_count"),
         "gpus_used": sorted({r.get("extra", {}).get("gpu") for r in cold_rows + warm_rows} - {None}),

@@ -7,11 +7,12 @@ import os
 import re
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from kbench import isolation, toolkit
+from kbench.pool import drain
 from kbench.records import CompileInfo, SolutionSpec
 
 BUILD_LOG_CHARS = 20_000
@@ -109,17 +110,13 @@ def build_all(
     max_jobs = max(1, (os.cpu_count() or 1) // jobs)
     ctx.cache_dir.mkdir(parents=True, exist_ok=True)
     results: dict[Path, BuildResult] = {}
+
+    def finished(future: Future[BuildResult]) -> None:
+        result = future.result()
+        results[result.solution.path] = result
+        if progress:
+            progress(result, len(results), len(solutions))
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(build_one, ctx, s, max_jobs) for s in solutions]
-        try:
-            for done, future in enumerate(as_completed(futures), start=1):
-                result = future.result()
-                results[result.solution.path] = result
-                if progress:
-                    progress(result, done, len(solutions))
-        except BaseException:  # Ctrl-C / SIGTERM: queued builds never start, running compilers are killed
-            for future in futures:
-                future.cancel()
-            isolation.kill_all()
-            raise
+        drain([pool.submit(build_one, ctx, s, max_jobs) for s in solutions], finished)
     return results

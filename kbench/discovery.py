@@ -131,10 +131,16 @@ def list_problems(problems_dir: Path) -> list[ProblemSpec]:
     return problems
 
 
+def is_path_ref(ref: str) -> bool:
+    """Whether a problem reference names a path (a .py file or a folder) rather than a problem by name."""
+    path = Path(ref)
+    return path.suffix == ".py" or path.is_dir()
+
+
 def find_problem(ref: str, problems_dir: Path) -> ProblemSpec:
     """A problem by name (a folder under problems_dir) or by path (a folder or a KernelBench .py file)."""
     path = Path(ref)
-    if path.suffix == ".py" or path.is_dir():
+    if is_path_ref(ref):
         if path.is_dir():
             return load_problem_dir(path)
         if not path.is_file():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import queue
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import Any, TypeVar
 
 from kbench import isolation
@@ -28,6 +28,19 @@ def gpu_slots(device: str, gpu_count: int, visible: str | None = None) -> list[S
 
 def pinned_env(env: dict[str, str], slot: Slot) -> dict[str, str]:
     return env if slot is None else {**env, "CUDA_VISIBLE_DEVICES": slot}
+
+
+def drain(futures: Sequence[Future[Result]], on_done: Callable[[Future[Result]], Any]) -> None:
+    """on_done(future) for each as it finishes. On Ctrl-C/SIGTERM (or any error) the queued futures are cancelled and
+    running children killed before the exception goes on, so the pool's shutdown does not wait for them."""
+    try:
+        for future in as_completed(futures):
+            on_done(future)
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        isolation.kill_all()
+        raise
 
 
 def run_on_slots(items: Sequence[Item], slots: Sequence[Slot], work: Callable[[Item, Slot], Result],
@@ -54,14 +67,7 @@ def run_on_slots(items: Sequence[Item], slots: Sequence[Slot], work: Callable[[I
 
     with ThreadPoolExecutor(max_workers=len(slots)) as pool:
         futures = {pool.submit(task, item): item for item in items}
-        try:
-            for future in as_completed(futures):
-                on_done(futures[future], future.result())
-        except BaseException:  # Ctrl-C / SIGTERM: queued items never start, running children are killed
-            for future in futures:
-                future.cancel()
-            isolation.kill_all()
-            raise
+        drain(list(futures), lambda future: on_done(futures[future], future.result()))
 
 
 def visible_devices() -> str | None:

@@ -84,6 +84,10 @@ class MathFlags:
     cudnn_tf32: bool = True  # PyTorch's default
     matmul_tf32: bool = False  # PyTorch's default
 
+    @property
+    def allows_tf32(self) -> bool:
+        return self.cudnn_tf32 or self.matmul_tf32
+
     @classmethod
     def from_tf32(cls, tf32: bool) -> MathFlags:
         return cls() if tf32 else cls(cudnn_tf32=False, matmul_tf32=False)

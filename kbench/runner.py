@@ -230,9 +230,10 @@ def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None
 
 
 def _as_ref(ref: str) -> str:
-    """A problem or solution reference as stored: a path (a .py file or a folder) becomes absolute, a name stays."""
-    path = Path(ref)
-    return str(path.resolve()) if path.suffix == ".py" or path.is_dir() else ref
+    """A problem or solution reference as stored: a path becomes absolute, a name stays a name."""
+    from kbench.discovery import is_path_ref
+
+    return str(Path(ref).resolve()) if is_path_ref(ref) else ref
 
 
 def baseline(config: RunConfig, problem_refs: Sequence[str], problems_dir: Path, name: str | None,

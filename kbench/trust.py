@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from kbench import correctness
+from kbench.records import MathFlags
 from kbench.timing import synchronize
 
 _where, _isfinite = torch.where, torch.isfinite  # bound before any solution is imported
@@ -86,8 +87,7 @@ def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any,
             f"[non_deterministic] two calls on the same inputs differ by up to {diff:.3g} "
             f"(the reference: {ref_diff:.3g}): a race?"
         )
-    math = job.get("math", {})
-    tf32 = bool(math.get("cudnn_tf32") or math.get("matmul_tf32"))
+    tf32 = "math" in job and MathFlags(**job["math"]).allows_tf32
     acc = _optional(result, "float64 accuracy", lambda: accuracy_against_fp64(reference, inputs, first, device, tf32))
     if acc is not None:
         result["accuracy"] = acc

@@ -318,7 +318,7 @@ def hardware_floor(job: dict[str, Any], reference: Any, inputs: list[Any]) -> di
 
     flags = MathFlags(**job["math"])
     work = roofline.problem_work(reference, inputs, device="meta")
-    ceilings = roofline.cached_ceilings(Path(job["ceilings_dir"]), torch.device("cuda"), flags.cudnn_tf32 or flags.matmul_tf32)
+    ceilings = roofline.cached_ceilings(Path(job["ceilings_dir"]), torch.device("cuda"), flags.allows_tf32)
     return roofline.floor_to_json(roofline.floor(work, ceilings))
 
 

@@ -1,15 +1,15 @@
-"""Candidates evaluated per hour: N distinct copies of one solution, built cold, run, then run again warm.
+"""Candidates evaluated per hour: N distinct copies of one solution, built cold, then run.
 
 Each copy gets a unique comment line, so each has its own source hash and its own extension build: that is what N
-different LLM candidates cost. Four phases, each one or more separate `kbench` processes:
+different LLM candidates cost. Two phases, each one or more separate `kbench` processes:
 
-1. cold_build: `kbench build` of all N candidates with an empty build cache,
-2. warm_build: `kbench build` again (the cache check a warm run starts with),
-3. cold_run:   `kbench run` (reference once, then N evaluations, one per visible GPU at a time),
-4. warm_run:   a second, separate `kbench run` on the now warm cache.
+1. cold_build: `kbench build` of all N candidates with an empty build cache (one compile per candidate),
+2. run:        `kbench run` on the now warm cache: its cache check, the reference once, then N evaluations (one per
+               visible GPU at a time).
 
-Cold throughput is N / (cold_build + cold_run), warm throughput N / warm_run. The figures also give the mean
-seconds of each part of a candidate's evaluation (kbench's `extra.phases`, plus the child's start-up and exit).
+Warm throughput (every candidate already compiled, e.g. re-evaluating a batch) is N / run; cold throughput (new
+candidates, compiled first) is N / (cold_build + run). The figures also give the mean seconds of each part of a
+candidate's evaluation (kbench's `extra.phases`; "rest" is what the child spent outside them, e.g. exiting).
 
 A phase that does not finish within --budget seconds of this invocation is interrupted (SIGTERM: kbench saves an
 interrupted run), and the next invocation with the same --work resumes it with `kbench run --resume`, adding up the
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PHASES = ("cold_build", "warm_build", "cold_run", "warm_run")
+PHASES = ("cold_build", "run")
 
 
 def make_candidates(template: Path, problem: str, count: int, solutions_dir: Path) -> None:
@@ -67,32 +67,29 @@ def run_id(results: Path) -> str | None:
 
 
 def figures(state: dict, work: Path) -> dict:
-    def rows(phase: str) -> list[dict]:
-        document = json.loads((work / phase / state[f"{phase}_id"] / "run.json").read_text())
-        return [r for r in document["evaluations"] if r["solution"].startswith("cand_")], document
-
-    cold_rows, document = rows("cold_run")
-    warm_rows, _ = rows("warm_run")
+    document = json.loads((work / "run" / state["run_id"] / "run.json").read_text())
+    rows = [r for r in document["evaluations"] if r["solution"].startswith("cand_")]
     gpu = document["environment"].get("gpu") or {}
     seconds = state["seconds"]
     statuses: dict[str, int] = {}
-    for row in cold_rows + warm_rows:
+    for row in rows:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
     phases: dict[str, float] = {}
-    timed_rows = [r for r in cold_rows + warm_rows if r.get("extra", {}).get("phases")]
+    timed_rows = [r for r in rows if r.get("extra", {}).get("phases")]
     for row in timed_rows:
         parts = row["extra"]["phases"]
-        for name, spent in {**parts, "child_start_and_exit": row["seconds"] - sum(parts.values())}.items():
+        for name, spent in {**parts, "rest": row["seconds"] - sum(parts.values())}.items():
             phases[name] = phases.get(name, 0.0) + spent / len(timed_rows)
     return {
         "problem": state["problem"], "candidates": state["count"], "run_args": state["run_args"],
         "mean_evaluation_phases_s": {name: round(spent, 2) for name, spent in phases.items()},
-        "evaluated_cold": len(cold_rows), "evaluated_warm": len(warm_rows), "statuses": statuses,
+        "mean_evaluation_s": round(sum(r["seconds"] for r in rows) / max(len(rows), 1), 2),
+        "evaluated": len(rows), "statuses": statuses,
         "gpu": gpu.get("name", "none"), "gpus": gpu.get("count", 0), "cpu_count": document["environment"].get("cpu_count"),
-        "gpus_used": sorted({r.get("extra", {}).get("gpu") for r in cold_rows + warm_rows} - {None}),
+        "gpus_used": sorted({r.get("extra", {}).get("gpu") for r in rows} - {None}),
         **{f"{phase}_s": round(seconds[phase], 1) for phase in PHASES},
-        "cold_candidates_per_hour": round(len(cold_rows) * 3600 / (seconds["cold_build"] + seconds["cold_run"])),
-        "warm_candidates_per_hour": round(len(warm_rows) * 3600 / seconds["warm_run"]),
+        "cold_candidates_per_hour": round(len(rows) * 3600 / (seconds["cold_build"] + seconds["run"])),
+        "warm_candidates_per_hour": round(len(rows) * 3600 / seconds["run"]),
     }
 
 
@@ -126,17 +123,17 @@ def main() -> None:
     for phase in PHASES:
         if phase in state["done"]:
             continue
-        if phase.endswith("build"):
+        if phase == "cold_build":
             command = [*kbench, "build", *common]
-        elif f"{phase}_id" in state:
-            command = [*kbench, "run", "--resume", state[f"{phase}_id"], "--results-dir", str(args.work / phase)]
+        elif "run_id" in state:
+            command = [*kbench, "run", "--resume", state["run_id"], "--results-dir", str(args.work / phase)]
         else:
             command = [*kbench, "run", *common, "--results-dir", str(args.work / phase), *state["run_args"]]
         print(f"{phase}: {' '.join(command[2:])}", flush=True)
         seconds, finished = timed(command, args.work / f"{phase}.log", deadline)
         state["seconds"][phase] += seconds
-        if phase.endswith("run") and run_id(args.work / phase):
-            state[f"{phase}_id"] = run_id(args.work / phase)
+        if phase == "run" and run_id(args.work / phase):
+            state["run_id"] = run_id(args.work / phase)
         if finished:
             state["done"].append(phase)
         save()

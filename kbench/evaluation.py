@@ -38,6 +38,7 @@ def base_job(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
         "rtol": cfg.rtol if cfg.rtol is not None else problem.rtol,
         "math": dataclasses.asdict(cfg.math),
         "timing": dataclasses.asdict(cfg.timing),
+        "kernel_profile": cfg.kernel_profile,
     }
 
 

@@ -23,13 +23,19 @@ class Executor:
     slots: tuple[Slot, ...]
     launch: Launcher
     pins: bool  # slots are GPU indices to pin children to (local); Ray pins its own tasks
+    close: Callable[[], None] = lambda: None  # called once the run's evaluations are over
 
     def env(self, env: dict[str, str], slot: Slot) -> dict[str, str]:
         return pinned_env(env, slot) if self.pins else env
 
 
 def local_executor(device: str, gpu_count: int) -> Executor:
-    return Executor("local", tuple(gpu_slots(device, gpu_count, visible_devices())), isolation.run_child, pins=True)
+    """Children on this machine. On CUDA each slot keeps its next child started ahead (isolation.WarmStarts)."""
+    slots = tuple(gpu_slots(device, gpu_count, visible_devices()))
+    if device != "cuda":
+        return Executor("local", slots, isolation.run_child, pins=True)
+    warm = isolation.WarmStarts()
+    return Executor("local", slots, warm, pins=True, close=warm.close)
 
 
 def make_executor(name: str, device: str, gpu_count: int, address: str | None, parallel: int | None) -> Executor:

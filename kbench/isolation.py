@@ -87,58 +87,107 @@ def _parse(data: bytes, token: str) -> dict[str, Any] | None:
     return found[0] if len(found) == 1 else None
 
 
-def run_child(job: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> ChildOutcome:
-    """Run `python -m kbench.worker` on `job`, in its own process group, killed after timeout_s.
+# Variables that differ between jobs of one run. A child started ahead of its job gets them with the job, so one
+# started child serves any solution (the worker sets them before it loads anything).
+JOB_ENV = ("TORCH_EXTENSIONS_DIR",)
 
-    The child writes its result to a private pipe; stdout and stderr go to a log file kept as the
-    evaluation's log. The whole process group is killed at the end, so no grandchild (a compiler, a
+
+class _Child:
+    """A started `python -m kbench.worker`: it imports Python, torch and kbench, then waits for its job on stdin.
+
+    The child writes its result to a private pipe; stdout and stderr go to a log file kept as the evaluation's log.
+    It runs in its own process group, which is killed when the job ends, so no grandchild (a compiler, a
     thread-spawning solution) outlives the evaluation.
     """
-    token = secrets.token_hex(16)
-    read_fd, write_fd = os.pipe()
-    chunks: list[bytes] = []
-    reader = threading.Thread(target=_drain, args=(read_fd, chunks), daemon=True)
-    reader.start()
-    with tempfile.TemporaryFile() as log:
-        start = time.monotonic()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kbench.worker", "--result-fd", str(write_fd)],
-            stdin=subprocess.PIPE,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(write_fd,),
-            start_new_session=True,
-            env=env,
-        )
+
+    def __init__(self, env: dict[str, str] | None, warm: bool = False) -> None:
+        read_fd, write_fd = os.pipe()
+        self.chunks: list[bytes] = []
+        self.reader = threading.Thread(target=_drain, args=(read_fd, self.chunks), daemon=True)
+        self.reader.start()
+        self.log = tempfile.TemporaryFile()
+        command = [sys.executable, "-m", "kbench.worker", "--result-fd", str(write_fd)] + (["--warm"] if warm else [])
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
+                                     pass_fds=(write_fd,), start_new_session=True, env=env)
         os.close(write_fd)
         with _live_lock:
-            _live.add(proc.pid)
+            _live.add(self.proc.pid)
+
+    def run(self, job: dict[str, Any], timeout_s: float) -> ChildOutcome:
+        """Hand the child its job; wait at most timeout_s (counted from now) for it to end."""
+        token = secrets.token_hex(16)
+        start = time.monotonic()
         timed_out = False
         try:
-            assert proc.stdin is not None
-            proc.stdin.write(json.dumps({**job, "token": token}).encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        except BaseException:
-            _kill_group(proc)
-            proc.wait()
-            raise
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({**job, "token": token}).encode())
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
         finally:
-            _kill_group(proc)
-            with _live_lock:
-                _live.discard(proc.pid)
-        proc.wait()
+            self.discard()
         seconds = time.monotonic() - start
-        reader.join(timeout=5)
-        log.seek(0)
-        text = log.read().decode("utf-8", "replace")
-    result = None if timed_out else _parse(b"".join(chunks), token)
-    return ChildOutcome(result, proc.returncode, timed_out, seconds, text[-LOG_TAIL_CHARS:])
+        self.reader.join(timeout=5)
+        self.log.seek(0)
+        text = self.log.read().decode("utf-8", "replace")
+        self.log.close()
+        result = None if timed_out else _parse(b"".join(self.chunks), token)
+        return ChildOutcome(result, self.proc.returncode, timed_out, seconds, text[-LOG_TAIL_CHARS:])
+
+    def discard(self) -> None:
+        """Kill the child's process group (a child still waiting for its job, or one whose job has ended)."""
+        _kill_group(self.proc)
+        with _live_lock:
+            _live.discard(self.proc.pid)
+        self.proc.wait()
+
+
+def run_child(job: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> ChildOutcome:
+    """Run `python -m kbench.worker` on `job` in a fresh child process, killed after timeout_s."""
+    return _Child(env).run(job, timeout_s)
+
+
+class WarmStarts:
+    """A launcher like `run_child` that keeps one child started ahead for the next job with the same environment.
+
+    While a job runs, the next job's child is already importing Python, torch and kbench (a few seconds of CPU per
+    evaluation); it touches no GPU before it has its job, so it cannot disturb the running job's timing. Each job
+    still gets a fresh process. For CUDA runs only: on the CPU, the spare's imports would share the timed cores.
+    """
+
+    def __init__(self) -> None:
+        self._spares: dict[tuple[tuple[str, str], ...], _Child] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, job: dict[str, Any], timeout_s: float, env: dict[str, str]) -> ChildOutcome:
+        shared = {k: v for k, v in env.items() if k not in JOB_ENV}
+        key = tuple(sorted(shared.items()))
+        with self._lock:
+            child = self._spares.pop(key, None)
+        if child is None or child.proc.poll() is not None:  # none yet, or it died waiting
+            if child is not None:
+                child.discard()
+            child = _Child(shared, warm=True)
+        with self._lock:
+            self._spares[key] = _Child(shared, warm=True)
+        return child.run({**job, "env": {k: env[k] for k in JOB_ENV if k in env}}, timeout_s)
+
+    def waiting(self) -> int:
+        """How many started children wait for a job."""
+        with self._lock:
+            return sum(child.proc.poll() is None for child in self._spares.values())
+
+    def close(self) -> None:
+        """Kill the children still waiting for a job."""
+        with self._lock:
+            spares, self._spares = list(self._spares.values()), {}
+        for child in spares:
+            child.discard()
 
 
 def _drain(fd: int, chunks: list[bytes]) -> None:

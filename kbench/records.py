@@ -112,6 +112,7 @@ class RunConfig:
     executor: str = "local"  # local | ray
     address: str | None = None  # Ray cluster address; None starts a local Ray instance
     parallel: int | None = None  # evaluations at once under Ray (default: the cluster's GPUs; 1 on CPU)
+    kernel_profile: bool = True  # the own-kernel share check (CUDA; its profiler's start-up costs seconds per child)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunConfig:

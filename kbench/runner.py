@@ -138,7 +138,10 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
                 if not _done(store, name, EAGER):
                     store.add(Evaluation(problem=name, solution=EAGER, status=Status.LOAD_ERROR, message=reason,
                                          device=device, size=size))
-            _run_all(plan, problems, solutions, store, cuda_home, progress)
+            try:
+                _run_all(plan, problems, solutions, store, cuda_home, progress)
+            finally:
+                executor.close()
         except KeyboardInterrupt:
             isolation.kill_all()
             store.finish("interrupted")

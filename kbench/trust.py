@@ -76,8 +76,17 @@ def _optional(result: dict[str, Any], what: str, check: Any) -> Any:
         return None
 
 
-def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any, result: dict[str, Any]) -> None:
-    """Checks beyond the verdict: determinism, accuracy against float64, own-kernel share of GPU time."""
+def wants_kernel_profile(job: dict[str, Any]) -> bool:
+    """The own-kernel share needs CUDA's profiler; a run may skip it (`--no-kernel-profile`) for throughput."""
+    return job["device"] == "cuda" and job.get("kernel_profile", True)
+
+
+def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any, result: dict[str, Any],
+                 mark: Any = lambda name: None) -> None:
+    """Checks beyond the verdict: determinism, accuracy against float64, own-kernel share of GPU time.
+
+    `mark(name)` is called after each check, so the caller can time them (the worker's `Phases.mark`).
+    """
     device = job["device"]
     inputs = make(job["seed"] + 1)
     first, diff = _two_calls(candidate, inputs, device)
@@ -87,6 +96,7 @@ def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any,
             f"[non_deterministic] two calls on the same inputs differ by up to {diff:.3g} "
             f"(the reference: {ref_diff:.3g}): a race?"
         )
+    mark("trust_determinism")
     tf32 = "math" in job and MathFlags(**job["math"]).allows_tf32
     acc = _optional(result, "float64 accuracy", lambda: accuracy_against_fp64(reference, inputs, first, device, tf32))
     if acc is not None:
@@ -95,13 +105,15 @@ def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any,
         if warning:
             result["warnings"].append(warning)
     del first
-    if device == "cuda":
+    mark("trust_fp64")
+    if wants_kernel_profile(job):
         source = Path(job["solution"]["path"]).read_text()
         share = _optional(result, "kernel profile", lambda: own_kernel_share(lambda: candidate(*correctness.clone_inputs(inputs)), source))
         if share is not None:
             result["kernels"] = share
         if share is not None and share["own_s"] == 0:
             result["warnings"].append("[no_custom_kernel] none of the GPU time is spent in the solution's own kernels")
+        mark("trust_profile")
 
 
 def accuracy_warning(acc: dict[str, float]) -> str | None:

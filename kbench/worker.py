@@ -227,8 +227,7 @@ def evaluate(job: dict[str, Any]) -> dict[str, Any]:
         result["timing"] = measured["solution"].to_json()
         result["eager_timing"] = measured["eager"].to_json()
         phases.mark("timing")
-        _guarded(device, "the solution", lambda: trust.trust_checks(job, reference, candidate, make, result))
-        phases.mark("trust_checks")
+        _guarded(device, "the solution", lambda: trust.trust_checks(job, reference, candidate, make, result, phases.mark))
     patched = trust.replaced_attributes(guarded)
     if patched:
         result["warnings"].append(f"[monkey_patch] the solution replaced {', '.join(patched)} (timing and checks use the originals)")
@@ -364,8 +363,13 @@ MODES = {"evaluate": evaluate, "reference": evaluate_reference, "build": build, 
 def main() -> None:
     parser = argparse.ArgumentParser(description="kbench evaluation child (internal)")
     parser.add_argument("--result-fd", type=int, required=True)
+    parser.add_argument("--warm", action="store_true", help="started ahead of its job: import what evaluations use first")
     args = parser.parse_args()
+    if args.warm:
+        import torch.profiler  # noqa: F401  (the kernel-share check)
+        import torch.utils.cpp_extension  # noqa: F401  (what solutions load their kernels with)
     job = json.loads(sys.stdin.read())
+    os.environ.update(job.get("env", {}))  # what differs between jobs (kbench.isolation.JOB_ENV)
     out = os.fdopen(args.result_fd, "w")
     try:
         result = MODES[job["mode"]](job)

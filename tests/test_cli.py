@@ -1,5 +1,7 @@
 """The command line through typer's CliRunner: help, listing, user mistakes, a small run."""
 
+import json
+
 from typer.testing import CliRunner
 
 from kbench.cli import app
@@ -59,11 +61,13 @@ def test_run_prints_the_table_and_writes_results(tmp_path):
     result = runner.invoke(app, [
         "run", "-p", "tiny", "-s", "good", *FIXTURE_DIRS, "--device", "cpu", "--no-compile-baseline",
         "--max-time", "0.2", "--trials", "2", "--results-dir", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "c"),
+        "--no-kernel-profile",
     ])
     assert result.exit_code == 0, result.output
     assert "good" in result.output and "correct" in result.output and "results:" in result.output
     (run_dir,) = (tmp_path / "r").iterdir()
     assert {p.name for p in run_dir.iterdir()} == {"run.json", "results.csv", "results.md"}
+    assert json.loads((run_dir / "run.json").read_text())["config"]["kernel_profile"] is False
 
 
 def test_build_reports_each_solution_and_refuses_an_empty_selection(tmp_path):

@@ -1,0 +1,74 @@
+"""Children started ahead of their jobs (CUDA runs' launcher): each job still gets a fresh child with its own env."""
+
+import dataclasses
+import os
+
+from kbench import isolation
+from kbench.records import MathFlags, TimingPolicy
+from tests.conftest import FIXTURES
+
+# Prepended to a correct fixture solution: it then loads only if its child sees the TORCH_EXTENSIONS_DIR of its own
+# job. Its children were started before that job (and its extension dir) was known, so the worker must apply the
+# job's env before it loads the solution.
+CHECKS_ENV = '''import os
+from pathlib import Path
+
+if os.environ.get("TORCH_EXTENSIONS_DIR") != str(Path(__file__).parent / "ext"):
+    raise RuntimeError(f"wrong extension dir: {os.environ.get('TORCH_EXTENSIONS_DIR')}")
+print("pid", os.getpid(), flush=True)
+'''
+
+
+def _job(solution):
+    problem = FIXTURES / "problems" / "tiny" / "model.py"
+    return {"mode": "evaluate", "device": "cpu", "seed": 0, "trials": 1, "atol": 1e-4, "rtol": 1e-4,
+            "problem": {"name": "tiny", "path": str(problem), "overrides": {}},
+            "math": dataclasses.asdict(MathFlags()), "timing": dataclasses.asdict(TimingPolicy(max_time_s=0.05)),
+            "solution": {"name": solution.stem, "path": str(solution)}}
+
+
+def _solution(folder):
+    folder.mkdir()
+    path = folder / "checks_env.py"
+    path.write_text(CHECKS_ENV + (FIXTURES / "solutions" / "tiny" / "good.py").read_text())
+    return path, {**isolation.worker_path_env(), "TORCH_EXTENSIONS_DIR": str(folder / "ext")}
+
+
+def test_each_job_gets_its_own_env_in_a_child_started_before_it(tmp_path):
+    warm = isolation.WarmStarts()
+    try:
+        outcomes = []
+        for name in ("a", "b", "c"):
+            path, env = _solution(tmp_path / name)
+            outcomes.append(warm(_job(path), 60, env))
+            assert warm.waiting() == 1  # the next job's child is already started
+        assert [o.result["status"] for o in outcomes] == ["correct"] * 3, [o.log for o in outcomes]
+        pids = {line for o in outcomes for line in o.log.splitlines() if line.startswith("pid ")}
+        assert len(pids) == 3  # a fresh process for every job
+    finally:
+        warm.close()
+    assert warm.waiting() == 0
+
+
+def test_a_child_that_died_while_waiting_is_replaced(tmp_path):
+    warm = isolation.WarmStarts()
+    try:
+        path, env = _solution(tmp_path / "a")
+        assert warm(_job(path), 60, env).result["status"] == "correct"
+        for child in list(warm._spares.values()):
+            os.kill(child.proc.pid, 9)
+            child.proc.wait()
+        path, env = _solution(tmp_path / "b")
+        outcome = warm(_job(path), 60, env)
+        assert outcome.result is not None and outcome.result["status"] == "correct", outcome.log
+    finally:
+        warm.close()
+
+
+def test_close_kills_the_waiting_children(tmp_path):
+    warm = isolation.WarmStarts()
+    path, env = _solution(tmp_path / "a")
+    warm(_job(path), 60, env)
+    spares = list(warm._spares.values())
+    warm.close()
+    assert spares and all(child.proc.poll() is not None for child in spares)

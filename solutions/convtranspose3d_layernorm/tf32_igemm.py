@@ -56,13 +56,16 @@ struct Geometry {
 
 // Shared memory holds 8 channels per position (weights: per output channel) as two 16-byte halves; the halves
 // swap on every fourth position, so the eight rows an ldmatrix phase reads always fall in distinct banks.
-__device__ __forceinline__ int swz(int pos, int c) { return pos * CK + ((((c >> 2) ^ (pos >> 2)) & 1) << 2) + (c & 3); }
+// ((c >> 2) ^ (pos >> 2)) & 1, shifted back to bit 2, is just (pos ^ c) & 4.
+__device__ __forceinline__ int swz(int pos, int c) { return pos * CK + ((pos ^ c) & 4) + (c & 3); }
 
-__device__ __forceinline__ float round_tf32(float v) {
+__device__ __forceinline__ uint32_t round_tf32_bits(uint32_t v) {
     uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-    return __uint_as_float(r);
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(__uint_as_float(v)));
+    return r;
 }
+
+__device__ __forceinline__ float round_tf32(float v) { return __uint_as_float(round_tf32_bits(__float_as_uint(v))); }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const float* p) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
@@ -95,7 +98,8 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 struct TileOrigin { int n, od0, oh0, ow0, cls; };
 
 // Tile index -> origin; the class varies fastest, so the blocks running at once cover all classes of one region.
-__device__ __forceinline__ TileOrigin tile_origin(long long tile, const Geometry& g) {
+// Tile indices fit in int (persistent_grid checks), so these are 32-bit divisions, not 64-bit library calls.
+__device__ __forceinline__ TileOrigin tile_origin(int tile, const Geometry& g) {
     TileOrigin o;
     o.cls = (int)(tile % g.classes); tile /= g.classes;
     o.ow0 = (int)(tile % g.tiles_w) * TW; tile /= g.tiles_w;
@@ -106,50 +110,87 @@ __device__ __forceinline__ TileOrigin tile_origin(long long tile, const Geometry
 }
 
 // Weights (packed on the host as [kblock][chunk][tap][k 64][ci 8], TF32-rounded) of TAPS taps into smem.
-template <int TAPS>
+template <int TAPS, int NT>
 __device__ __forceinline__ void copy_weights(const float* __restrict__ src, float* ws) {
     constexpr int ROWS = TAPS * NB;  // (tap, k) rows of 8 channels = two 16-byte halves
-    for (int v = threadIdx.x; v < ROWS * 2; v += blockDim.x) {
+#pragma unroll 4
+    for (int v = threadIdx.x; v < ROWS * 2; v += NT) {
         const int row = v >> 1, half = v & 1;
         cp_async16(ws + swz(row, half * 4), src + row * CK + half * 4);
     }
 }
 
-// Queue the copies of one pipeline stage: a tile's input for one chunk of channels and one slab of kd (all of them
-// when SLAB is false), and the slab's weights unless they are resident.
-template <int KS, int TPC, bool SLAB>
+// Queue the copies of one pipeline stage: tile o's input for one chunk of channels and one slab of kd (all of them
+// when SLAB is false), and the slab's weights unless they are resident. NT threads.
+template <int KS, int TPC, bool SLAB, int NT>
 __device__ __forceinline__ void issue_stage(const float* __restrict__ x, const float* __restrict__ wblock,
-                                            const Geometry& g, long long tile, int chunk, int kd0, float* ws, float* xs) {
+                                            const Geometry& g, const TileOrigin& o, int chunk, int kd0, float* ws,
+                                            float* xs) {
     constexpr int XD = SLAB ? TD : TD + KS - 1, XH = TH + KS - 1, XW = TW + KS - 1;
     constexpr int TAPS = SLAB ? TPC / KS : TPC;
-    const TileOrigin o = tile_origin(tile, g);
+    constexpr int NW = NT / 32, ROWS = CK * XD * XH, EXTRA = XW - 32;  // rows r = s CK + c, s = rd XH + rh
+    static_assert(NW % CK == 0 && EXTRA >= 0 && EXTRA < 32, "one channel per warp; rows of 32 to 63 positions");
     if (!g.resident) {
         const float* wchunk = wblock + ((long long)o.cls * g.chunks + chunk) * TPC * NB * CK;
-        copy_weights<TAPS>(wchunk + (long long)kd0 * TAPS * NB * CK, ws);
+        copy_weights<TAPS, NT>(wchunk + (long long)kd0 * TAPS * NB * CK, ws);
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    // One warp per (channel, d, h) input row; lanes along W.
-    for (int r = warp; r < CK * XD * XH; r += (int)(blockDim.x >> 5)) {
-        const int c = r / (XD * XH), rd = (r / XH) % XD, rh = r % XH;
-        const int ci = chunk * CK + c, id = o.od0 - g.pad + kd0 + rd, ih = o.oh0 - g.pad + rh;
-        const bool row_ok = ci < g.C && id >= 0 && id < g.D && ih >= 0 && ih < g.H;
-        const float* src = row_ok ? x + ((((long long)o.n * g.C + ci) * g.D + id) * g.H + ih) * g.W : x;
-        const int pos0 = (rd * XH + rh) * XW;
+    const int d0 = o.od0 - g.pad + kd0, h0 = o.oh0 - g.pad, w0 = o.ow0 - g.pad;
+    const long long plane = (long long)g.H * g.W;
+    // Positions 0-31 of each row: warp w copies channel w % CK of the rows s with s % STEP = w / CK, lane = position.
+    // Row pointers advance by additions (no per-row index products to keep live across stages).
+    {
+        constexpr int STEP = NW / CK;
+        const int c = warp % CK, ci = chunk * CK + c, sub = STEP == 1 ? 0 : warp / CK;
+        const bool lane_ok = ci < g.C && (unsigned)(w0 + lane) < (unsigned)g.W;
+        // Formed for every row, read only where the row is inside the input (elsewhere the copy writes zeros).
+        const float* plane_src = x + ((((long long)o.n * g.C + ci) * g.D + d0) * plane + (long long)h0 * g.W + w0 + lane);
+        float* dst = xs + lane * CK + (c & 3);  // swz(pos, c) = dst + 8 s XW + ((pos ^ c) & 4), pos = s XW + lane
 #pragma unroll
-        for (int i0 = 0; i0 < XW; i0 += 32) {
-            const int i = i0 + lane;
-            if (i < XW) {
-                const int iw = o.ow0 - g.pad + i;
-                const bool ok = row_ok && iw >= 0 && iw < g.W;
-                cp_async4(xs + swz(pos0 + i, c), ok ? src + iw : x, ok ? 4 : 0);
+        for (int rd = 0; rd < XD; ++rd, plane_src += plane) {
+            const bool d_ok = lane_ok && (unsigned)(d0 + rd) < (unsigned)g.D;
+            const float* src = plane_src;
+#pragma unroll
+            for (int rh = 0; rh < XH; ++rh, src += g.W) {
+                const int s = rd * XH + rh;
+                if (STEP > 1 && s % STEP != sub) continue;  // another warp's row (uniform per warp)
+                const bool ok = d_ok && (unsigned)(h0 + rh) < (unsigned)g.H;
+                cp_async4(dst + CK * s * XW + (((s * XW + lane) ^ c) & 4), ok ? src : x, ok ? 4 : 0);
             }
         }
     }
+    // Positions 32.. of every row, EXTRA per row, spread over all threads.
+#pragma unroll
+    for (int k = 0; k < (ROWS * EXTRA + NT - 1) / NT; ++k) {
+        const int f = k * NT + (int)threadIdx.x;
+        if ((ROWS * EXTRA) % NT != 0 && f >= ROWS * EXTRA) break;
+        const int r = f / EXTRA, i = 32 + f % EXTRA;
+        const int c = r % CK, s = r / CK, rd = s / XH, rh = s % XH;
+        const int ci = chunk * CK + c, id = d0 + rd, ih = h0 + rh, iw = w0 + i;
+        const bool ok = ci < g.C && (unsigned)id < (unsigned)g.D && (unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W;
+        const float* src = ok ? x + ((((long long)o.n * g.C + ci) * g.D + id) * g.H + ih) * g.W + iw : x;
+        cp_async4(xs + swz(s * XW + i, c), src, ok ? 4 : 0);
+    }
 }
 
-// The input tile as TF32, rounded to nearest (cp.async copies raw float32 bits; the weights come pre-rounded).
+// The input as TF32, rounded to nearest (cp.async copies raw float32 bits; the weights come pre-rounded): either the
+// whole staged tile once (ROUND_A false: cheaper when a stage has many taps) or each A fragment after its ldmatrix
+// (ROUND_A true: 8 cvt, 16 SASS instructions, per tap, but no pass over the tile and no extra barrier per stage).
+template <int NT>
 __device__ __forceinline__ void round_tile(float* xs, int words) {
-    for (int i = threadIdx.x; i < words; i += blockDim.x) xs[i] = round_tf32(xs[i]);
+    for (int i = threadIdx.x; i < words; i += NT) xs[i] = round_tf32(xs[i]);
+}
+
+template <bool ROUND_A>
+__device__ __forceinline__ void load_a(uint32_t (&a)[2][4], const float* p0, const float* p1) {
+    ldmatrix_x4(a[0], p0);
+    ldmatrix_x4(a[1], p1);
+    if (ROUND_A) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) a[i][j] = round_tf32_bits(a[i][j]);
+    }
 }
 
 // Which voxel of the tile each accumulator row is. Rows: warp w's m = 16 mt + 8 half + gid (gid = lane / 4).
@@ -171,6 +212,7 @@ __device__ __forceinline__ int row_position(int warp, int mt, int half, int r, i
 // padding 1): output 2j + p takes input j + p - 1 + s through tap k = 3 - p - 2s, s = 0, 1. The block is one (pd, ph)
 // class (cls = 2 pd + ph); warps 0-7 compute W-parity 0 and warps 8-15 W-parity 1 of the same rows, so a block holds
 // whole W rows. Input tile: 3 slots per dimension (pad 1); weights: [pw][sd][sh][sw][k 64][ci 8].
+template <bool ROUND_A>
 __device__ __forceinline__ void mma_pairs(float (&acc)[2][8][4], const float* ws, const float* xs, int cls) {
     constexpr int XH = TH + 2, XW = TW + 2;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -190,8 +232,7 @@ __device__ __forceinline__ void mma_pairs(float (&acc)[2][8][4], const float* ws
                 const int tap = pw * 8 + (sd * 2 + sh) * 2 + sw;
                 const int shift = (sd * XH + sh) * XW + sw;
                 uint32_t a[2][4];
-                ldmatrix_x4(a[0], xs + swz(a_pos0 + shift, a_c));
-                ldmatrix_x4(a[1], xs + swz(a_pos1 + shift, a_c));
+                load_a<ROUND_A>(a, xs + swz(a_pos0 + shift, a_c), xs + swz(a_pos1 + shift, a_c));
 #pragma unroll
                 for (int jj = 0; jj < 4; ++jj) {
                     uint32_t b[4];
@@ -205,11 +246,11 @@ __device__ __forceinline__ void mma_pairs(float (&acc)[2][8][4], const float* ws
 }
 
 // One stage of the implicit GEMM: this warp's 32 voxels x 64 channels += input x weights over the stage's taps.
-template <int KS, bool SLAB, int MODE>
+template <int KS, bool SLAB, int MODE, bool ROUND_A>
 __device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws, const float* xs, uint32_t mask, int cls) {
     static_assert(MODE != POOLS || (TD == 2 && TH * TW == 128 && TW == 32), "pool mapping needs 2 x 4 x 32 tiles");
     if (MODE == PAIRS) {
-        mma_pairs(acc, ws, xs, cls);
+        mma_pairs<ROUND_A>(acc, ws, xs, cls);
         return;
     }
     constexpr int XH = TH + KS - 1, XW = TW + KS - 1, KDS = SLAB ? 1 : KS;
@@ -230,8 +271,7 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws
                 if (!((mask >> tap) & 1u)) continue;  // uniform per block: a tap this class does not have
                 const int shift = (kd * XH + kh) * XW + kw;
                 uint32_t a[2][4];
-                ldmatrix_x4(a[0], xs + swz(a_pos0 + shift, a_c));
-                ldmatrix_x4(a[1], xs + swz(a_pos1 + shift, a_c));
+                load_a<ROUND_A>(a, xs + swz(a_pos0 + shift, a_c), xs + swz(a_pos1 + shift, a_c));
 #pragma unroll
                 for (int jj = 0; jj < 4; ++jj) {
                     uint32_t b[4];
@@ -244,50 +284,60 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws
             }
 }
 
-// The persistent pipeline: each block walks tiles blockIdx.x, +gridDim.x, ...; stage s = (tile, chunk, slab) is
-// copied into buffer s % 2 while stage s - 1 is multiplied. After a tile's last stage, epilogue(acc, origin) runs.
-// KS: the input window per dimension; TPC: taps per chunk in the packed weights (KS^3, or 16 for PAIRS).
-template <int KS, int TPC, bool SLAB, int MODE, typename Epilogue>
+// The persistent pipeline: each block walks tiles blockIdx.x, +gridDim.x, ...; stage (tile, chunk, slab) is copied
+// into one buffer while the previous stage is multiplied from the other. After a tile's last stage, epilogue(acc,
+// origin) runs. KS: the input window per dimension; TPC: taps per chunk in the packed weights (KS^3, or 16 for
+// PAIRS); NT: threads per block. Stage cursors are plain counters: no divisions per stage.
+template <int KS, int TPC, bool SLAB, int MODE, bool ROUND_A = false, int NT = THREADS, typename Epilogue>
 __device__ __forceinline__ void conv_pipeline(const float* __restrict__ x, const float* __restrict__ wt,
                                               const Geometry& g, Epilogue&& epilogue) {
     extern __shared__ __align__(16) float smem[];
+    constexpr int SLABS = SLAB ? KS : 1;  // == g.slabs
     const float* wblock = wt + (long long)blockIdx.y * g.classes * g.chunks * TPC * NB * CK;
     auto wbuf = [&](int b) { return g.resident ? smem : smem + b * g.bsz; };
     auto xbuf = [&](int b) { return g.resident ? smem + g.wsz + b * g.xsz : smem + b * g.bsz + g.wsz; };
-    if (g.resident) copy_weights<TPC>(wblock, smem);
-    const int per_tile = g.chunks * g.slabs;
-    const long long mine = g.tiles > blockIdx.x ? (g.tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-    const long long stages = mine * per_tile;
-    auto issue = [&](long long s, int b) {
-        const long long tile = blockIdx.x + (s / per_tile) * gridDim.x;
-        const int within = (int)(s % per_tile);
-        issue_stage<KS, TPC, SLAB>(x, wblock, g, tile, within / g.slabs, within % g.slabs, wbuf(b), xbuf(b));
+    auto issue = [&](const TileOrigin& o, int within, int b) {
+        issue_stage<KS, TPC, SLAB, NT>(x, wblock, g, o, within / SLABS, within % SLABS, wbuf(b), xbuf(b));
     };
-    if (stages > 0) issue(0, 0);
+    if (g.resident) copy_weights<TPC, NT>(wblock, smem);
+    const int per_tile = g.chunks * SLABS, tiles = (int)g.tiles, step = (int)gridDim.x;
+    if ((int)blockIdx.x < tiles) issue(tile_origin(blockIdx.x, g), 0, 0);
     cp_async_commit();
 
     float acc[2][8][4];
-    for (long long s = 0; s < stages; ++s) {
-        const int b = (int)(s & 1), within = (int)(s % per_tile);
-        if (s + 1 < stages) issue(s + 1, b ^ 1);
-        cp_async_commit();
-        cp_async_wait_one();
-        __syncthreads();
-        round_tile(xbuf(b), g.xsz);
-        __syncthreads();
-        if (within == 0) {
+    int b = 0;  // the buffer of the stage being multiplied
+    for (int tile = blockIdx.x; tile < tiles; tile += step) {
+        const TileOrigin o = tile_origin(tile, g);
+        uint32_t mask = 0;  // g.masks[o.cls] without a runtime index into the parameters (a local-memory copy)
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
+        for (int c = 0; c < 8; ++c) mask = c == o.cls ? g.masks[c] : mask;
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
+        for (int i = 0; i < 2; ++i)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+        for (int within = 0; within < per_tile; ++within, b ^= 1) {
+            {   // The next stage: this tile's next chunk or slab, else the next tile's first (one inlined copy).
+                TileOrigin no = o;
+                int next = within + 1;
+                if (next == per_tile) {
+                    next = 0;
+                    no = tile_origin(tile + step, g);
+                }
+                if (next != 0 || tile + step < tiles) issue(no, next, b ^ 1);
+            }
+            cp_async_commit();
+            cp_async_wait_one();
+            __syncthreads();
+            if (!ROUND_A) {
+                round_tile<NT>(xbuf(b), g.xsz);
+                __syncthreads();
+            }
+            mma_stage<KS, SLAB, MODE, ROUND_A>(acc, wbuf(b), xbuf(b), mask >> ((within % SLABS) * KS * KS), o.cls);
+            __syncthreads();  // buffer b is refilled by the next stage's copies
         }
-        const TileOrigin o = tile_origin(blockIdx.x + (s / per_tile) * gridDim.x, g);
-        const int slab = within % g.slabs;
-        mma_stage<KS, SLAB, MODE>(acc, wbuf(b), xbuf(b), g.masks[o.cls] >> (slab * KS * KS), o.cls);
-        if (within == per_tile - 1) epilogue(acc, o);
-        __syncthreads();  // buffer b is refilled by the next iteration's copies
+        epilogue(acc, o);
     }
     cp_async_wait_all();
 }
@@ -345,6 +395,7 @@ dim3 persistent_grid(Kernel kernel, const Geometry& g, size_t smem, int threads 
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     TORCH_CHECK(per_sm > 0, "kernel does not fit on this GPU (shared memory)");
     const long long blocks = std::min(g.tiles, (long long)sms * per_sm);
+    TORCH_CHECK(g.tiles + blocks <= INT_MAX, "too many tiles");  // the kernels count tiles in int
     return dim3((unsigned)blocks, (unsigned)((g.K + NB - 1) / NB));
 }
 
@@ -385,7 +436,10 @@ convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gid = lane >> 2, tig = lane & 3;
     const int pw = warp >> 3, row = warp & 7, td = row / TH, th = row % TH;
-    conv_pipeline<3, 16, false, PAIRS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
+    const float inv_w = 1.f / g.Wo;
+    // 8 taps per stage: rounding A fragments in registers costs a few more instructions than the tile pass, but
+    // drops a barrier per stage in a kernel with one block per SM (untimed; ROUND_A false restores the pass).
+    conv_pipeline<3, 16, false, PAIRS, true, LN_THREADS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): output w = 2 (16 mt + 8 half + gid) + pw, channel 8 j + 2 tig + e.
         // A LayerNorm row (n, channel, d, h) is this warp's 32 values and warp ^ 8's 32 of the other W-parity.
         const int od = 2 * (o.od0 + td) + (o.cls >> 1), oh = 2 * (o.oh0 + th) + (o.cls & 1);
@@ -394,20 +448,21 @@ convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
             for (int half = 0; half < 2; ++half) valid[mt][half] = 2 * (16 * mt + 8 * half + gid) + pw < g.Wo;
-        float mean[8][2], rstd[8][2];
+        // Pass 0 turns acc into value - mean in place (so no mean array stays live), pass 1 gives rstd.
+        float rstd[8][2];
 #pragma unroll
         for (int pass = 0; pass < 2; ++pass) {
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const float b = __ldg(bias + min(j * 8 + 2 * tig + e, g.K - 1));
+                    const float b = pass ? 0.f : __ldg(bias + min(j * 8 + 2 * tig + e, g.K - 1));
                     float s = 0.f;
 #pragma unroll
                     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                         for (int half = 0; half < 2; ++half) {
-                            const float v = acc[mt][j][half * 2 + e] + b - (pass ? mean[j][e] : 0.f);
+                            const float v = acc[mt][j][half * 2 + e] + b;
                             s += valid[mt][half] ? (pass ? v * v : v) : 0.f;
                         }
                     s += __shfl_xor_sync(0xffffffffu, s, 4);
@@ -423,31 +478,39 @@ convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict
                 for (int e = 0; e < 2; ++e) {
                     const int c = j * 8 + 2 * tig + e;
                     const float total = red[(pass * 16 + warp) * NB + c] + red[(pass * 16 + (warp ^ 8)) * NB + c];
-                    if (pass == 0) mean[j][e] = total / g.Wo;
-                    else rstd[j][e] = rsqrtf(total / g.Wo + eps);
+                    if (pass == 0) {
+                        const float b = __ldg(bias + min(c, g.K - 1)), mean = total * inv_w;
+#pragma unroll
+                        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                            for (int half = 0; half < 2; ++half) acc[mt][j][half * 2 + e] = acc[mt][j][half * 2 + e] + b - mean;
+                    } else {
+                        rstd[j][e] = rsqrtf(total * inv_w + eps);
+                    }
                 }
             }
         }
         if (od >= g.Do || oh >= g.Ho) return;
+        float* const line = out + ((((long long)o.n * g.K + 2 * tig) * g.Do + od) * g.Ho + oh) * g.Wo;
+        const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int k = j * 8 + 2 * tig + e;
-                if (k >= g.K) continue;
-                const float b = __ldg(bias + k);
-                float* dst = out + ((((long long)o.n * g.K + k) * g.Do + od) * g.Ho + oh) * g.Wo;
+            for (int half = 0; half < 2; ++half) {
+                const int ow = 2 * (16 * mt + 8 * half + gid) + pw;
+                if (!valid[mt][half]) continue;
+                const float ga = __ldg(gamma + ow), be = __ldg(beta + ow);
+                float* dst = line + ow;
 #pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
+                for (int j = 0; j < 8; ++j, dst += 8 * cstride) {
 #pragma unroll
-                    for (int half = 0; half < 2; ++half) {
-                        const int ow = 2 * (16 * mt + 8 * half + gid) + pw;
-                        if (!valid[mt][half]) continue;
-                        const float y = (acc[mt][j][half * 2 + e] + b - mean[j][e]) * rstd[j][e] * __ldg(gamma + ow) + __ldg(beta + ow);
-                        dst[ow] = 0.5f * y * (1.f + erff(y * 0.70710678118654752440f)) * scale;
+                    for (int e = 0; e < 2; ++e) {
+                        if (j * 8 + 2 * tig + e >= g.K) continue;
+                        const float y = acc[mt][j][half * 2 + e] * rstd[j][e] * ga + be;
+                        dst[e * cstride] = 0.5f * y * (1.f + erff(y * 0.70710678118654752440f)) * scale;
                     }
+                }
             }
-        }
     });
 }
 

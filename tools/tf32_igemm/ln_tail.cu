@@ -27,7 +27,10 @@ convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gid = lane >> 2, tig = lane & 3;
     const int pw = warp >> 3, row = warp & 7, td = row / TH, th = row % TH;
-    conv_pipeline<3, 16, false, PAIRS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
+    const float inv_w = 1.f / g.Wo;
+    // 8 taps per stage: rounding A fragments in registers costs a few more instructions than the tile pass, but
+    // drops a barrier per stage in a kernel with one block per SM (untimed; ROUND_A false restores the pass).
+    conv_pipeline<3, 16, false, PAIRS, true, LN_THREADS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): output w = 2 (16 mt + 8 half + gid) + pw, channel 8 j + 2 tig + e.
         // A LayerNorm row (n, channel, d, h) is this warp's 32 values and warp ^ 8's 32 of the other W-parity.
         const int od = 2 * (o.od0 + td) + (o.cls >> 1), oh = 2 * (o.oh0 + th) + (o.cls & 1);
@@ -36,20 +39,21 @@ convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
             for (int half = 0; half < 2; ++half) valid[mt][half] = 2 * (16 * mt + 8 * half + gid) + pw < g.Wo;
-        float mean[8][2], rstd[8][2];
+        // Pass 0 turns acc into value - mean in place (so no mean array stays live), pass 1 gives rstd.
+        float rstd[8][2];
 #pragma unroll
         for (int pass = 0; pass < 2; ++pass) {
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const float b = __ldg(bias + min(j * 8 + 2 * tig + e, g.K - 1));
+                    const float b = pass ? 0.f : __ldg(bias + min(j * 8 + 2 * tig + e, g.K - 1));
                     float s = 0.f;
 #pragma unroll
                     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                         for (int half = 0; half < 2; ++half) {
-                            const float v = acc[mt][j][half * 2 + e] + b - (pass ? mean[j][e] : 0.f);
+                            const float v = acc[mt][j][half * 2 + e] + b;
                             s += valid[mt][half] ? (pass ? v * v : v) : 0.f;
                         }
                     s += __shfl_xor_sync(0xffffffffu, s, 4);
@@ -65,31 +69,39 @@ convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict
                 for (int e = 0; e < 2; ++e) {
                     const int c = j * 8 + 2 * tig + e;
                     const float total = red[(pass * 16 + warp) * NB + c] + red[(pass * 16 + (warp ^ 8)) * NB + c];
-                    if (pass == 0) mean[j][e] = total / g.Wo;
-                    else rstd[j][e] = rsqrtf(total / g.Wo + eps);
+                    if (pass == 0) {
+                        const float b = __ldg(bias + min(c, g.K - 1)), mean = total * inv_w;
+#pragma unroll
+                        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                            for (int half = 0; half < 2; ++half) acc[mt][j][half * 2 + e] = acc[mt][j][half * 2 + e] + b - mean;
+                    } else {
+                        rstd[j][e] = rsqrtf(total * inv_w + eps);
+                    }
                 }
             }
         }
         if (od >= g.Do || oh >= g.Ho) return;
+        float* const line = out + ((((long long)o.n * g.K + 2 * tig) * g.Do + od) * g.Ho + oh) * g.Wo;
+        const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int k = j * 8 + 2 * tig + e;
-                if (k >= g.K) continue;
-                const float b = __ldg(bias + k);
-                float* dst = out + ((((long long)o.n * g.K + k) * g.Do + od) * g.Ho + oh) * g.Wo;
+            for (int half = 0; half < 2; ++half) {
+                const int ow = 2 * (16 * mt + 8 * half + gid) + pw;
+                if (!valid[mt][half]) continue;
+                const float ga = __ldg(gamma + ow), be = __ldg(beta + ow);
+                float* dst = line + ow;
 #pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
+                for (int j = 0; j < 8; ++j, dst += 8 * cstride) {
 #pragma unroll
-                    for (int half = 0; half < 2; ++half) {
-                        const int ow = 2 * (16 * mt + 8 * half + gid) + pw;
-                        if (!valid[mt][half]) continue;
-                        const float y = (acc[mt][j][half * 2 + e] + b - mean[j][e]) * rstd[j][e] * __ldg(gamma + ow) + __ldg(beta + ow);
-                        dst[ow] = 0.5f * y * (1.f + erff(y * 0.70710678118654752440f)) * scale;
+                    for (int e = 0; e < 2; ++e) {
+                        if (j * 8 + 2 * tig + e >= g.K) continue;
+                        const float y = acc[mt][j][half * 2 + e] * rstd[j][e] * ga + be;
+                        dst[e * cstride] = 0.5f * y * (1.f + erff(y * 0.70710678118654752440f)) * scale;
                     }
+                }
             }
-        }
     });
 }
 

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,9 @@ class _Child:
     def __init__(self, env: dict[str, str] | None, warm: bool = False) -> None:
         read_fd, write_fd = os.pipe()
         self.chunks: list[bytes] = []
-        self.reader = threading.Thread(target=_drain, args=(read_fd, self.chunks), daemon=True)
+        self.token = ""
+        self.on_event: Callable[[str], Any] = lambda name: None
+        self.reader = threading.Thread(target=_drain, args=(read_fd, self.chunks, self._event), daemon=True)
         self.reader.start()
         self.log = tempfile.TemporaryFile()
         command = [sys.executable, "-m", "kbench.worker", "--result-fd", str(write_fd)] + (["--warm"] if warm else [])
@@ -113,9 +116,23 @@ class _Child:
         with _live_lock:
             _live.add(self.proc.pid)
 
-    def run(self, job: dict[str, Any], timeout_s: float) -> ChildOutcome:
-        """Hand the child its job; wait at most timeout_s (counted from now) for it to end."""
-        token = secrets.token_hex(16)
+    def _event(self, line: bytes) -> None:
+        """A progress line from the worker (`{"token", "event"}`, e.g. "timed" when its timing is over)."""
+        if b'"event"' not in line or not self.token:
+            return
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            return
+        if isinstance(message, dict) and message.get("token") == self.token and isinstance(message.get("event"), str):
+            self.on_event(message["event"])
+
+    def run(self, job: dict[str, Any], timeout_s: float, on_event: Callable[[str], Any] | None = None) -> ChildOutcome:
+        """Hand the child its job; wait at most timeout_s (counted from now) for it to end. on_event(name) is called
+        (from a reader thread) for each progress event the worker reports."""
+        token = self.token = secrets.token_hex(16)
+        if on_event is not None:
+            self.on_event = on_event
         start = time.monotonic()
         timed_out = False
         try:
@@ -155,14 +172,22 @@ def run_child(job: dict[str, Any], timeout_s: float, env: dict[str, str] | None 
 class WarmStarts:
     """A launcher like `run_child` that keeps one child started ahead for the next job with the same environment.
 
-    While a job runs, the next job's child is already importing Python, torch and kbench (a few seconds of CPU per
-    evaluation); it touches no GPU before it has its job, so it cannot disturb the running job's timing. Each job
-    still gets a fresh process. For CUDA runs only: on the CPU, the spare's imports would share the timed cores.
+    The next job's child is started as soon as the running job reports that its timing is over (or when the job
+    ends, if it never times), so it imports Python, torch and kbench (a few seconds of CPU) during the trust checks
+    rather than during anybody's timing on this slot. It touches no GPU before it has its job, and each job still
+    gets a fresh process. For CUDA runs only: on the CPU, the spare's imports would share the timed cores.
     """
 
     def __init__(self) -> None:
         self._spares: dict[tuple[tuple[str, str], ...], _Child] = {}
         self._lock = threading.Lock()
+        self._closed = False
+
+    def _start_spare(self, key: tuple[tuple[str, str], ...], env: dict[str, str]) -> None:
+        with self._lock:
+            if self._closed or key in self._spares:
+                return
+            self._spares[key] = _Child(env, warm=True)
 
     def __call__(self, job: dict[str, Any], timeout_s: float, env: dict[str, str]) -> ChildOutcome:
         shared = {k: v for k, v in env.items() if k not in JOB_ENV}
@@ -173,9 +198,10 @@ class WarmStarts:
             if child is not None:
                 child.discard()
             child = _Child(shared, warm=True)
-        with self._lock:
-            self._spares[key] = _Child(shared, warm=True)
-        return child.run({**job, "env": {k: env[k] for k in JOB_ENV if k in env}}, timeout_s)
+        job = {**job, "env": {k: env[k] for k in JOB_ENV if k in env}}
+        outcome = child.run(job, timeout_s, on_event=lambda name: name == "timed" and self._start_spare(key, shared))
+        self._start_spare(key, shared)  # the job ended without timing (a failure, a reference job)
+        return outcome
 
     def waiting(self) -> int:
         """How many started children wait for a job."""
@@ -185,15 +211,17 @@ class WarmStarts:
     def close(self) -> None:
         """Kill the children still waiting for a job."""
         with self._lock:
+            self._closed = True
             spares, self._spares = list(self._spares.values()), {}
         for child in spares:
             child.discard()
 
 
-def _drain(fd: int, chunks: list[bytes]) -> None:
+def _drain(fd: int, chunks: list[bytes], on_line: Callable[[bytes], Any]) -> None:
     with os.fdopen(fd, "rb") as pipe:
-        while chunk := pipe.read(65536):
-            chunks.append(chunk)
+        while line := pipe.readline():
+            chunks.append(line)
+            on_line(line)
 
 
 def worker_path_env() -> dict[str, str]:

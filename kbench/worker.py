@@ -26,6 +26,7 @@ from kbench.toolkit import BUILT_MARKER
 
 _perf_counter = time.perf_counter
 _MAX_MESSAGE = 4000
+_announce: Any = lambda event: None  # main() points it at the result pipe: a progress event for the parent
 
 
 class BuildFailed(Exception):
@@ -227,6 +228,7 @@ def evaluate(job: dict[str, Any]) -> dict[str, Any]:
         result["timing"] = measured["solution"].to_json()
         result["eager_timing"] = measured["eager"].to_json()
         phases.mark("timing")
+        _announce("timed")  # the parent may now start the next child (kbench.isolation.WarmStarts)
         _guarded(device, "the solution", lambda: trust.trust_checks(job, reference, candidate, make, result, phases.mark))
     patched = trust.replaced_attributes(guarded)
     if patched:
@@ -371,6 +373,13 @@ def main() -> None:
     job = json.loads(sys.stdin.read())
     os.environ.update(job.get("env", {}))  # what differs between jobs (kbench.isolation.JOB_ENV)
     out = os.fdopen(args.result_fd, "w")
+
+    def announce(event: str) -> None:
+        out.write(json.dumps({"token": job["token"], "event": event}) + "\n")
+        out.flush()
+
+    global _announce
+    _announce = announce
     try:
         result = MODES[job["mode"]](job)
     except Verdict as v:

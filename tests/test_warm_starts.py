@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import time
 
 from kbench import isolation
 from kbench.records import MathFlags, TimingPolicy
@@ -72,3 +73,46 @@ def test_close_kills_the_waiting_children(tmp_path):
     spares = list(warm._spares.values())
     warm.close()
     assert spares and all(child.proc.poll() is not None for child in spares)
+
+
+def test_the_worker_reports_the_end_of_its_timing_and_only_with_the_jobs_token(tmp_path):
+    path, env = _solution(tmp_path / "a")
+    events: list[str] = []
+    outcome = isolation._Child(env).run(_job(path), 60, on_event=events.append)
+    assert outcome.result["status"] == "correct" and events == ["timed"]
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text((FIXTURES / "solutions" / "tiny" / "wrong_values.py").read_text())
+    events.clear()
+    outcome = isolation._Child(env).run(_job(wrong), 60, on_event=events.append)
+    assert outcome.result["status"] == "incorrect" and events == []  # stopped before timing
+
+
+def test_a_job_that_never_times_still_leaves_the_next_child_started(tmp_path):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text((FIXTURES / "solutions" / "tiny" / "wrong_values.py").read_text())
+    warm = isolation.WarmStarts()
+    try:
+        outcome = warm(_job(wrong), 60, isolation.worker_path_env())
+        assert outcome.result["status"] == "incorrect"
+        assert warm.waiting() == 1
+    finally:
+        warm.close()
+
+
+def test_the_next_child_starts_only_after_the_running_job_has_timed(tmp_path, monkeypatch):
+    created: list[float] = []
+
+    class Recording(isolation._Child):
+        def __init__(self, *args, **kwargs):
+            created.append(time.monotonic())
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(isolation, "_Child", Recording)
+    path, env = _solution(tmp_path / "slow")
+    path.write_text("import time\ntime.sleep(2)\n" + path.read_text())  # 2 s of loading, before any timing
+    warm = isolation.WarmStarts()
+    try:
+        assert warm(_job(path), 60, env).result["status"] == "correct"
+    finally:
+        warm.close()
+    assert len(created) == 2 and created[1] - created[0] >= 2.0

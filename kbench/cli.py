@@ -98,7 +98,7 @@ def run_command(
     executor: Annotated[str, typer.Option(help="local (one evaluation per visible GPU) or ray (Ray tasks, one GPU each).")] = "local",
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address (with --executor ray). Default: a local Ray instance.")] = None,
     parallel: Annotated[Optional[int], typer.Option(min=1, help="With --executor ray: evaluations at once. Default: the cluster's GPUs (CPU: 1).")] = None,
-    kernel_profile: Annotated[bool, typer.Option("--kernel-profile/--no-kernel-profile", help="Profile each CUDA solution for the share of GPU time in its own kernels ([no_custom_kernel]). Off saves about 4 s per evaluation (the profiler's start-up).")] = True,
+    kernel_profile: Annotated[bool, typer.Option("--kernel-profile/--no-kernel-profile", help="Profile each CUDA solution for the share of GPU time in its own kernels (the no_custom_kernel check). Off saves about 4 s per evaluation (the profiler's start-up).")] = True,
     resume: Annotated[Optional[str], typer.Option(help="Finish an earlier (e.g. interrupted) run: its id or folder. Its own settings apply; finished evaluations are kept.")] = None,
     results_dir: Annotated[Path, typer.Option(help="Where results/<run-id>/ is written.")] = Path("results"),
     cache_dir: Annotated[Optional[Path], typer.Option(help="Extension build cache. Default: ~/.cache/kbench/extensions.")] = None,

@@ -42,9 +42,12 @@ def extension_dir(ctx: BuildContext, solution: SolutionSpec) -> tuple[Path, str]
     return ctx.cache_dir / key, key
 
 
-def child_env(ctx: BuildContext, solution: SolutionSpec, max_jobs: int) -> dict[str, str]:
+def child_env(ctx: BuildContext, solution: SolutionSpec | None, max_jobs: int) -> dict[str, str]:
+    """A child's environment. The reference's (solution None) differs from a solution's only by the extension dir,
+    a per-job variable (isolation.JOB_ENV), so one child started ahead serves either."""
     env = isolation.worker_path_env()
-    env.update(toolkit.build_env(extension_dir(ctx, solution)[0], ctx.cuda_home, ctx.arch, max_jobs))
+    ext = extension_dir(ctx, solution)[0] if solution is not None else None
+    env.update(toolkit.build_env(ext, ctx.cuda_home, ctx.arch, max_jobs))
     return env
 
 

@@ -6,7 +6,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from kbench import isolation
 from kbench.build import BuildContext, BuildResult, child_env
 from kbench.executors import Executor, local_executor
 from kbench.pool import Slot
@@ -70,7 +69,7 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
     """The eager row, and the torch.compile row unless it was switched off."""
     job = {**base_job(plan, problem), "mode": "reference", "compile_baseline": plan.config.compile_baseline,
            "ceilings_dir": str(plan.build.cache_dir.parent / "ceilings")}
-    outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(isolation.worker_path_env(), slot))
+    outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, None, 1), slot))
     common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds}
     failure = outcome.failure
     if failure is not None or outcome.result is None:

@@ -110,9 +110,14 @@ class _Child:
         self.reader.start()
         self.log = tempfile.TemporaryFile()
         command = [sys.executable, "-m", "kbench.worker", "--result-fd", str(write_fd)] + (["--warm"] if warm else [])
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
-                                     pass_fds=(write_fd,), start_new_session=True, env=env)
-        os.close(write_fd)
+        try:
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
+                                         pass_fds=(write_fd,), start_new_session=True, env=env)
+        except BaseException:
+            self.log.close()
+            raise
+        finally:
+            os.close(write_fd)  # the reader sees EOF if the child never started
         with _live_lock:
             _live.add(self.proc.pid)
 

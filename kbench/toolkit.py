@@ -59,10 +59,11 @@ def cache_key(source: bytes, torch_version: str, arch: str) -> str:
     return digest.hexdigest()[:20]
 
 
-def build_env(extensions_dir: Path, cuda_home: Path | None, arch: str, max_jobs: int) -> dict[str, str]:
-    """Variables for a child that may compile: its own extension dir, the toolkit, the arch list."""
+def build_env(extensions_dir: Path | None, cuda_home: Path | None, arch: str, max_jobs: int) -> dict[str, str]:
+    """Variables for a child that may compile: its own extension dir (None: none), the toolkit, the arch list."""
     env: dict[str, str] = {}
-    env["TORCH_EXTENSIONS_DIR"] = str(extensions_dir)
+    if extensions_dir is not None:
+        env["TORCH_EXTENSIONS_DIR"] = str(extensions_dir)
     env["TORCH_CUDA_ARCH_LIST"] = arch
     env["MAX_JOBS"] = str(max(1, max_jobs))
     env["PYTHONUNBUFFERED"] = "1"

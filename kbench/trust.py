@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ def wants_kernel_profile(job: dict[str, Any]) -> bool:
 
 
 def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any, result: dict[str, Any],
-                 mark: Any = lambda name: None) -> None:
+                 mark: Callable[[str], Any] = lambda name: None) -> None:
     """Checks beyond the verdict: determinism, accuracy against float64, own-kernel share of GPU time.
 
     `mark(name)` is called after each check, so the caller can time them (the worker's `Phases.mark`).

@@ -288,6 +288,7 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
                 model = compiled.pop("model")
                 fns["compiled"] = lambda: model(*correctness.clone_inputs(inputs))
         measured = _guarded(device, "timing", lambda: timing.measure_interleaved(fns, make_timer(device), policy))
+        _announce("timed")
     result["timing"] = measured["eager"].to_json()
     if device == "cuda" and job.get("ceilings_dir"):
         result["floor"] = hardware_floor(job, reference, inputs)

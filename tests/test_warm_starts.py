@@ -5,7 +5,8 @@ import os
 import time
 
 from kbench import isolation
-from kbench.records import MathFlags, TimingPolicy
+from kbench.build import BuildContext, child_env
+from kbench.records import MathFlags, SolutionSpec, TimingPolicy
 from tests.conftest import FIXTURES
 
 # Prepended to a correct fixture solution: it then loads only if its child sees the TORCH_EXTENSIONS_DIR of its own
@@ -116,3 +117,19 @@ def test_the_next_child_starts_only_after_the_running_job_has_timed(tmp_path, mo
     finally:
         warm.close()
     assert len(created) == 2 and created[1] - created[0] >= 2.0
+
+
+def test_reference_and_solution_children_differ_only_by_the_per_job_env(tmp_path):
+    ctx = BuildContext(cache_dir=tmp_path, cuda_home=None, arch="9.0", torch_version="x", timeout_s=1, jobs=1)
+    path, _ = _solution(tmp_path / "a")
+    solution = SolutionSpec(name="checks_env", problem="tiny", path=path, devices=("cpu",))
+    reference, candidate = child_env(ctx, None, 1), child_env(ctx, solution, 1)
+    assert {k for k in reference.keys() | candidate.keys() if reference.get(k) != candidate.get(k)} == set(isolation.JOB_ENV)
+
+
+def test_the_reference_child_reports_the_end_of_its_timing(tmp_path):
+    job = {**_job(tmp_path / "unused.py"), "mode": "reference"}
+    del job["solution"]
+    events: list[str] = []
+    outcome = isolation._Child(isolation.worker_path_env()).run(job, 60, on_event=events.append)
+    assert outcome.result["status"] == "correct" and events == ["timed"]

@@ -16,8 +16,10 @@ ALPHA = 0.05  # significance level of the rank test
 
 FASTER, SLOWER, SAME, UNCLEAR = "faster", "slower", "same", "unclear"
 NEW, REMOVED, FIXED, BROKEN, FAILING = "new", "removed", "fixed", "newly failing", "failing"
+NOT_RUN = "not run"  # not run in either run (a solution for another device): nothing to compare, nothing wrong
 # asv-style marks: + slower, - faster, ~ not significant, ! newly failing, x failing in both.
-MARKS = {SLOWER: "+", FASTER: "-", UNCLEAR: "~", SAME: "", BROKEN: "!", FAILING: "x", FIXED: "*", NEW: "n", REMOVED: "r"}
+MARKS = {SLOWER: "+", FASTER: "-", UNCLEAR: "~", SAME: "", BROKEN: "!", FAILING: "x", FIXED: "*", NEW: "n", REMOVED: "r",
+         NOT_RUN: ""}
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ def _row(b: Evaluation | None, a: Evaluation | None, threshold: float) -> Row:
         return Row(change=NEW, after_ms=_ms(a), **base)
     if a is None:
         return Row(change=REMOVED, before_ms=_ms(b), **base)
+    if b.status == a.status == Status.NOT_RUN:
+        return Row(change=NOT_RUN, **base)
     ok_b, ok_a = b.status == Status.CORRECT, a.status == Status.CORRECT
     if not ok_a:
         return Row(change=BROKEN if ok_b else FAILING, before_ms=_ms(b), **base)

@@ -65,6 +65,15 @@ def test_status_transitions():
     assert rows["breaks"].mark == "!" and rows["breaks"].regression and not rows["fixed"].regression
 
 
+def test_a_solution_not_run_in_both_runs_is_neutral_not_failing():
+    # e.g. a CPU-only solution in two CUDA runs; not run in one run only is still a status change.
+    before = run("a", ev("cpu_only", status=Status.NOT_RUN), ev("dropped", noisy(1.0)))
+    after = run("b", ev("cpu_only", status=Status.NOT_RUN), ev("dropped", status=Status.NOT_RUN))
+    rows = {r.solution: r for r in compare.compare_runs(before, after, 0.01)}
+    assert rows["cpu_only"].change == "not run" and rows["cpu_only"].mark == "" and not rows["cpu_only"].regression
+    assert rows["dropped"].change == "newly failing"
+
+
 def test_rows_match_on_size_too():
     before = run("a", ev("s", noisy(1.0)))
     after = run("b", Evaluation(problem="p", solution="s", status=Status.CORRECT, device="cuda", size="small",

@@ -60,6 +60,8 @@ convt3d_tf32_softmax_sigmoid(const float* __restrict__ x, const float* __restric
         const bool row_ok = od < g.Do && oh < g.Ho;
         // Channel 2 tig of voxel (od, oh, 0); a voxel's 16 values of this thread are then + (8 j + e) cstride + ow.
         float* const row = out + (((long long)o.n * g.K + 2 * tig) * g.Do + od) * g.Ho * g.Wo + (long long)oh * g.Wo;
+        // Two passes: the results first replace the accumulators, then all 64 are stored. A load issued after stores
+        // waits for them to leave the LSU (attempt 7), so no bias load may follow one of this tile's stores.
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -87,6 +89,16 @@ convt3d_tf32_softmax_sigmoid(const float* __restrict__ x, const float* __restric
                 sum += __shfl_xor_sync(0xffffffffu, sum, 1);
                 sum += __shfl_xor_sync(0xffffffffu, sum, 2);
                 const float inv = __fdividef(1.f, sum);  // sum in [1, 64]
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) acc[mt][j][half * 2 + e] = sigmoid_unit(v[2 * j + e] * inv);
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
                 const int ow = 2 * (o.ow0 + 16 * mt + 8 * half + gid) + (o.cls & 1);
                 if (row_ok && ow < g.Wo) {
                     float* dst = row + ow;
@@ -94,7 +106,7 @@ convt3d_tf32_softmax_sigmoid(const float* __restrict__ x, const float* __restric
                     for (int j = 0; j < 8; ++j, dst += 8 * cstride) {
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
-                            if (j * 8 + 2 * tig + e < g.K) dst[e * cstride] = sigmoid_unit(v[2 * j + e] * inv);
+                            if (j * 8 + 2 * tig + e < g.K) dst[e * cstride] = acc[mt][j][half * 2 + e];
                         }
                     }
                 }

@@ -385,20 +385,33 @@ conv3d_tf32_gelu(const float* __restrict__ x, const float* __restrict__ wt, cons
         // Accumulator (mt, j, e): voxel 16 mt + 8 (e / 2) + gid, channel 8 j + 2 tig + (e % 2).
         const int od = o.od0 + td, oh = o.oh0 + th;
         if (od >= g.Do || oh >= g.Ho) return;
+        // Two passes: the results first replace the accumulators, then all are stored. A load issued after stores
+        // waits for them to leave the LSU, so no bias or offset load may follow one of this tile's stores.
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int k = min(blockIdx.y * NB + j * 8 + 2 * tig + e, g.K - 1);  // past K: computed, not stored
+                const float b = __ldg(bias + k), off = __ldg(offset + k);
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int half = 0; half < 2; ++half) acc[mt][j][half * 2 + e] = post_op(acc[mt][j][half * 2 + e] + b, off);
+            }
+        }
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int k = blockIdx.y * NB + j * 8 + 2 * tig + e;
                 if (k >= g.K) continue;
-                const float b = __ldg(bias + k), off = __ldg(offset + k);
                 float* dst = out + ((((long long)o.n * g.K + k) * g.Do + od) * g.Ho + oh) * g.Wo;
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
                     for (int half = 0; half < 2; ++half) {
                         const int ow = o.ow0 + mt * 16 + half * 8 + gid;
-                        if (ow < g.Wo) dst[ow] = post_op(acc[mt][j][half * 2 + e] + b, off);
+                        if (ow < g.Wo) dst[ow] = acc[mt][j][half * 2 + e];
                     }
                 }
             }

@@ -1,0 +1,85 @@
+"""On a GPU: a `tf32_igemm` solution against its reference at odd channel counts and sizes.
+
+kbench checks every solution at the problem's full and small size. These kernels also have paths that those sizes
+never take: input channels that are not a multiple of 8, more than 64 output channels (two channel blocks),
+tiles cut by the output edge. This script runs them at such sizes and prints the max abs error and the verdict at
+the problem's tolerance. A development aid, not a benchmark (it times nothing).
+
+    python tools/tf32_igemm/check_sizes.py convtranspose3d_softmax conv3d_gelu
+    python tools/tf32_igemm/check_sizes.py --file SCRATCH/tf32_variant.py convtranspose3d_softmax
+
+Exit status 1 if any case is outside the tolerance or raises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# problem: (tolerance, [(constructor arguments, input shape)]); None, None: the problem's own sizes.
+CASES = {
+    "conv3d_gelu": (1e-2, [(None, None), ([5, 40, 3, (40, 1, 1, 1)], (2, 5, 7, 13, 37)),
+                           ([16, 80, 3, (80, 1, 1, 1)], (1, 16, 5, 9, 70))]),
+    "conv3d_logsumexp": (1e-2, [(None, None), ([5, 24, 3, 1, 1], (2, 5, 7, 13, 37)),
+                                ([3, 64, 3, 1, 0], (1, 3, 9, 11, 66))]),
+    "convtranspose3d_softmax": (1e-4, [(None, None), ([12, 20, 3, 2, 1, 1], (2, 12, 5, 7, 9)),
+                                       ([8, 64, 3, 2, 1, 0], (1, 8, 4, 5, 40))]),
+    "convtranspose3d_layernorm": (1e-2, [(None, None), ([12, 48, 4, 2, 1, True, 1e-5, 0.5], (2, 12, 3, 5, 24)),
+                                         ([32, 40, 4, 2, 1], (1, 32, 2, 3, 20))]),
+}
+
+
+def _module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check(problem: str, solution: Path) -> bool:
+    ref = _module(ROOT / "problems" / problem / "model.py", f"ref_{problem}")
+    sol = _module(solution, f"sol_{problem}")
+    tol, cases = CASES[problem]
+    ok_all = True
+    for init, shape in cases:
+        args = init if init is not None else ref.get_init_inputs()
+        try:
+            torch.manual_seed(0)
+            reference = ref.Model(*args).cuda()
+            candidate = sol.ModelNew(*args).cuda()
+            candidate.load_state_dict(reference.state_dict())
+            inputs = ([t.cuda() for t in ref.get_inputs()] if shape is None
+                      else [torch.rand(*shape, device="cuda")])
+            with torch.no_grad():
+                want, got = reference(*inputs), candidate(*[t.clone() for t in inputs])
+            err = (want - got).abs().max().item()
+            ok = want.shape == got.shape and torch.allclose(want, got, atol=tol, rtol=tol)
+            print(f"{problem} init={args} x={tuple(inputs[0].shape)} out={tuple(got.shape)} "
+                  f"max_abs_err={err:.3g} {'ok' if ok else 'FAILED'}", flush=True)
+        except Exception as exc:  # a development aid: report and go on with the next case
+            ok = False
+            print(f"{problem} init={args} FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+        ok_all = ok_all and ok
+    return ok_all
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("problems", nargs="+", choices=sorted(CASES))
+    parser.add_argument("--file", type=Path, help="solution file (default: solutions/PROBLEM/tf32_igemm.py)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 2
+    results = [check(p, args.file or ROOT / "solutions" / p / "tf32_igemm.py") for p in args.problems]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

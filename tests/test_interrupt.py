@@ -20,6 +20,9 @@ def test_a_stopped_run_keeps_a_valid_record_of_what_finished(tmp_path, sig):
          "--problems-dir", str(FIXTURES / "problems"), "--solutions-dir", str(FIXTURES / "solutions"),
          "--results-dir", str(results), "--cache-dir", str(tmp_path / "cache"), "--max-time", "0.1", "--timeout", "120"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # A shell without job control starts background commands with SIGINT ignored, and the ignore is inherited
+        # (a CI script run with '&', say): kbench then rightly keeps running on SIGINT. Start it as a terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     # Wait until at least one solution has its verdict (solutions run in name order; 'hangs' comes soon).
     deadline = time.monotonic() + 120

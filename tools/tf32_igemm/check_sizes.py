@@ -2,8 +2,8 @@
 
 kbench checks every solution at the problem's full and small size. These kernels also have paths that those sizes
 never take: input channels that are not a multiple of 8, more than 64 output channels (two channel blocks),
-tiles cut by the output edge. This script runs them at such sizes and prints the max abs error and the verdict at
-the problem's tolerance. A development aid, not a benchmark (it times nothing).
+tiles cut by the output edge. This script runs them at such sizes and prints the max abs error and kbench's verdict
+(`kbench.correctness.compare`) at the problem's own tolerance. A development aid, not a benchmark (it times nothing).
 
     python tools/tf32_igemm/check_sizes.py convtranspose3d_softmax conv3d_gelu
     python tools/tf32_igemm/check_sizes.py --file SCRATCH/tf32_variant.py convtranspose3d_softmax
@@ -21,17 +21,20 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 
-# problem: (tolerance, [(constructor arguments, input shape)]); None, None: the problem's own sizes.
+from kbench.correctness import compare  # noqa: E402
+from kbench.discovery import load_problem_dir  # noqa: E402
+
+# problem: [(constructor arguments, input shape)]; None, None: the problem's own sizes.
 CASES = {
-    "conv3d_gelu": (1e-2, [(None, None), ([5, 40, 3, (40, 1, 1, 1)], (2, 5, 7, 13, 37)),
-                           ([16, 80, 3, (80, 1, 1, 1)], (1, 16, 5, 9, 70))]),
-    "conv3d_logsumexp": (1e-2, [(None, None), ([5, 24, 3, 1, 1], (2, 5, 7, 13, 37)),
-                                ([3, 64, 3, 1, 0], (1, 3, 9, 11, 66))]),
-    "convtranspose3d_softmax": (1e-4, [(None, None), ([12, 20, 3, 2, 1, 1], (2, 12, 5, 7, 9)),
-                                       ([8, 64, 3, 2, 1, 0], (1, 8, 4, 5, 40))]),
-    "convtranspose3d_layernorm": (1e-2, [(None, None), ([12, 48, 4, 2, 1, True, 1e-5, 0.5], (2, 12, 3, 5, 24)),
-                                         ([32, 40, 4, 2, 1], (1, 32, 2, 3, 20))]),
+    "conv3d_gelu": [(None, None), ([5, 40, 3, (40, 1, 1, 1)], (2, 5, 7, 13, 37)),
+                    ([16, 80, 3, (80, 1, 1, 1)], (1, 16, 5, 9, 70))],
+    "conv3d_logsumexp": [(None, None), ([5, 24, 3, 1, 1], (2, 5, 7, 13, 37)), ([3, 64, 3, 1, 0], (1, 3, 9, 11, 66))],
+    "convtranspose3d_softmax": [(None, None), ([12, 20, 3, 2, 1, 1], (2, 12, 5, 7, 9)),
+                                ([8, 64, 3, 2, 1, 0], (1, 8, 4, 5, 40))],
+    "convtranspose3d_layernorm": [(None, None), ([12, 48, 4, 2, 1, True, 1e-5, 0.5], (2, 12, 3, 5, 24)),
+                                  ([32, 40, 4, 2, 1], (1, 32, 2, 3, 20))],
 }
 
 
@@ -43,11 +46,11 @@ def _module(path: Path, name: str):
 
 
 def check(problem: str, solution: Path) -> bool:
-    ref = _module(ROOT / "problems" / problem / "model.py", f"ref_{problem}")
+    spec = load_problem_dir(ROOT / "problems" / problem)
+    ref = _module(spec.path, f"ref_{problem}")
     sol = _module(solution, f"sol_{problem}")
-    tol, cases = CASES[problem]
     ok_all = True
-    for init, shape in cases:
+    for init, shape in CASES[problem]:
         args = init if init is not None else ref.get_init_inputs()
         try:
             torch.manual_seed(0)
@@ -58,10 +61,10 @@ def check(problem: str, solution: Path) -> bool:
                       else [torch.rand(*shape, device="cuda")])
             with torch.no_grad():
                 want, got = reference(*inputs), candidate(*[t.clone() for t in inputs])
-            err = (want - got).abs().max().item()
-            ok = want.shape == got.shape and torch.allclose(want, got, atol=tol, rtol=tol)
-            print(f"{problem} init={args} x={tuple(inputs[0].shape)} out={tuple(got.shape)} "
-                  f"max_abs_err={err:.3g} {'ok' if ok else 'FAILED'}", flush=True)
+            ok, figures = compare(got, want, spec.atol, spec.rtol)
+            detail = f"max_abs_err={figures['max_abs_err']:.3g}" if ok else figures.get("message", "")
+            print(f"{problem} init={args} x={tuple(inputs[0].shape)} out={tuple(got.shape)} {detail} "
+                  f"{'ok' if ok else 'FAILED'}", flush=True)
         except Exception as exc:  # a development aid: report and go on with the next case
             ok = False
             print(f"{problem} init={args} FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
@@ -77,7 +80,12 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
-    results = [check(p, args.file or ROOT / "solutions" / p / "tf32_igemm.py") for p in args.problems]
+    files = {p: args.file or ROOT / "solutions" / p / "tf32_igemm.py" for p in args.problems}
+    missing = [str(f) for f in files.values() if not f.is_file()]
+    if missing:
+        print(f"no such solution file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    results = [check(p, f) for p, f in files.items()]
     return 0 if all(results) else 1
 
 

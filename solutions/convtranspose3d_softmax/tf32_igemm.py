@@ -6,9 +6,10 @@ over the input with 2 x 2 x 2 slots, some of them empty (1, 2, 4 or 8 taps per c
 transposed convolution would multiply are never touched. Each tile of 2 x 4 x 32 class voxels x all 64 output
 channels is accumulated in registers (mma.sync m16n8k8, TF32 inputs rounded to nearest, float32 accumulation); the
 64 channels of a voxel sit in the four threads of a quad, so the channel softmax is two shuffles for the max and two
-for the sum, followed by the sigmoid and one store per value. Persistent blocks (two per SM; an odd count, so each
-cycles through classes of unequal work) walk the tiles, class fastest, so the classes of one region run at once and
-their interleaved stores meet in L2. Input and weights of the next stage are copied with cp.async while the current
+for the sum, followed by the sigmoid and one store per value. A block of 16 warps takes one (d, h) parity pair and
+both W-parities of its rows (warps 0-7 and 8-15, each half with its own taps), so the two halves of every sector of
+the stride-2 stores leave one block together. Persistent blocks (one per SM; an odd count, so each cycles through
+pairs of unequal work) walk the tiles. Input and weights of the next stage are copied with cp.async while the current
 one is multiplied; the weights are packed per class by one small kernel per call.
 
 Stride 2 with two slots per dimension (kernel 3, padding 1, any output padding; kernel 2, padding 0; ...) and up to
@@ -198,12 +199,16 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[2][4], const float* p0, con
 //                      half = h, gid = w), so a thread holds whole 2x2 (d, h) columns and lane ^ 4 the w neighbour.
 //  PAIRS (16 warps):   warp w owns the W-run (td, th) = ((w & 7) / TH, w % TH) of W-parity class w >> 3 (see
 //                      mma_pairs); m is the W offset.
-enum RowMode { RUNS = 0, POOLS = 1, PAIRS = 2 };
+//  SPLIT (16 warps):   PAIRS' rows with RUNS' taps: each half of the block runs the masked slot loop of its own
+//                      W-parity class, with the second half of the stage's weights and mask bits for warps 8-15. For
+//                      kernels whose W-parities have different taps (kernel 3, padding 1), so that one block still
+//                      writes whole W rows.
+enum RowMode { RUNS = 0, POOLS = 1, PAIRS = 2, SPLIT = 3 };
 
 template <int MODE>
 __device__ __forceinline__ int row_position(int warp, int mt, int half, int r, int XH, int XW) {
     if (MODE == POOLS) return (mt * XH + 2 * (warp >> 2) + half) * XW + 8 * (warp & 3) + r;
-    if (MODE == PAIRS) warp &= 7;
+    if (MODE == PAIRS || MODE == SPLIT) warp &= 7;
     return ((warp / TH) * XH + warp % TH) * XW + 16 * mt + 8 * half + r;
 }
 
@@ -260,6 +265,9 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws
     const int a_pos1 = row_position<MODE>(warp, 1, q & 1, r, XH, XW);
     const int a_c = 4 * (q >> 1);
     const int b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);       // B: matrices (j, k0-3), (j, k4-7), (j+1, ..), (j+1, ..)
+    // SPLIT: warps 8-15 use taps KS^3.. of the stage's weights and their mask bits (uniform per warp).
+    const int tap0 = MODE == SPLIT ? (warp >> 3) * KS * KS * KS : 0;
+    if (MODE == SPLIT) mask >>= tap0;
 #pragma unroll
     for (int kd = 0; kd < KDS; ++kd)
 #pragma unroll
@@ -274,7 +282,7 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws
 #pragma unroll
                 for (int jj = 0; jj < 4; ++jj) {
                     uint32_t b[4];
-                    ldmatrix_x4(b, ws + swz(tap * NB + jj * 16 + b_row, b_c));
+                    ldmatrix_x4(b, ws + swz((tap0 + tap) * NB + jj * 16 + b_row, b_c));
                     mma_tf32(acc[0][2 * jj], a[0], b[0], b[1]);
                     mma_tf32(acc[1][2 * jj], a[1], b[0], b[1]);
                     mma_tf32(acc[0][2 * jj + 1], a[0], b[2], b[3]);
@@ -352,10 +360,11 @@ void set_tiles(Geometry& g, int out_d, int out_h, int out_w, int classes = 1) {
 }
 
 // Shared memory of a pipeline buffer: one stage's weights (all taps, or one kd slab) and input tile.
-void set_smem(Geometry& g, int KS, bool slab, bool resident) {
+// taps > 0: a stage's weights hold that many taps (SPLIT: two classes of KS^3) instead of its KS^3 or KS^2.
+void set_smem(Geometry& g, int KS, bool slab, bool resident, int taps = 0) {
     g.slabs = slab ? KS : 1;
     g.resident = resident;
-    g.wsz = (resident ? KS : (slab ? 1 : KS)) * KS * KS * NB * CK;
+    g.wsz = (taps > 0 ? taps : (resident ? KS : (slab ? 1 : KS)) * KS * KS) * NB * CK;
     g.xsz = CK * (slab ? TD : TD + KS - 1) * (TH + KS - 1) * (TW + KS - 1);
     g.xsz = (g.xsz + 3) / 4 * 4;  // keep the next buffer 16-byte aligned
     g.bsz = g.wsz + g.xsz;
@@ -408,19 +417,24 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& w, const char* wh
 
 // Stride-2 transposed convolution as 8 parity classes: output o = 2 j + p (per dimension) receives input i = j + s + dmin
 // through kernel tap k = p + pad - 2 (s + dmin), for the slots s where that k exists. Each class is a plain
-// 2x2x2-slot convolution over the input with the other slots masked off.
+// 2x2x2-slot convolution over the input with the other slots masked off. A block takes one (d, h) parity pair
+// (pair = 2 pd + ph) and both W-parities (SPLIT rows: warps 0-7 W-parity 0, warps 8-15 W-parity 1), so it writes
+// whole W rows: both halves of every 32-byte sector of its stride-2 stores leave the block together.
 constexpr int SLOTS = 2;
+constexpr int SM_THREADS = 512;
 
 __global__ void pack_transposed(const float* __restrict__ w, float* __restrict__ out, int C, int K, int ks, int pad,
                                int dmin, int chunks, long long total) {
-    // out: [kblock][class 8][chunk][slot (sd, sh, sw)][k 64][ci 8], TF32-rounded; zeros where no tap or no channel.
+    // out: [kblock][pair 4][chunk][pw 2][slot (sd, sh, sw)][k 64][ci 8], class = 2 pair + pw; TF32-rounded, zeros where
+    // no tap or no channel.
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
         long long t = i;
         const int ci8 = (int)(t % CK); t /= CK;
         const int n = (int)(t % NB); t /= NB;
         const int slot = (int)(t % (SLOTS * SLOTS * SLOTS)); t /= SLOTS * SLOTS * SLOTS;
+        const int pw = (int)(t % 2); t /= 2;
         const int chunk = (int)(t % chunks); t /= chunks;
-        const int cls = (int)(t % 8); t /= 8;
+        const int cls = 2 * (int)(t % 4) + pw; t /= 4;
         const int kb = (int)t;
         const int ci = chunk * CK + ci8, co = kb * NB + n;
         const int kd = ((cls >> 2) & 1) + pad - 2 * (slot / 4 + dmin);
@@ -452,19 +466,19 @@ __device__ __forceinline__ float sigmoid_unit(float p) {
     return fmaf(r, p, 0.5f);
 }
 
-__global__ void __launch_bounds__(THREADS, 2)
+__global__ void __launch_bounds__(SM_THREADS, 1)
 convt3d_tf32_softmax_sigmoid(const float* __restrict__ x, const float* __restrict__ wt, const float* __restrict__ bias,
                              float* __restrict__ out, const Geometry g) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gid = lane >> 2, tig = lane & 3;
-    const int td = warp / TH, th = warp % TH;
+    const int pw = warp >> 3, row = warp & 7, td = row / TH, th = row % TH;
     const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels
     // Classes have 1 to 8 taps, so stages are short: round A fragments in registers rather than the tile per stage.
-    conv_pipeline<SLOTS, SLOTS * SLOTS * SLOTS, false, RUNS, true, THREADS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
+    conv_pipeline<SLOTS, 2 * SLOTS * SLOTS * SLOTS, false, SPLIT, true, SM_THREADS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): voxel w = 16 mt + 8 half + gid of this warp's run, channel 8 j + 2 tig + e.
         // The 64 channels of a voxel sit in the four threads tig = 0..3 of a quad: softmax = two shuffles each way.
         constexpr float LOG2E = 1.4426950408889634f;
-        const int od = 2 * (o.od0 + td) + (o.cls >> 2), oh = 2 * (o.oh0 + th) + ((o.cls >> 1) & 1);
+        const int od = 2 * (o.od0 + td) + (o.cls >> 1), oh = 2 * (o.oh0 + th) + (o.cls & 1);
         const bool row_ok = od < g.Do && oh < g.Ho;
         // Channel 2 tig of voxel (od, oh, 0); a voxel's 16 values of this thread are then + (8 j + e) cstride + ow.
         float* const row = out + (((long long)o.n * g.K + 2 * tig) * g.Do + od) * g.Ho * g.Wo + (long long)oh * g.Wo;
@@ -507,7 +521,7 @@ convt3d_tf32_softmax_sigmoid(const float* __restrict__ x, const float* __restric
         for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const int ow = 2 * (o.ow0 + 16 * mt + 8 * half + gid) + (o.cls & 1);
+                const int ow = 2 * (o.ow0 + 16 * mt + 8 * half + gid) + pw;
                 if (row_ok && ow < g.Wo) {
                     float* dst = row + ow;
 #pragma unroll
@@ -564,7 +578,7 @@ torch::Tensor convt3d_softmax_sigmoid(torch::Tensor x, torch::Tensor w, torch::T
             for (int d = 0; d < 3; ++d) ok = ok && k3[d] >= 0 && k3[d] < ks;
             if (ok) mask |= 1u << slot;
         }
-        g.masks[cls] = mask;
+        g.masks[cls >> 1] |= mask << (8 * (cls & 1));  // pair cls / 2: W-parity 0 in bits 0-7, 1 in bits 8-15
     }
     const long long total = 8LL * g.chunks * SLOTS * SLOTS * SLOTS * NB * CK;
     auto wt = torch::empty({total}, w.options());
@@ -573,13 +587,13 @@ torch::Tensor convt3d_softmax_sigmoid(torch::Tensor x, torch::Tensor w, torch::T
         wc.data_ptr<float>(), wt.data_ptr<float>(), g.C, g.K, ks, (int)pad, dmin, g.chunks, total);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     auto b = bias.contiguous();
-    set_tiles(g, (g.Do + 1) / 2, (g.Ho + 1) / 2, (g.Wo + 1) / 2, 8);
-    set_smem(g, SLOTS, false, false);
+    set_tiles(g, (g.Do + 1) / 2, (g.Ho + 1) / 2, (g.Wo + 1) / 2, 4);
+    set_smem(g, SLOTS, false, false, 2 * SLOTS * SLOTS * SLOTS);
     const size_t smem = smem_bytes(g);
-    dim3 grid = persistent_grid(convt3d_tf32_softmax_sigmoid, g, smem);
-    // Classes differ in work (1 to 8 taps): an odd grid makes each block cycle through all of them.
+    dim3 grid = persistent_grid(convt3d_tf32_softmax_sigmoid, g, smem, SM_THREADS);
+    // Pairs differ in work (2 to 16 taps): an odd grid makes each block cycle through all of them.
     if (grid.x % 2 == 0 && grid.x > 1 && (long long)grid.x < g.tiles) grid.x -= 1;
-    convt3d_tf32_softmax_sigmoid<<<grid, THREADS, smem, stream>>>(
+    convt3d_tf32_softmax_sigmoid<<<grid, SM_THREADS, smem, stream>>>(
         x.data_ptr<float>(), wt.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;

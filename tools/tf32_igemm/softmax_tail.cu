@@ -1,18 +1,23 @@
 // Stride-2 transposed convolution as 8 parity classes: output o = 2 j + p (per dimension) receives input i = j + s + dmin
 // through kernel tap k = p + pad - 2 (s + dmin), for the slots s where that k exists. Each class is a plain
-// 2x2x2-slot convolution over the input with the other slots masked off.
+// 2x2x2-slot convolution over the input with the other slots masked off. A block takes one (d, h) parity pair
+// (pair = 2 pd + ph) and both W-parities (SPLIT rows: warps 0-7 W-parity 0, warps 8-15 W-parity 1), so it writes
+// whole W rows: both halves of every 32-byte sector of its stride-2 stores leave the block together.
 constexpr int SLOTS = 2;
+constexpr int SM_THREADS = 512;
 
 __global__ void pack_transposed(const float* __restrict__ w, float* __restrict__ out, int C, int K, int ks, int pad,
                                int dmin, int chunks, long long total) {
-    // out: [kblock][class 8][chunk][slot (sd, sh, sw)][k 64][ci 8], TF32-rounded; zeros where no tap or no channel.
+    // out: [kblock][pair 4][chunk][pw 2][slot (sd, sh, sw)][k 64][ci 8], class = 2 pair + pw; TF32-rounded, zeros where
+    // no tap or no channel.
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
         long long t = i;
         const int ci8 = (int)(t % CK); t /= CK;
         const int n = (int)(t % NB); t /= NB;
         const int slot = (int)(t % (SLOTS * SLOTS * SLOTS)); t /= SLOTS * SLOTS * SLOTS;
+        const int pw = (int)(t % 2); t /= 2;
         const int chunk = (int)(t % chunks); t /= chunks;
-        const int cls = (int)(t % 8); t /= 8;
+        const int cls = 2 * (int)(t % 4) + pw; t /= 4;
         const int kb = (int)t;
         const int ci = chunk * CK + ci8, co = kb * NB + n;
         const int kd = ((cls >> 2) & 1) + pad - 2 * (slot / 4 + dmin);
@@ -44,19 +49,19 @@ __device__ __forceinline__ float sigmoid_unit(float p) {
     return fmaf(r, p, 0.5f);
 }
 
-__global__ void __launch_bounds__(THREADS, 2)
+__global__ void __launch_bounds__(SM_THREADS, 1)
 convt3d_tf32_softmax_sigmoid(const float* __restrict__ x, const float* __restrict__ wt, const float* __restrict__ bias,
                              float* __restrict__ out, const Geometry g) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gid = lane >> 2, tig = lane & 3;
-    const int td = warp / TH, th = warp % TH;
+    const int pw = warp >> 3, row = warp & 7, td = row / TH, th = row % TH;
     const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels
     // Classes have 1 to 8 taps, so stages are short: round A fragments in registers rather than the tile per stage.
-    conv_pipeline<SLOTS, SLOTS * SLOTS * SLOTS, false, RUNS, true, THREADS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
+    conv_pipeline<SLOTS, 2 * SLOTS * SLOTS * SLOTS, false, SPLIT, true, SM_THREADS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): voxel w = 16 mt + 8 half + gid of this warp's run, channel 8 j + 2 tig + e.
         // The 64 channels of a voxel sit in the four threads tig = 0..3 of a quad: softmax = two shuffles each way.
         constexpr float LOG2E = 1.4426950408889634f;
-        const int od = 2 * (o.od0 + td) + (o.cls >> 2), oh = 2 * (o.oh0 + th) + ((o.cls >> 1) & 1);
+        const int od = 2 * (o.od0 + td) + (o.cls >> 1), oh = 2 * (o.oh0 + th) + (o.cls & 1);
         const bool row_ok = od < g.Do && oh < g.Ho;
         // Channel 2 tig of voxel (od, oh, 0); a voxel's 16 values of this thread are then + (8 j + e) cstride + ow.
         float* const row = out + (((long long)o.n * g.K + 2 * tig) * g.Do + od) * g.Ho * g.Wo + (long long)oh * g.Wo;
@@ -99,7 +104,7 @@ convt3d_tf32_softmax_sigmoid(const float* __restrict__ x, const float* __restric
         for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const int ow = 2 * (o.ow0 + 16 * mt + 8 * half + gid) + (o.cls & 1);
+                const int ow = 2 * (o.ow0 + 16 * mt + 8 * half + gid) + pw;
                 if (row_ok && ow < g.Wo) {
                     float* dst = row + ow;
 #pragma unroll
@@ -156,7 +161,7 @@ torch::Tensor convt3d_softmax_sigmoid(torch::Tensor x, torch::Tensor w, torch::T
             for (int d = 0; d < 3; ++d) ok = ok && k3[d] >= 0 && k3[d] < ks;
             if (ok) mask |= 1u << slot;
         }
-        g.masks[cls] = mask;
+        g.masks[cls >> 1] |= mask << (8 * (cls & 1));  // pair cls / 2: W-parity 0 in bits 0-7, 1 in bits 8-15
     }
     const long long total = 8LL * g.chunks * SLOTS * SLOTS * SLOTS * NB * CK;
     auto wt = torch::empty({total}, w.options());
@@ -165,13 +170,13 @@ torch::Tensor convt3d_softmax_sigmoid(torch::Tensor x, torch::Tensor w, torch::T
         wc.data_ptr<float>(), wt.data_ptr<float>(), g.C, g.K, ks, (int)pad, dmin, g.chunks, total);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     auto b = bias.contiguous();
-    set_tiles(g, (g.Do + 1) / 2, (g.Ho + 1) / 2, (g.Wo + 1) / 2, 8);
-    set_smem(g, SLOTS, false, false);
+    set_tiles(g, (g.Do + 1) / 2, (g.Ho + 1) / 2, (g.Wo + 1) / 2, 4);
+    set_smem(g, SLOTS, false, false, 2 * SLOTS * SLOTS * SLOTS);
     const size_t smem = smem_bytes(g);
-    dim3 grid = persistent_grid(convt3d_tf32_softmax_sigmoid, g, smem);
-    // Classes differ in work (1 to 8 taps): an odd grid makes each block cycle through all of them.
+    dim3 grid = persistent_grid(convt3d_tf32_softmax_sigmoid, g, smem, SM_THREADS);
+    // Pairs differ in work (2 to 16 taps): an odd grid makes each block cycle through all of them.
     if (grid.x % 2 == 0 && grid.x > 1 && (long long)grid.x < g.tiles) grid.x -= 1;
-    convt3d_tf32_softmax_sigmoid<<<grid, THREADS, smem, stream>>>(
+    convt3d_tf32_softmax_sigmoid<<<grid, SM_THREADS, smem, stream>>>(
         x.data_ptr<float>(), wt.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;

@@ -26,6 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOLUTIONS = HERE.parent.parent / "solutions"
 HEADERS = """#include <torch/extension.h>
+#include <cuda.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

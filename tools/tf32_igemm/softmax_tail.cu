@@ -5,11 +5,24 @@
 // whole W rows: both halves of every 32-byte sector of its stride-2 stores leave the block together.
 constexpr int SLOTS = 2;
 constexpr int SM_THREADS = 512;
+// A stage (one chunk of 8 input channels of one tile) arrives by TMA: the weights of both W-parities as one bulk copy
+// (packed in the shared-memory order, swizzle included), the input window as one 5-D tensor copy whose out-of-range
+// parts the copy engine fills with zeros. Input window per stage: [channel 8][d TD + 1][h TH + 1][w XBW], w 33 used;
+// 40 keeps rows 16-byte multiples and makes a channel plane 600 words: 600 % 32 == 24, so the A loads (lanes:
+// channel tig, voxel gid) hit 32 distinct banks.
+constexpr int XBW = 40, XBH = TH + 1, XBD = TD + 1;
+constexpr int XPLANE = XBW * XBH * XBD;
+constexpr int WWORDS = 2 * SLOTS * SLOTS * SLOTS * NB * CK;  // one stage's weights: 16 slots x 64 channels x 8
+constexpr int XWORDS = CK * XPLANE;
+constexpr int BUF_WORDS = (WWORDS + XWORDS + 31) / 32 * 32;  // 128-byte multiples: TMA destinations are 128-aligned
+constexpr int NBUF = 3;                                      // stages in flight: two copies run during a stage's MMAs
+static_assert(XPLANE % 32 == 8 || XPLANE % 32 == 24, "A loads must not conflict");
+static_assert(XBW >= TW + SLOTS - 1 && (XBW * 4) % 16 == 0, "input window rows");
 
 __global__ void pack_transposed(const float* __restrict__ w, float* __restrict__ out, int C, int K, int ks, int pad,
                                int dmin, int chunks, long long total) {
     // out: [kblock][pair 4][chunk][pw 2][slot (sd, sh, sw)][k 64][ci 8], class = 2 pair + pw; TF32-rounded, zeros where
-    // no tap or no channel.
+    // no tap or no channel; each (pw, slot, k) row of 8 in swz order, so that a stage's 32 KB are copied byte for byte.
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
         long long t = i;
         const int ci8 = (int)(t % CK); t /= CK;
@@ -27,7 +40,7 @@ __global__ void pack_transposed(const float* __restrict__ w, float* __restrict__
         if (ci < C && co < K && kd >= 0 && kd < ks && kh >= 0 && kh < ks && kw >= 0 && kw < ks) {
             v = round_tf32(w[(((long long)ci * K + co) * ks + kd) * ks * ks + kh * ks + kw]);
         }
-        out[i] = v;
+        out[i ^ ((i >> 3) & 4)] = v;  // row (i / 8)'s halves swapped where swz swaps them: a stage copies as is
     }
 }
 
@@ -49,75 +62,222 @@ __device__ __forceinline__ float sigmoid_unit(float p) {
     return fmaf(r, p, 0.5f);
 }
 
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// The producer's arrival, announcing the bytes its copies will deliver to this barrier.
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+    asm volatile("{\n\t.reg .pred done;\n\tWAIT:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+                 "@!done bra WAIT;\n\t}" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+
+__device__ __forceinline__ void bulk_copy(float* dst, const float* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+
+// Box (XBW, XBH, XBD, CK, 1) of the input at element coordinates (w, h, d, c, n); outside the tensor: zeros.
+__device__ __forceinline__ void tensor_copy(float* dst, const CUtensorMap* map, uint64_t* bar, int w, int h, int d, int c,
+                                            int n) {
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
+                 :: "r"(smem_addr(dst)), "l"(map), "r"(w), "r"(h), "r"(d), "r"(c), "r"(n), "r"(smem_addr(bar))
+                 : "memory");
+}
+
+// One stage: this warp's 32 voxels x 64 channels += the stage's 8 channels x the taps of its class (mask bit = slot).
+// xa: this thread's A element (channel tig, voxel gid of the warp's run) at slot 0; wb: its ldmatrix row of B at
+// slot 0 of its W-parity. Every address below is one of these plus a constant.
+__device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb, const float* xa, uint32_t mask) {
+#pragma unroll
+    for (int slot = 0; slot < SLOTS * SLOTS * SLOTS; ++slot) {
+        if (!((mask >> slot) & 1u)) continue;  // uniform per warp
+        const float* p = xa + ((slot >> 2) * XBH + ((slot >> 1) & 1)) * XBW + (slot & 1);
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+            a[mt][0] = round_tf32_bits(__float_as_uint(p[16 * mt]));
+            a[mt][1] = round_tf32_bits(__float_as_uint(p[16 * mt + 8]));
+            a[mt][2] = round_tf32_bits(__float_as_uint(p[4 * XPLANE + 16 * mt]));
+            a[mt][3] = round_tf32_bits(__float_as_uint(p[4 * XPLANE + 16 * mt + 8]));
+        }
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+            uint32_t b[4];
+            ldmatrix_x4(b, wb + (slot * NB + jj * 16) * CK);
+            mma_tf32(acc[0][2 * jj], a[0], b[0], b[1]);
+            mma_tf32(acc[1][2 * jj], a[1], b[0], b[1]);
+            mma_tf32(acc[0][2 * jj + 1], a[0], b[2], b[3]);
+            mma_tf32(acc[1][2 * jj + 1], a[1], b[2], b[3]);
+        }
+    }
+}
+
+// FULL_K: all 64 output channels exist (no per-channel store guards).
+template <bool FULL_K>
 __global__ void __launch_bounds__(SM_THREADS, 1)
-convt3d_tf32_softmax_sigmoid(const float* __restrict__ x, const float* __restrict__ wt, const float* __restrict__ bias,
-                             float* __restrict__ out, const Geometry g) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const float* __restrict__ wt,
+                             const float* __restrict__ bias, float* __restrict__ out, const Geometry g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // The dynamic shared memory base is 1024-byte aligned (as TMA with 128-byte swizzling requires of it); taking it
+    // as is keeps the compiler's knowledge that these are shared addresses (LDS, not generic loads).
+    extern __shared__ __align__(1024) float smem[];
+    float* const bias_s = smem + NBUF * BUF_WORDS;  // [tig][2 j + e] = bias(8 j + 2 tig + e) * log2(e); -inf past K
+    uint64_t* const full = reinterpret_cast<uint64_t*>(bias_s + NB);  // per buffer: its stage has arrived
+    constexpr float LOG2E = 1.4426950408889634f;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int gid = lane >> 2, tig = lane & 3;
-    const int pw = warp >> 3, row = warp & 7, td = row / TH, th = row % TH;
-    const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels
-    // Classes have 1 to 8 taps, so stages are short: round A fragments in registers rather than the tile per stage.
-    conv_pipeline<SLOTS, 2 * SLOTS * SLOTS * SLOTS, false, SPLIT, true, SM_THREADS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
+    const int pw = warp >> 3, run = warp & 7, td = run / TH, th = run % TH;
+    if (tid < NB) {
+        const int t = tid >> 4, i = tid & 15, k = 8 * (i >> 1) + 2 * t + (i & 1);
+        bias_s[tid] = k < g.K ? bias[k] * LOG2E : -INFINITY;
+    }
+    if (tid == 0) {
+        for (int b = 0; b < NBUF; ++b) mbar_init(full + b, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    const int tiles = (int)g.tiles, step = (int)gridDim.x, chunks = g.chunks;
+    // The producer is thread 0: stage (p_tile, p_chunk) into buffer p_buf, NBUF - 1 stages ahead of the MMAs.
+    int p_tile = blockIdx.x, p_chunk = 0, p_buf = 0;
+    auto issue = [&]() {
+        if (p_tile < tiles) {
+            const TileOrigin o = tile_origin(p_tile, g);
+            float* buf = smem + p_buf * BUF_WORDS;
+            mbar_expect_tx(full + p_buf, (WWORDS + XWORDS) * sizeof(float));
+            bulk_copy(buf, wt + ((long long)o.cls * chunks + p_chunk) * WWORDS, WWORDS * sizeof(float), full + p_buf);
+            tensor_copy(buf + WWORDS, &xmap, full + p_buf, o.ow0 - g.pad, o.oh0 - g.pad, o.od0 - g.pad, p_chunk * CK, o.n);
+        }
+        if (++p_chunk == chunks) { p_chunk = 0; p_tile += step; }
+        if (++p_buf == NBUF) p_buf = 0;
+    };
+    if (tid == 0)
+        for (int i = 0; i < NBUF - 1; ++i) issue();
+
+    // This thread's fixed offsets into a buffer (see stage_mma).
+    const int q = lane >> 3, r = lane & 7;
+    const int a_off = WWORDS + tig * XPLANE + (td * XBH + th) * XBW + gid;
+    const int b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);
+    const int b_off = (pw * 8 * NB + b_row) * CK + (b_c ^ (b_row & 4));  // swz((pw 8 + slot) 64 + 16 jj + b_row, b_c)
+    const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels; K cstride < 2^31 (host)
+    int c_buf = 0;
+    uint32_t c_phase = 0;
+    float acc[2][8][4];
+    for (int tile = blockIdx.x; tile < tiles; tile += step) {
+        const TileOrigin o = tile_origin(tile, g);
+        uint32_t mask = 0;  // g.masks[o.cls] without a runtime index into the parameters
+#pragma unroll
+        for (int c = 0; c < 4; ++c) mask = c == o.cls ? g.masks[c] : mask;
+        mask = (mask >> (8 * pw)) & 0xffu;
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+        for (int chunk = 0; chunk < chunks; ++chunk) {
+            if (tid == 0) issue();  // into the buffer the barrier at the end of the last stage released
+            mbar_wait(full + c_buf, c_phase);
+            const float* buf = smem + c_buf * BUF_WORDS;
+            stage_mma(acc, buf + b_off, buf + a_off, mask);
+            __syncthreads();  // every warp is done with buffer c_buf: the next issue() may refill it
+            if (++c_buf == NBUF) { c_buf = 0; c_phase ^= 1; }
+        }
+
         // Accumulator (mt, j, half * 2 + e): voxel w = 16 mt + 8 half + gid of this warp's run, channel 8 j + 2 tig + e.
         // The 64 channels of a voxel sit in the four threads tig = 0..3 of a quad: softmax = two shuffles each way.
-        constexpr float LOG2E = 1.4426950408889634f;
-        const int od = 2 * (o.od0 + td) + (o.cls >> 1), oh = 2 * (o.oh0 + th) + (o.cls & 1);
-        const bool row_ok = od < g.Do && oh < g.Ho;
-        // Channel 2 tig of voxel (od, oh, 0); a voxel's 16 values of this thread are then + (8 j + e) cstride + ow.
-        float* const row = out + (((long long)o.n * g.K + 2 * tig) * g.Do + od) * g.Ho * g.Wo + (long long)oh * g.Wo;
-        // Two passes: the results first replace the accumulators, then all 64 are stored. A load issued after stores
-        // waits for them to leave the LSU (attempt 7), so no bias load may follow one of this tile's stores.
+        // Two passes: the results first replace the accumulators, then all 64 are stored (no load after a store).
+        const float4* const bq = reinterpret_cast<const float4*>(bias_s + 16 * tig);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 float v[16];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float4 b4 = bq[i];
+                    v[4 * i] = b4.x; v[4 * i + 1] = b4.y; v[4 * i + 2] = b4.z; v[4 * i + 3] = b4.w;
+                }
                 float mx = -INFINITY;
 #pragma unroll
-                for (int j = 0; j < 8; ++j) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int k = j * 8 + 2 * tig + e;
-                        v[2 * j + e] = k < g.K ? acc[mt][j][half * 2 + e] + __ldg(bias + k) : -INFINITY;
-                        mx = fmaxf(mx, v[2 * j + e]);
-                    }
+                for (int i = 0; i < 16; ++i) {
+                    v[i] = fmaf(acc[mt][i >> 1][half * 2 + (i & 1)], LOG2E, v[i]);  // log2(e) (value + bias)
+                    mx = fmaxf(mx, v[i]);
                 }
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                const float mx2 = mx * LOG2E;
                 float sum = 0.f;
 #pragma unroll
                 for (int i = 0; i < 16; ++i) {
-                    v[i] = exp2_approx(fmaf(v[i], LOG2E, -mx2));  // e^(v - mx); -inf (no channel) gives 0
+                    v[i] = exp2_approx(v[i] - mx);  // e^(value - max); -inf (no channel) gives 0
                     sum += v[i];
                 }
                 sum += __shfl_xor_sync(0xffffffffu, sum, 1);
                 sum += __shfl_xor_sync(0xffffffffu, sum, 2);
                 const float inv = __fdividef(1.f, sum);  // sum in [1, 64]
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) acc[mt][j][half * 2 + e] = sigmoid_unit(v[2 * j + e] * inv);
+                for (int i = 0; i < 16; ++i) acc[mt][i >> 1][half * 2 + (i & 1)] = sigmoid_unit(v[i] * inv);
             }
         }
+        const int od = 2 * (o.od0 + td) + (o.cls >> 1), oh = 2 * (o.oh0 + th) + (o.cls & 1);
+        if (od < g.Do && oh < g.Ho) {
+            // Element offsets within sample n's output fit in 32 bits (host check): one IMAD and one wide IMAD per store.
+            float* const sample = out + (long long)o.n * g.K * cstride;
+            const unsigned cs = (unsigned)cstride;
+            const unsigned line = 2u * tig * cs + ((unsigned)od * g.Ho + oh) * g.Wo;
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
+            for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int ow = 2 * (o.ow0 + 16 * mt + 8 * half + gid) + pw;
-                if (row_ok && ow < g.Wo) {
-                    float* dst = row + ow;
+                for (int half = 0; half < 2; ++half) {
+                    const int ow = 2 * (o.ow0 + 16 * mt + 8 * half + gid) + pw;
+                    if (ow >= g.Wo) continue;
 #pragma unroll
-                    for (int j = 0; j < 8; ++j, dst += 8 * cstride) {
+                    for (int j = 0; j < 8; ++j)
 #pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            if (j * 8 + 2 * tig + e < g.K) dst[e * cstride] = acc[mt][j][half * 2 + e];
-                        }
-                    }
+                        for (int e = 0; e < 2; ++e)
+                            if (FULL_K || j * 8 + 2 * tig + e < g.K)
+                                sample[line + ow + (8u * j + e) * cs] = acc[mt][j][half * 2 + e];
                 }
             }
         }
-    });
+    }
+#endif
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The input (N, C, D, H, W) as a TMA tensor map with this kernel's box; row pitch wp (a multiple of 4) >= W.
+CUtensorMap input_map(const torch::Tensor& x, const Geometry& g, int wp) {
+    static EncodeTiled encode = nullptr;
+    if (encode == nullptr) {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        C10_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+        TORCH_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr, "convt3d_softmax_sigmoid: no cuTensorMapEncodeTiled");
+        encode = reinterpret_cast<EncodeTiled>(fn);
+    }
+    const cuuint64_t dims[5] = {(cuuint64_t)g.W, (cuuint64_t)g.H, (cuuint64_t)g.D, (cuuint64_t)g.C, (cuuint64_t)g.N};
+    const cuuint64_t row = (cuuint64_t)wp * sizeof(float);
+    const cuuint64_t strides[4] = {row, row * g.H, row * g.H * g.D, row * g.H * g.D * g.C};  // bytes, dims 1..4
+    const cuuint32_t box[5] = {XBW, XBH, XBD, CK, 1};
+    const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
+    CUtensorMap map;
+    const CUresult rc = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, x.data_ptr(), dims, strides, box, unit,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    TORCH_CHECK(rc == CUDA_SUCCESS, "convt3d_softmax_sigmoid: cuTensorMapEncodeTiled failed (", (int)rc, ")");
+    return map;
 }
 
 }  // namespace
@@ -171,13 +331,22 @@ torch::Tensor convt3d_softmax_sigmoid(torch::Tensor x, torch::Tensor w, torch::T
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     auto b = bias.contiguous();
     set_tiles(g, (g.Do + 1) / 2, (g.Ho + 1) / 2, (g.Wo + 1) / 2, 4);
-    set_smem(g, SLOTS, false, false, 2 * SLOTS * SLOTS * SLOTS);
-    const size_t smem = smem_bytes(g);
-    dim3 grid = persistent_grid(convt3d_tf32_softmax_sigmoid, g, smem, SM_THREADS);
+    TORCH_CHECK((long long)g.K * g.Do * g.Ho * g.Wo <= INT_MAX, "convt3d_softmax_sigmoid: over 2^31 outputs per sample");
+    // TMA reads rows whose pitch is a multiple of 16 bytes from a 16-byte aligned base: otherwise, a padded copy.
+    const int wp = (g.W + 3) / 4 * 4;
+    auto xs = x;
+    if (wp != g.W || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0) {
+        xs = torch::zeros({g.N, g.C, g.D, g.H, wp}, x.options());
+        xs.narrow(4, 0, g.W).copy_(x);
+    }
+    const CUtensorMap map = input_map(xs, g, wp);
+    const size_t smem = sizeof(float) * ((size_t)NBUF * BUF_WORDS + NB) + NBUF * sizeof(uint64_t);
+    const bool full_k = g.K == NB;
+    auto kernel = full_k ? convt3d_tf32_softmax_sigmoid<true> : convt3d_tf32_softmax_sigmoid<false>;
+    dim3 grid = persistent_grid(kernel, g, smem, SM_THREADS);
     // Pairs differ in work (2 to 16 taps): an odd grid makes each block cycle through all of them.
     if (grid.x % 2 == 0 && grid.x > 1 && (long long)grid.x < g.tiles) grid.x -= 1;
-    convt3d_tf32_softmax_sigmoid<<<grid, SM_THREADS, smem, stream>>>(
-        x.data_ptr<float>(), wt.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), g);
+    kernel<<<grid, SM_THREADS, smem, stream>>>(map, wt.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }

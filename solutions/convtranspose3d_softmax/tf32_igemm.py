@@ -9,8 +9,12 @@ channels is accumulated in registers (mma.sync m16n8k8, TF32 inputs rounded to n
 for the sum, followed by the sigmoid and one store per value. A block of 16 warps takes one (d, h) parity pair and
 both W-parities of its rows (warps 0-7 and 8-15, each half with its own taps), so the two halves of every sector of
 the stride-2 stores leave one block together. Persistent blocks (one per SM; an odd count, so each cycles through
-pairs of unequal work) walk the tiles. Input and weights of the next stage are copied with cp.async while the current
-one is multiplied; the weights are packed per class by one small kernel per call.
+pairs of unequal work) walk the tiles. Copies are TMA (Hopper): one thread starts each stage's two copies (the
+weights, packed per class by one small kernel per call in shared-memory order, as one bulk copy; the input window as
+one 5-D tensor copy, zero-filled outside the input), three stages in flight on mbarriers. Results leave the same way:
+each pair of warps writes its 64 channels x 32 voxels into shared memory in TMA's 128-byte swizzle and one thread
+stores them with one tensor copy, which also clips the output's edges (64 channels and an output width divisible by
+4; otherwise one guarded store per value). The kernel needs sm_90 or later; older GPUs take the fallback.
 
 Stride 2 with two slots per dimension (kernel 3, padding 1, any output padding; kernel 2, padding 0; ...) and up to
 64 output channels take the fast path at any input size; anything else falls back to cuDNN plus the same ops.
@@ -434,6 +438,10 @@ constexpr int WWORDS = 2 * SLOTS * SLOTS * SLOTS * NB * CK;  // one stage's weig
 constexpr int XWORDS = CK * XPLANE;
 constexpr int BUF_WORDS = (WWORDS + XWORDS + 31) / 32 * 32;  // 128-byte multiples: TMA destinations are 128-aligned
 constexpr int NBUF = 3;                                      // stages in flight: two copies run during a stage's MMAs
+// Output staging (FAST kernels): per warp pair (one (d, h) row of the tile), [channel 64][w 32] of one mt half, in
+// TMA's 128-byte swizzle (16-byte chunk index ^= channel & 7), stored by one tensor copy per row and half.
+constexpr int ROW_WORDS = NB * 32;
+constexpr int STAGE_WORDS = (TD * TH) * ROW_WORDS;           // 64 KB, at the 1024-byte aligned start of shared memory
 static_assert(XPLANE % 32 == 8 || XPLANE % 32 == 24, "A loads must not conflict");
 static_assert(XBW >= TW + SLOTS - 1 && (XBW * 4) % 16 == 0, "input window rows");
 
@@ -511,6 +519,19 @@ __device__ __forceinline__ void tensor_copy(float* dst, const CUtensorMap* map, 
                  : "memory");
 }
 
+// Box (32, 1, 1, 64, 1) of the output at (w, h, d, c, n) from shared memory (128-byte swizzled); parts outside the
+// tensor are not written.
+__device__ __forceinline__ void tensor_store(const CUtensorMap* map, const float* src, int w, int h, int d, int c, int n) {
+    asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];"
+                 :: "l"(map), "r"(w), "r"(h), "r"(d), "r"(c), "r"(n), "r"(smem_addr(src)) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+__device__ __forceinline__ void store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void pair_barrier(int id) { asm volatile("bar.sync %0, 64;" :: "r"(id) : "memory"); }
+
 // One stage: this warp's 32 voxels x 64 channels += the stage's 8 channels x the taps of its class (mask bit = slot).
 // xa: this thread's A element (channel tig, voxel gid of the warp's run) at slot 0; wb: its ldmatrix row of B at
 // slot 0 of its W-parity. Every address below is one of these plus a constant.
@@ -539,14 +560,19 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb
     }
 }
 
-// FULL_K: all 64 output channels exist (no per-channel store guards).
-template <bool FULL_K>
+// FAST: 64 output channels and an output row pitch of 16-byte multiples: results leave through shared memory by TMA
+// stores (omap). Otherwise one guarded store per value (omap unused).
+template <bool FAST>
 __global__ void __launch_bounds__(SM_THREADS, 1)
-convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const float* __restrict__ wt,
-                             const float* __restrict__ bias, float* __restrict__ out, const Geometry g) {
+convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap omap,
+                             const float* __restrict__ wt, const float* __restrict__ bias, float* __restrict__ out,
+                             const Geometry g) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    extern __shared__ float smem_raw[];
-    float* const smem = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(smem_raw) + 127) & ~uintptr_t(127));
+    // The dynamic shared memory base is 1024-byte aligned (as TMA with 128-byte swizzling requires of it); taking it
+    // as is keeps the compiler's knowledge that these are shared addresses (LDS, not generic loads).
+    extern __shared__ __align__(1024) float smem_base[];
+    float* const staging = smem_base;
+    float* const smem = smem_base + STAGE_WORDS;  // the pipeline buffers
     float* const bias_s = smem + NBUF * BUF_WORDS;  // [tig][2 j + e] = bias(8 j + 2 tig + e) * log2(e); -inf past K
     uint64_t* const full = reinterpret_cast<uint64_t*>(bias_s + NB);  // per buffer: its stage has arrived
     constexpr float LOG2E = 1.4426950408889634f;
@@ -558,6 +584,7 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const flo
         bias_s[tid] = k < g.K ? bias[k] * LOG2E : -INFINITY;
     }
     if (tid == 0) {
+        if (FAST && (smem_addr(staging) & 1023u) != 0) __trap();  // the 128-byte swizzle repeats every 1024 bytes
         for (int b = 0; b < NBUF; ++b) mbar_init(full + b, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -586,6 +613,13 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const flo
     const int b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);
     const int b_off = (pw * 8 * NB + b_row) * CK + (b_c ^ (b_row & 4));  // swz((pw 8 + slot) 64 + 16 jj + b_row, b_c)
     const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels; K cstride < 2^31 (host)
+    // Staging: value (channel c = 8 j + 2 tig + e, w = 16 half + 2 gid + pw) of this pair's row sits at
+    // c 32 + ((w / 4) ^ (c & 7)) 4 + w % 4. With x_e = (gid / 2) ^ (2 tig + e) that is st_slot + j 256 + (half 16 ^
+    // st_base[e]): the half only flips bit 4 of the chunk index, and st_base holds everything else.
+    float* const st_slot = staging + run * ROW_WORDS;
+    int st_base[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) st_base[e] = (2 * tig + e) * 32 + ((((gid >> 1) ^ (2 * tig + e)) & 7) << 2) + 2 * (gid & 1) + pw;
     int c_buf = 0;
     uint32_t c_phase = 0;
     float acc[2][8][4];
@@ -646,7 +680,26 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const flo
             }
         }
         const int od = 2 * (o.od0 + td) + (o.cls >> 1), oh = 2 * (o.oh0 + th) + (o.cls & 1);
-        if (od < g.Do && oh < g.Ho) {
+        if (FAST) {
+            // Per half mt: the pair's 64 x 32 results into its staging row, then one TMA store of them (rows and
+            // columns past the output's end are clipped by the copy engine). The row is reused once the previous
+            // store has read it.
+            const bool issuer = pw == 0 && lane == 0;
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                if (issuer) store_wait_read();
+                pair_barrier(1 + run);
+#pragma unroll
+                for (int half = 0; half < 2; ++half)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) st_slot[(j * 8 * 32) + ((half * 16) ^ st_base[e])] = acc[mt][j][half * 2 + e];
+                async_proxy_fence();
+                pair_barrier(1 + run);
+                if (issuer) tensor_store(&omap, staging + run * ROW_WORDS, 2 * (o.ow0 + 16 * mt), oh, od, 0, o.n);
+            }
+        } else if (od < g.Do && oh < g.Ho) {
             // Element offsets within sample n's output fit in 32 bits (host check): one IMAD and one wide IMAD per store.
             float* const sample = out + (long long)o.n * g.K * cstride;
             const unsigned cs = (unsigned)cstride;
@@ -661,12 +714,12 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const flo
                     for (int j = 0; j < 8; ++j)
 #pragma unroll
                         for (int e = 0; e < 2; ++e)
-                            if (FULL_K || j * 8 + 2 * tig + e < g.K)
-                                sample[line + ow + (8u * j + e) * cs] = acc[mt][j][half * 2 + e];
+                            if (j * 8 + 2 * tig + e < g.K) sample[line + ow + (8u * j + e) * cs] = acc[mt][j][half * 2 + e];
                 }
             }
         }
     }
+    if (FAST && pw == 0 && lane == 0) store_wait_all();  // shared memory stays until the last stores have read it
 #endif
 }
 
@@ -675,7 +728,7 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 // The input (N, C, D, H, W) as a TMA tensor map with this kernel's box; row pitch wp (a multiple of 4) >= W.
-CUtensorMap input_map(const torch::Tensor& x, const Geometry& g, int wp) {
+EncodeTiled encoder() {
     static EncodeTiled encode = nullptr;
     if (encode == nullptr) {
         void* fn = nullptr;
@@ -684,15 +737,19 @@ CUtensorMap input_map(const torch::Tensor& x, const Geometry& g, int wp) {
         TORCH_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr, "convt3d_softmax_sigmoid: no cuTensorMapEncodeTiled");
         encode = reinterpret_cast<EncodeTiled>(fn);
     }
-    const cuuint64_t dims[5] = {(cuuint64_t)g.W, (cuuint64_t)g.H, (cuuint64_t)g.D, (cuuint64_t)g.C, (cuuint64_t)g.N};
-    const cuuint64_t row = (cuuint64_t)wp * sizeof(float);
-    const cuuint64_t strides[4] = {row, row * g.H, row * g.H * g.D, row * g.H * g.D * g.C};  // bytes, dims 1..4
-    const cuuint32_t box[5] = {XBW, XBH, XBD, CK, 1};
+    return encode;
+}
+
+// A float32 (d4, d3, d2, d1, d0) tensor with rows of pitch pitch0 >= d0 elements (a multiple of 4), as a TMA map.
+CUtensorMap tensor_map(void* base, const cuuint64_t (&dims)[5], cuuint64_t pitch0, const cuuint32_t (&box)[5],
+                       CUtensorMapSwizzle swizzle) {
+    const cuuint64_t row = pitch0 * sizeof(float);
+    const cuuint64_t strides[4] = {row, row * dims[1], row * dims[1] * dims[2], row * dims[1] * dims[2] * dims[3]};
     const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
     CUtensorMap map;
-    const CUresult rc = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, x.data_ptr(), dims, strides, box, unit,
-                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult rc = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, base, dims, strides, box, unit,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     TORCH_CHECK(rc == CUDA_SUCCESS, "convt3d_softmax_sigmoid: cuTensorMapEncodeTiled failed (", (int)rc, ")");
     return map;
 }
@@ -756,14 +813,19 @@ torch::Tensor convt3d_softmax_sigmoid(torch::Tensor x, torch::Tensor w, torch::T
         xs = torch::zeros({g.N, g.C, g.D, g.H, wp}, x.options());
         xs.narrow(4, 0, g.W).copy_(x);
     }
-    const CUtensorMap map = input_map(xs, g, wp);
-    const size_t smem = sizeof(float) * ((size_t)NBUF * BUF_WORDS + NB) + NBUF * sizeof(uint64_t) + 128;
-    const bool full_k = g.K == NB;
-    auto kernel = full_k ? convt3d_tf32_softmax_sigmoid<true> : convt3d_tf32_softmax_sigmoid<false>;
+    const CUtensorMap xmap = tensor_map(xs.data_ptr(), {(cuuint64_t)g.W, (cuuint64_t)g.H, (cuuint64_t)g.D,
+                                        (cuuint64_t)g.C, (cuuint64_t)g.N}, wp, {XBW, XBH, XBD, CK, 1},
+                                        CU_TENSOR_MAP_SWIZZLE_NONE);
+    const bool fast = g.K == NB && g.Wo % 4 == 0;  // out comes from torch::empty: 256-byte aligned
+    const CUtensorMap omap = fast ? tensor_map(out.data_ptr(), {(cuuint64_t)g.Wo, (cuuint64_t)g.Ho, (cuuint64_t)g.Do,
+                                              (cuuint64_t)g.K, (cuuint64_t)g.N}, g.Wo, {32, 1, 1, NB, 1},
+                                              CU_TENSOR_MAP_SWIZZLE_128B) : xmap;
+    const size_t smem = sizeof(float) * ((size_t)STAGE_WORDS + (size_t)NBUF * BUF_WORDS + NB) + NBUF * sizeof(uint64_t);
+    auto kernel = fast ? convt3d_tf32_softmax_sigmoid<true> : convt3d_tf32_softmax_sigmoid<false>;
     dim3 grid = persistent_grid(kernel, g, smem, SM_THREADS);
     // Pairs differ in work (2 to 16 taps): an odd grid makes each block cycle through all of them.
     if (grid.x % 2 == 0 && grid.x > 1 && (long long)grid.x < g.tiles) grid.x -= 1;
-    kernel<<<grid, SM_THREADS, smem, stream>>>(map, wt.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), g);
+    kernel<<<grid, SM_THREADS, smem, stream>>>(xmap, omap, wt.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }

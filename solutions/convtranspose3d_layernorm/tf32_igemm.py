@@ -27,7 +27,6 @@ _CPP = ("torch::Tensor convt3d_layernorm_gelu(torch::Tensor x, torch::Tensor w, 
 
 _CUDA = r"""
 #include <torch/extension.h>
-#include <cuda.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

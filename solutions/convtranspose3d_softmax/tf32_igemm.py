@@ -420,6 +420,223 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& w, const char* wh
     TORCH_CHECK(x.device() == w.device(), who, ": tensors on different devices");
 }
 
+// ---- Hopper (sm_90) staging: TMA copies on mbarriers, results stored by TMA from swizzled shared memory ----------
+// Used by the softmax kernel (assemble.py: TMA_USERS). A stage is one chunk of 8 input channels of one tile: its
+// weights arrive as one bulk copy (packed on the host in shared-memory order, swizzle included) and its input window
+// as one 5-D tensor copy, [channel 8][d XBD][h XBH][w XBW], zero-filled where it leaves the input. A is then read
+// with plain LDS: lanes (gid, tig) read voxel gid of channel tig, so a channel plane of XPLANE = 8 or 24 (mod 32)
+// words keeps the 32 lanes on 32 banks.
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// The producer's arrival, announcing the bytes its copies will deliver to this barrier.
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+    asm volatile("{\n\t.reg .pred done;\n\tWAIT:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+                 "@!done bra WAIT;\n\t}" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+
+__device__ __forceinline__ void bulk_copy(float* dst, const float* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+
+// The map's box at element coordinates (w, h, d, c, n); outside the tensor: zeros.
+__device__ __forceinline__ void tensor_copy(float* dst, const CUtensorMap* map, uint64_t* bar, int w, int h, int d, int c,
+                                            int n) {
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
+                 :: "r"(smem_addr(dst)), "l"(map), "r"(w), "r"(h), "r"(d), "r"(c), "r"(n), "r"(smem_addr(bar))
+                 : "memory");
+}
+
+// The map's box (32, 1, 1, 64, 1) of the output at (w, h, d, c, n) from shared memory (128-byte swizzled); parts
+// outside the tensor are not written.
+__device__ __forceinline__ void tensor_store(const CUtensorMap* map, const float* src, int w, int h, int d, int c, int n) {
+    asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];"
+                 :: "l"(map), "r"(w), "r"(h), "r"(d), "r"(c), "r"(n), "r"(smem_addr(src)) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+__device__ __forceinline__ void store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void pair_barrier(int id) { asm volatile("bar.sync %0, 64;" :: "r"(id) : "memory"); }
+
+constexpr int TMA_WWORDS = 16 * NB * CK;  // one stage's weights: 16 taps (2 W-parities x 8 slots) x 64 channels x 8
+constexpr int ROW_WORDS = NB * 32;        // output staging per warp pair: [channel 64][w 32]
+constexpr int STAGE_WORDS = (TD * TH) * ROW_WORDS;  // 64 KB at the 1024-byte aligned start of shared memory
+
+// One stage: this warp's 32 voxels x 64 channels += the stage's 8 channels x the slots in mask (bit (sd 2 + sh) 2 +
+// sw). xa: this thread's A element (channel tig, voxel gid of the warp's run) at slot 0; wb: its ldmatrix row of B at
+// slot 0 of its W-parity. Every address is one of these plus a constant.
+template <int XBW, int XBH, int XPLANE>
+__device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb, const float* xa, uint32_t mask) {
+#pragma unroll
+    for (int slot = 0; slot < 8; ++slot) {
+        if (!((mask >> slot) & 1u)) continue;  // uniform per warp
+        const float* p = xa + ((slot >> 2) * XBH + ((slot >> 1) & 1)) * XBW + (slot & 1);
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+            a[mt][0] = round_tf32_bits(__float_as_uint(p[16 * mt]));
+            a[mt][1] = round_tf32_bits(__float_as_uint(p[16 * mt + 8]));
+            a[mt][2] = round_tf32_bits(__float_as_uint(p[4 * XPLANE + 16 * mt]));
+            a[mt][3] = round_tf32_bits(__float_as_uint(p[4 * XPLANE + 16 * mt + 8]));
+        }
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+            uint32_t b[4];
+            ldmatrix_x4(b, wb + (slot * NB + jj * 16) * CK);
+            mma_tf32(acc[0][2 * jj], a[0], b[0], b[1]);
+            mma_tf32(acc[1][2 * jj], a[1], b[0], b[1]);
+            mma_tf32(acc[0][2 * jj + 1], a[0], b[2], b[3]);
+            mma_tf32(acc[1][2 * jj + 1], a[1], b[2], b[3]);
+        }
+    }
+}
+
+// This thread's ldmatrix row of B (see stage_mma): swz((pw 8 + slot) 64 + 16 jj + b_row, b_c) minus the constants.
+__device__ __forceinline__ int b_offset(int lane, int pw) {
+    const int q = lane >> 3, r = lane & 7, b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);
+    return (pw * 8 * NB + b_row) * CK + (b_c ^ (b_row & 4));
+}
+
+// The persistent TMA pipeline over buffers of BUF words (weights first, then the input window; 128-byte multiples).
+// Thread 0 keeps NBUF - 1 stages in flight; full[b] (initialised by the caller, count 1) completes when buffer b's
+// copies have landed. Per tile: mma(acc, buffer, origin) per chunk, then epilogue(acc, origin).
+template <int NBUF, int XWORDS, int BUF, typename Mma, typename Epilogue>
+__device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const float* __restrict__ wt, const Geometry& g,
+                                             float* bufs, uint64_t* full, Mma&& mma, Epilogue&& epilogue) {
+    static_assert(BUF % 32 == 0 && BUF >= TMA_WWORDS + XWORDS, "buffers");
+    const int tiles = (int)g.tiles, step = (int)gridDim.x, chunks = g.chunks;
+    const bool producer = threadIdx.x == 0;
+    int p_tile = blockIdx.x, p_chunk = 0, p_buf = 0;  // the next stage to copy
+    auto issue = [&]() {
+        if (p_tile < tiles) {
+            const TileOrigin o = tile_origin(p_tile, g);
+            float* buf = bufs + p_buf * BUF;
+            mbar_expect_tx(full + p_buf, (TMA_WWORDS + XWORDS) * sizeof(float));
+            bulk_copy(buf, wt + ((long long)o.cls * chunks + p_chunk) * TMA_WWORDS, TMA_WWORDS * sizeof(float), full + p_buf);
+            tensor_copy(buf + TMA_WWORDS, xmap, full + p_buf, o.ow0 - g.pad, o.oh0 - g.pad, o.od0 - g.pad, p_chunk * CK, o.n);
+        }
+        if (++p_chunk == chunks) { p_chunk = 0; p_tile += step; }
+        if (++p_buf == NBUF) p_buf = 0;
+    };
+    if (producer)
+        for (int i = 0; i < NBUF - 1; ++i) issue();
+    int c_buf = 0;
+    uint32_t c_phase = 0;
+    float acc[2][8][4];
+    for (int tile = blockIdx.x; tile < tiles; tile += step) {
+        const TileOrigin o = tile_origin(tile, g);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+        for (int chunk = 0; chunk < chunks; ++chunk) {
+            if (producer) issue();  // into the buffer the barrier at the end of the last stage released
+            mbar_wait(full + c_buf, c_phase);
+            mma(acc, bufs + c_buf * BUF, o);
+            __syncthreads();  // every warp is done with buffer c_buf: the next issue() may refill it
+            if (++c_buf == NBUF) { c_buf = 0; c_phase ^= 1; }
+        }
+        epilogue(acc, o);
+    }
+}
+
+// Staging of the results (FAST epilogues): value (channel c = 8 j + 2 tig + e, w = 16 half + 2 gid + pw) of a warp
+// pair's 64 x 32 block sits at c 32 + ((w / 4) ^ (c & 7)) 4 + w % 4 (TMA's 128-byte swizzle). With
+// x_e = (gid / 2) ^ (2 tig + e) that is row + j 256 + (half 16 ^ base[e]): the half flips bit 4 only.
+struct StagingSlots {
+    float* row;
+    int base[2];
+    __device__ __forceinline__ StagingSlots(float* staging, int run, int gid, int tig, int pw) : row(staging + run * ROW_WORDS) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) base[e] = (2 * tig + e) * 32 + ((((gid >> 1) ^ (2 * tig + e)) & 7) << 2) + 2 * (gid & 1) + pw;
+    }
+};
+
+// Each warp pair (warps run and run + 8) writes acc[mt] into its staging row and one thread stores it with one TMA
+// copy at output (w0 + 32 mt, oh, od, channel 0, n); rows and columns past the output's end are clipped by the copy
+// engine. A row is rewritten only after its previous store has read it.
+__device__ __forceinline__ void store_tile(const float (&acc)[2][8][4], const StagingSlots& st, const CUtensorMap* omap,
+                                           bool issuer, int run, int w0, int oh, int od, int n) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+        if (issuer) store_wait_read();
+        pair_barrier(1 + run);
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) st.row[j * 256 + ((half * 16) ^ st.base[e])] = acc[mt][j][half * 2 + e];
+        async_proxy_fence();
+        pair_barrier(1 + run);
+        if (issuer) tensor_store(omap, st.row, w0 + 32 * mt, oh, od, 0, n);
+    }
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encoder() {
+    static EncodeTiled encode = nullptr;
+    if (encode == nullptr) {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        C10_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+        TORCH_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr, "tf32_igemm: no cuTensorMapEncodeTiled");
+        encode = reinterpret_cast<EncodeTiled>(fn);
+    }
+    return encode;
+}
+
+// A float32 (d4, d3, d2, d1, d0) tensor whose rows have a pitch of pitch0 >= d0 elements (a multiple of 4), as a TMA
+// map with this box.
+CUtensorMap tensor_map(void* base, const cuuint64_t (&dims)[5], cuuint64_t pitch0, const cuuint32_t (&box)[5],
+                       CUtensorMapSwizzle swizzle) {
+    const cuuint64_t row = pitch0 * sizeof(float);
+    const cuuint64_t strides[4] = {row, row * dims[1], row * dims[1] * dims[2], row * dims[1] * dims[2] * dims[3]};
+    const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
+    CUtensorMap map;
+    const CUresult rc = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, base, dims, strides, box, unit,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    TORCH_CHECK(rc == CUDA_SUCCESS, "tf32_igemm: cuTensorMapEncodeTiled failed (", (int)rc, ")");
+    return map;
+}
+
+// The input as a TMA source with this box: x itself where its rows are 16-byte multiples on a 16-byte aligned base,
+// else a copy padded to such rows (zeros past W). The copy, if any, is returned in keep and must outlive the kernel.
+CUtensorMap input_map(const torch::Tensor& x, const Geometry& g, const cuuint32_t (&box)[5], torch::Tensor& keep) {
+    const int wp = (g.W + 3) / 4 * 4;
+    keep = x;
+    if (wp != g.W || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0) {
+        keep = torch::zeros({g.N, g.C, g.D, g.H, wp}, x.options());
+        keep.narrow(4, 0, g.W).copy_(x);
+    }
+    return tensor_map(keep.data_ptr(), {(cuuint64_t)g.W, (cuuint64_t)g.H, (cuuint64_t)g.D, (cuuint64_t)g.C,
+                      (cuuint64_t)g.N}, wp, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+// The output (N, K = 64, Do, Ho, Wo) as a TMA destination for store_tile (Wo a multiple of 4).
+CUtensorMap output_map(const torch::Tensor& out, const Geometry& g) {
+    return tensor_map(out.data_ptr(), {(cuuint64_t)g.Wo, (cuuint64_t)g.Ho, (cuuint64_t)g.Do, (cuuint64_t)g.K,
+                      (cuuint64_t)g.N}, g.Wo, {32, 1, 1, NB, 1}, CU_TENSOR_MAP_SWIZZLE_128B);
+}
 // Stride-2 transposed convolution as 8 parity classes: output o = 2 j + p (per dimension) receives input i = j + s + dmin
 // through kernel tap k = p + pad - 2 (s + dmin), for the slots s where that k exists. Each class is a plain
 // 2x2x2-slot convolution over the input with the other slots masked off. A block takes one (d, h) parity pair
@@ -427,21 +644,13 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& w, const char* wh
 // whole W rows: both halves of every 32-byte sector of its stride-2 stores leave the block together.
 constexpr int SLOTS = 2;
 constexpr int SM_THREADS = 512;
-// A stage (one chunk of 8 input channels of one tile) arrives by TMA: the weights of both W-parities as one bulk copy
-// (packed in the shared-memory order, swizzle included), the input window as one 5-D tensor copy whose out-of-range
-// parts the copy engine fills with zeros. Input window per stage: [channel 8][d TD + 1][h TH + 1][w XBW], w 33 used;
-// 40 keeps rows 16-byte multiples and makes a channel plane 600 words: 600 % 32 == 24, so the A loads (lanes:
-// channel tig, voxel gid) hit 32 distinct banks.
+// Input window per stage (core's TMA staging): [channel 8][d TD + 1][h TH + 1][w 40], w 33 used; 40 keeps rows
+// 16-byte multiples and makes a channel plane 600 words (600 % 32 == 24).
 constexpr int XBW = 40, XBH = TH + 1, XBD = TD + 1;
 constexpr int XPLANE = XBW * XBH * XBD;
-constexpr int WWORDS = 2 * SLOTS * SLOTS * SLOTS * NB * CK;  // one stage's weights: 16 slots x 64 channels x 8
 constexpr int XWORDS = CK * XPLANE;
-constexpr int BUF_WORDS = (WWORDS + XWORDS + 31) / 32 * 32;  // 128-byte multiples: TMA destinations are 128-aligned
-constexpr int NBUF = 3;                                      // stages in flight: two copies run during a stage's MMAs
-// Output staging (FAST kernels): per warp pair (one (d, h) row of the tile), [channel 64][w 32] of one mt half, in
-// TMA's 128-byte swizzle (16-byte chunk index ^= channel & 7), stored by one tensor copy per row and half.
-constexpr int ROW_WORDS = NB * 32;
-constexpr int STAGE_WORDS = (TD * TH) * ROW_WORDS;           // 64 KB, at the 1024-byte aligned start of shared memory
+constexpr int BUF_WORDS = (TMA_WWORDS + XWORDS + 31) / 32 * 32;
+constexpr int NBUF = 3;  // stages in flight: two copies run during a stage's MMAs
 static_assert(XPLANE % 32 == 8 || XPLANE % 32 == 24, "A loads must not conflict");
 static_assert(XBW >= TW + SLOTS - 1 && (XBW * 4) % 16 == 0, "input window rows");
 
@@ -488,78 +697,6 @@ __device__ __forceinline__ float sigmoid_unit(float p) {
     return fmaf(r, p, 0.5f);
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
-}
-
-// The producer's arrival, announcing the bytes its copies will deliver to this barrier.
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-    asm volatile("{\n\t.reg .pred done;\n\tWAIT:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-                 "@!done bra WAIT;\n\t}" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
-}
-
-__device__ __forceinline__ void bulk_copy(float* dst, const float* src, uint32_t bytes, uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
-}
-
-// Box (XBW, XBH, XBD, CK, 1) of the input at element coordinates (w, h, d, c, n); outside the tensor: zeros.
-__device__ __forceinline__ void tensor_copy(float* dst, const CUtensorMap* map, uint64_t* bar, int w, int h, int d, int c,
-                                            int n) {
-    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
-                 :: "r"(smem_addr(dst)), "l"(map), "r"(w), "r"(h), "r"(d), "r"(c), "r"(n), "r"(smem_addr(bar))
-                 : "memory");
-}
-
-// Box (32, 1, 1, 64, 1) of the output at (w, h, d, c, n) from shared memory (128-byte swizzled); parts outside the
-// tensor are not written.
-__device__ __forceinline__ void tensor_store(const CUtensorMap* map, const float* src, int w, int h, int d, int c, int n) {
-    asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];"
-                 :: "l"(map), "r"(w), "r"(h), "r"(d), "r"(c), "r"(n), "r"(smem_addr(src)) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-__device__ __forceinline__ void store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-__device__ __forceinline__ void store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-__device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-__device__ __forceinline__ void pair_barrier(int id) { asm volatile("bar.sync %0, 64;" :: "r"(id) : "memory"); }
-
-// One stage: this warp's 32 voxels x 64 channels += the stage's 8 channels x the taps of its class (mask bit = slot).
-// xa: this thread's A element (channel tig, voxel gid of the warp's run) at slot 0; wb: its ldmatrix row of B at
-// slot 0 of its W-parity. Every address below is one of these plus a constant.
-__device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb, const float* xa, uint32_t mask) {
-#pragma unroll
-    for (int slot = 0; slot < SLOTS * SLOTS * SLOTS; ++slot) {
-        if (!((mask >> slot) & 1u)) continue;  // uniform per warp
-        const float* p = xa + ((slot >> 2) * XBH + ((slot >> 1) & 1)) * XBW + (slot & 1);
-        uint32_t a[2][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-            a[mt][0] = round_tf32_bits(__float_as_uint(p[16 * mt]));
-            a[mt][1] = round_tf32_bits(__float_as_uint(p[16 * mt + 8]));
-            a[mt][2] = round_tf32_bits(__float_as_uint(p[4 * XPLANE + 16 * mt]));
-            a[mt][3] = round_tf32_bits(__float_as_uint(p[4 * XPLANE + 16 * mt + 8]));
-        }
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-            uint32_t b[4];
-            ldmatrix_x4(b, wb + (slot * NB + jj * 16) * CK);
-            mma_tf32(acc[0][2 * jj], a[0], b[0], b[1]);
-            mma_tf32(acc[1][2 * jj], a[1], b[0], b[1]);
-            mma_tf32(acc[0][2 * jj + 1], a[0], b[2], b[3]);
-            mma_tf32(acc[1][2 * jj + 1], a[1], b[2], b[3]);
-        }
-    }
-}
-
 // FAST: 64 output channels and an output row pitch of 16-byte multiples: results leave through shared memory by TMA
 // stores (omap). Otherwise one guarded store per value (omap unused).
 template <bool FAST>
@@ -590,63 +727,20 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
     }
     __syncthreads();
 
-    const int tiles = (int)g.tiles, step = (int)gridDim.x, chunks = g.chunks;
-    // The producer is thread 0: stage (p_tile, p_chunk) into buffer p_buf, NBUF - 1 stages ahead of the MMAs.
-    int p_tile = blockIdx.x, p_chunk = 0, p_buf = 0;
-    auto issue = [&]() {
-        if (p_tile < tiles) {
-            const TileOrigin o = tile_origin(p_tile, g);
-            float* buf = smem + p_buf * BUF_WORDS;
-            mbar_expect_tx(full + p_buf, (WWORDS + XWORDS) * sizeof(float));
-            bulk_copy(buf, wt + ((long long)o.cls * chunks + p_chunk) * WWORDS, WWORDS * sizeof(float), full + p_buf);
-            tensor_copy(buf + WWORDS, &xmap, full + p_buf, o.ow0 - g.pad, o.oh0 - g.pad, o.od0 - g.pad, p_chunk * CK, o.n);
-        }
-        if (++p_chunk == chunks) { p_chunk = 0; p_tile += step; }
-        if (++p_buf == NBUF) p_buf = 0;
-    };
-    if (tid == 0)
-        for (int i = 0; i < NBUF - 1; ++i) issue();
-
     // This thread's fixed offsets into a buffer (see stage_mma).
-    const int q = lane >> 3, r = lane & 7;
-    const int a_off = WWORDS + tig * XPLANE + (td * XBH + th) * XBW + gid;
-    const int b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);
-    const int b_off = (pw * 8 * NB + b_row) * CK + (b_c ^ (b_row & 4));  // swz((pw 8 + slot) 64 + 16 jj + b_row, b_c)
+    const int a_off = TMA_WWORDS + tig * XPLANE + (td * XBH + th) * XBW + gid;
+    const int b_off = b_offset(lane, pw);
     const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels; K cstride < 2^31 (host)
-    // Staging: value (channel c = 8 j + 2 tig + e, w = 16 half + 2 gid + pw) of this pair's row sits at
-    // c 32 + ((w / 4) ^ (c & 7)) 4 + w % 4. With x_e = (gid / 2) ^ (2 tig + e) that is st_slot + j 256 + (half 16 ^
-    // st_base[e]): the half only flips bit 4 of the chunk index, and st_base holds everything else.
-    float* const st_slot = staging + run * ROW_WORDS;
-    int st_base[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) st_base[e] = (2 * tig + e) * 32 + ((((gid >> 1) ^ (2 * tig + e)) & 7) << 2) + 2 * (gid & 1) + pw;
-    int c_buf = 0;
-    uint32_t c_phase = 0;
-    float acc[2][8][4];
-    for (int tile = blockIdx.x; tile < tiles; tile += step) {
-        const TileOrigin o = tile_origin(tile, g);
+    const StagingSlots st(staging, run, gid, tig, pw);
+    tma_pipeline<NBUF, XWORDS, BUF_WORDS>(&xmap, wt, g, smem, full, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
         uint32_t mask = 0;  // g.masks[o.cls] without a runtime index into the parameters
 #pragma unroll
         for (int c = 0; c < 4; ++c) mask = c == o.cls ? g.masks[c] : mask;
-        mask = (mask >> (8 * pw)) & 0xffu;
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-        for (int chunk = 0; chunk < chunks; ++chunk) {
-            if (tid == 0) issue();  // into the buffer the barrier at the end of the last stage released
-            mbar_wait(full + c_buf, c_phase);
-            const float* buf = smem + c_buf * BUF_WORDS;
-            stage_mma(acc, buf + b_off, buf + a_off, mask);
-            __syncthreads();  // every warp is done with buffer c_buf: the next issue() may refill it
-            if (++c_buf == NBUF) { c_buf = 0; c_phase ^= 1; }
-        }
-
+        stage_mma<XBW, XBH, XPLANE>(acc, buf + b_off, buf + a_off, (mask >> (8 * pw)) & 0xffu);
+    }, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): voxel w = 16 mt + 8 half + gid of this warp's run, channel 8 j + 2 tig + e.
         // The 64 channels of a voxel sit in the four threads tig = 0..3 of a quad: softmax = two shuffles each way.
-        // Two passes: the results first replace the accumulators, then all 64 are stored (no load after a store).
+        // Two passes: the results first replace the accumulators, then all 64 leave (no load after a store).
         const float4* const bq = reinterpret_cast<const float4*>(bias_s + 16 * tig);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
@@ -681,24 +775,7 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
         }
         const int od = 2 * (o.od0 + td) + (o.cls >> 1), oh = 2 * (o.oh0 + th) + (o.cls & 1);
         if (FAST) {
-            // Per half mt: the pair's 64 x 32 results into its staging row, then one TMA store of them (rows and
-            // columns past the output's end are clipped by the copy engine). The row is reused once the previous
-            // store has read it.
-            const bool issuer = pw == 0 && lane == 0;
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-                if (issuer) store_wait_read();
-                pair_barrier(1 + run);
-#pragma unroll
-                for (int half = 0; half < 2; ++half)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-#pragma unroll
-                        for (int j = 0; j < 8; ++j) st_slot[(j * 8 * 32) + ((half * 16) ^ st_base[e])] = acc[mt][j][half * 2 + e];
-                async_proxy_fence();
-                pair_barrier(1 + run);
-                if (issuer) tensor_store(&omap, staging + run * ROW_WORDS, 2 * (o.ow0 + 16 * mt), oh, od, 0, o.n);
-            }
+            store_tile(acc, st, &omap, pw == 0 && lane == 0, run, 2 * o.ow0, oh, od, o.n);
         } else if (od < g.Do && oh < g.Ho) {
             // Element offsets within sample n's output fit in 32 bits (host check): one IMAD and one wide IMAD per store.
             float* const sample = out + (long long)o.n * g.K * cstride;
@@ -718,40 +795,9 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
                 }
             }
         }
-    }
+    });
     if (FAST && pw == 0 && lane == 0) store_wait_all();  // shared memory stays until the last stores have read it
 #endif
-}
-
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// The input (N, C, D, H, W) as a TMA tensor map with this kernel's box; row pitch wp (a multiple of 4) >= W.
-EncodeTiled encoder() {
-    static EncodeTiled encode = nullptr;
-    if (encode == nullptr) {
-        void* fn = nullptr;
-        cudaDriverEntryPointQueryResult found;
-        C10_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-        TORCH_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr, "convt3d_softmax_sigmoid: no cuTensorMapEncodeTiled");
-        encode = reinterpret_cast<EncodeTiled>(fn);
-    }
-    return encode;
-}
-
-// A float32 (d4, d3, d2, d1, d0) tensor with rows of pitch pitch0 >= d0 elements (a multiple of 4), as a TMA map.
-CUtensorMap tensor_map(void* base, const cuuint64_t (&dims)[5], cuuint64_t pitch0, const cuuint32_t (&box)[5],
-                       CUtensorMapSwizzle swizzle) {
-    const cuuint64_t row = pitch0 * sizeof(float);
-    const cuuint64_t strides[4] = {row, row * dims[1], row * dims[1] * dims[2], row * dims[1] * dims[2] * dims[3]};
-    const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
-    CUtensorMap map;
-    const CUresult rc = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, base, dims, strides, box, unit,
-                                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    TORCH_CHECK(rc == CUDA_SUCCESS, "convt3d_softmax_sigmoid: cuTensorMapEncodeTiled failed (", (int)rc, ")");
-    return map;
 }
 
 }  // namespace
@@ -806,20 +852,10 @@ torch::Tensor convt3d_softmax_sigmoid(torch::Tensor x, torch::Tensor w, torch::T
     auto b = bias.contiguous();
     set_tiles(g, (g.Do + 1) / 2, (g.Ho + 1) / 2, (g.Wo + 1) / 2, 4);
     TORCH_CHECK((long long)g.K * g.Do * g.Ho * g.Wo <= INT_MAX, "convt3d_softmax_sigmoid: over 2^31 outputs per sample");
-    // TMA reads rows whose pitch is a multiple of 16 bytes from a 16-byte aligned base: otherwise, a padded copy.
-    const int wp = (g.W + 3) / 4 * 4;
-    auto xs = x;
-    if (wp != g.W || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0) {
-        xs = torch::zeros({g.N, g.C, g.D, g.H, wp}, x.options());
-        xs.narrow(4, 0, g.W).copy_(x);
-    }
-    const CUtensorMap xmap = tensor_map(xs.data_ptr(), {(cuuint64_t)g.W, (cuuint64_t)g.H, (cuuint64_t)g.D,
-                                        (cuuint64_t)g.C, (cuuint64_t)g.N}, wp, {XBW, XBH, XBD, CK, 1},
-                                        CU_TENSOR_MAP_SWIZZLE_NONE);
+    torch::Tensor x_keep;  // the padded copy of x, if input_map makes one
+    const CUtensorMap xmap = input_map(x, g, {XBW, XBH, XBD, CK, 1}, x_keep);
     const bool fast = g.K == NB && g.Wo % 4 == 0;  // out comes from torch::empty: 256-byte aligned
-    const CUtensorMap omap = fast ? tensor_map(out.data_ptr(), {(cuuint64_t)g.Wo, (cuuint64_t)g.Ho, (cuuint64_t)g.Do,
-                                              (cuuint64_t)g.K, (cuuint64_t)g.N}, g.Wo, {32, 1, 1, NB, 1},
-                                              CU_TENSOR_MAP_SWIZZLE_128B) : xmap;
+    const CUtensorMap omap = fast ? output_map(out, g) : xmap;
     const size_t smem = sizeof(float) * ((size_t)STAGE_WORDS + (size_t)NBUF * BUF_WORDS + NB) + NBUF * sizeof(uint64_t);
     auto kernel = fast ? convt3d_tf32_softmax_sigmoid<true> : convt3d_tf32_softmax_sigmoid<false>;
     dim3 grid = persistent_grid(kernel, g, smem, SM_THREADS);

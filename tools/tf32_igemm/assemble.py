@@ -2,7 +2,7 @@
 
 A solution file must stand alone (the KernelBench contract; kbench's build cache keys on the file's text), so each
 `solutions/<problem>/tf32_igemm.py` carries its own copy of `core.cu`: docstring + Python head + CUDA (headers, core,
-the problem's tail). `tests/test_tf32_igemm.py` checks that the shipped files are what this script writes.
+`tma.cu` for the kernels that stage by TMA, the problem's tail). `tests/test_tf32_igemm.py` checks that the shipped files are what this script writes.
 
     python tools/tf32_igemm/assemble.py           # rewrite the shipped solutions
     python tools/tf32_igemm/assemble.py --check   # exit 1 if any shipped file differs
@@ -26,7 +26,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOLUTIONS = HERE.parent.parent / "solutions"
 HEADERS = """#include <torch/extension.h>
-#include <cuda.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -41,8 +40,15 @@ FROZEN = {  # problem: sha256 of its shipped file, written by an earlier core an
 }
 
 
+TMA_USERS = {"softmax"}  # prefixes whose kernels stage by TMA (tma.cu, Hopper): they also get cuda.h's types
+
+
 def assemble(prefix: str) -> str:
-    cuda = HEADERS + (HERE / "core.cu").read_text() + (HERE / f"{prefix}_tail.cu").read_text()
+    parts = [HEADERS.replace("#include <torch/extension.h>\n", "#include <torch/extension.h>\n#include <cuda.h>\n")
+             if prefix in TMA_USERS else HEADERS, (HERE / "core.cu").read_text()]
+    if prefix in TMA_USERS:
+        parts.append((HERE / "tma.cu").read_text())
+    cuda = "".join(parts) + (HERE / f"{prefix}_tail.cu").read_text()
     doc = (HERE / f"{prefix}_doc.txt").read_text().rstrip()
     head = (HERE / f"{prefix}_py.txt").read_text().replace("@CUDA@", cuda.rstrip() + "\n")
     return f"{doc}\n\n{head}"

@@ -2,7 +2,8 @@
 
 A solution file must stand alone (the KernelBench contract; kbench's build cache keys on the file's text), so each
 `solutions/<problem>/tf32_igemm.py` carries its own copy of `core.cu`: docstring + Python head + CUDA (headers, core,
-`tma.cu` for the kernels that stage by TMA, the problem's tail). `tests/test_tf32_igemm.py` checks that the shipped files are what this script writes.
+`tma.cu` for the kernels that stage by TMA, the problem's tail). `tests/test_tf32_igemm.py` checks that the shipped
+files are what this script writes.
 
     python tools/tf32_igemm/assemble.py           # rewrite the shipped solutions
     python tools/tf32_igemm/assemble.py --check   # exit 1 if any shipped file differs

@@ -204,16 +204,12 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[2][4], const float* p0, con
 //                      half = h, gid = w), so a thread holds whole 2x2 (d, h) columns and lane ^ 4 the w neighbour.
 //  PAIRS (16 warps):   warp w owns the W-run (td, th) = ((w & 7) / TH, w % TH) of W-parity class w >> 3 (see
 //                      mma_pairs); m is the W offset.
-//  SPLIT (16 warps):   PAIRS' rows with RUNS' taps: each half of the block runs the masked slot loop of its own
-//                      W-parity class, with the second half of the stage's weights and mask bits for warps 8-15. For
-//                      kernels whose W-parities have different taps (kernel 3, padding 1), so that one block still
-//                      writes whole W rows.
-enum RowMode { RUNS = 0, POOLS = 1, PAIRS = 2, SPLIT = 3 };
+enum RowMode { RUNS = 0, POOLS = 1, PAIRS = 2 };
 
 template <int MODE>
 __device__ __forceinline__ int row_position(int warp, int mt, int half, int r, int XH, int XW) {
     if (MODE == POOLS) return (mt * XH + 2 * (warp >> 2) + half) * XW + 8 * (warp & 3) + r;
-    if (MODE == PAIRS || MODE == SPLIT) warp &= 7;
+    if (MODE == PAIRS) warp &= 7;
     return ((warp / TH) * XH + warp % TH) * XW + 16 * mt + 8 * half + r;
 }
 
@@ -270,9 +266,6 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws
     const int a_pos1 = row_position<MODE>(warp, 1, q & 1, r, XH, XW);
     const int a_c = 4 * (q >> 1);
     const int b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);       // B: matrices (j, k0-3), (j, k4-7), (j+1, ..), (j+1, ..)
-    // SPLIT: warps 8-15 use taps KS^3.. of the stage's weights and their mask bits (uniform per warp).
-    const int tap0 = MODE == SPLIT ? (warp >> 3) * KS * KS * KS : 0;
-    if (MODE == SPLIT) mask >>= tap0;
 #pragma unroll
     for (int kd = 0; kd < KDS; ++kd)
 #pragma unroll
@@ -287,7 +280,7 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws
 #pragma unroll
                 for (int jj = 0; jj < 4; ++jj) {
                     uint32_t b[4];
-                    ldmatrix_x4(b, ws + swz((tap0 + tap) * NB + jj * 16 + b_row, b_c));
+                    ldmatrix_x4(b, ws + swz(tap * NB + jj * 16 + b_row, b_c));
                     mma_tf32(acc[0][2 * jj], a[0], b[0], b[1]);
                     mma_tf32(acc[1][2 * jj], a[1], b[0], b[1]);
                     mma_tf32(acc[0][2 * jj + 1], a[0], b[2], b[3]);
@@ -365,11 +358,10 @@ void set_tiles(Geometry& g, int out_d, int out_h, int out_w, int classes = 1) {
 }
 
 // Shared memory of a pipeline buffer: one stage's weights (all taps, or one kd slab) and input tile.
-// taps > 0: a stage's weights hold that many taps (SPLIT: two classes of KS^3) instead of its KS^3 or KS^2.
-void set_smem(Geometry& g, int KS, bool slab, bool resident, int taps = 0) {
+void set_smem(Geometry& g, int KS, bool slab, bool resident) {
     g.slabs = slab ? KS : 1;
     g.resident = resident;
-    g.wsz = (taps > 0 ? taps : (resident ? KS : (slab ? 1 : KS)) * KS * KS) * NB * CK;
+    g.wsz = (resident ? KS : (slab ? 1 : KS)) * KS * KS * NB * CK;
     g.xsz = CK * (slab ? TD : TD + KS - 1) * (TH + KS - 1) * (TW + KS - 1);
     g.xsz = (g.xsz + 3) / 4 * 4;  // keep the next buffer 16-byte aligned
     g.bsz = g.wsz + g.xsz;
@@ -640,8 +632,8 @@ CUtensorMap output_map(const torch::Tensor& out, const Geometry& g) {
 // Stride-2 transposed convolution as 8 parity classes: output o = 2 j + p (per dimension) receives input i = j + s + dmin
 // through kernel tap k = p + pad - 2 (s + dmin), for the slots s where that k exists. Each class is a plain
 // 2x2x2-slot convolution over the input with the other slots masked off. A block takes one (d, h) parity pair
-// (pair = 2 pd + ph) and both W-parities (SPLIT rows: warps 0-7 W-parity 0, warps 8-15 W-parity 1), so it writes
-// whole W rows: both halves of every 32-byte sector of its stride-2 stores leave the block together.
+// (pair = 2 pd + ph) and both W-parities (warps 0-7 W-parity 0, warps 8-15 W-parity 1, each with its own slots), so
+// it writes whole W rows: both halves of every 32-byte sector of its stride-2 stores leave the block together.
 constexpr int SLOTS = 2;
 constexpr int SM_THREADS = 512;
 // Input window per stage (core's TMA staging): [channel 8][d TD + 1][h TH + 1][w 40], w 33 used; 40 keeps rows

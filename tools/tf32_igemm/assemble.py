@@ -41,15 +41,14 @@ FROZEN = {  # problem: sha256 of its shipped file, written by an earlier core an
 }
 
 
-TMA_USERS = {"softmax"}  # prefixes whose kernels stage by TMA (tma.cu, Hopper): they also get cuda.h's types
+TMA_USERS = {"softmax"}  # prefixes whose kernels stage by TMA (tma.cu, Hopper)
+TMA_HEADERS = HEADERS.replace("<torch/extension.h>\n", "<torch/extension.h>\n#include <cuda.h>\n")  # + CUtensorMap
 
 
 def assemble(prefix: str) -> str:
-    parts = [HEADERS.replace("#include <torch/extension.h>\n", "#include <torch/extension.h>\n#include <cuda.h>\n")
-             if prefix in TMA_USERS else HEADERS, (HERE / "core.cu").read_text()]
-    if prefix in TMA_USERS:
-        parts.append((HERE / "tma.cu").read_text())
-    cuda = "".join(parts) + (HERE / f"{prefix}_tail.cu").read_text()
+    tma = prefix in TMA_USERS
+    cuda = ((TMA_HEADERS if tma else HEADERS) + (HERE / "core.cu").read_text()
+            + ((HERE / "tma.cu").read_text() if tma else "") + (HERE / f"{prefix}_tail.cu").read_text())
     doc = (HERE / f"{prefix}_doc.txt").read_text().rstrip()
     head = (HERE / f"{prefix}_py.txt").read_text().replace("@CUDA@", cuda.rstrip() + "\n")
     return f"{doc}\n\n{head}"

@@ -1,8 +1,8 @@
 // Stride-2 transposed convolution as 8 parity classes: output o = 2 j + p (per dimension) receives input i = j + s + dmin
 // through kernel tap k = p + pad - 2 (s + dmin), for the slots s where that k exists. Each class is a plain
 // 2x2x2-slot convolution over the input with the other slots masked off. A block takes one (d, h) parity pair
-// (pair = 2 pd + ph) and both W-parities (SPLIT rows: warps 0-7 W-parity 0, warps 8-15 W-parity 1), so it writes
-// whole W rows: both halves of every 32-byte sector of its stride-2 stores leave the block together.
+// (pair = 2 pd + ph) and both W-parities (warps 0-7 W-parity 0, warps 8-15 W-parity 1, each with its own slots), so
+// it writes whole W rows: both halves of every 32-byte sector of its stride-2 stores leave the block together.
 constexpr int SLOTS = 2;
 constexpr int SM_THREADS = 512;
 // Input window per stage (core's TMA staging): [channel 8][d TD + 1][h TH + 1][w 40], w 33 used; 40 keeps rows

@@ -6,9 +6,13 @@ dimension, k = 3 - p - 2s from input j + p - 1 + s (s = 0, 1): the transposed co
 W-parity 0 and warps 8-15 W-parity 1 of the same 8 rows of 32, so each block holds whole W rows (all 64 output
 widths) of all 64 channels in registers (mma.sync m16n8k8, TF32 inputs rounded to nearest, float32 accumulation).
 The LayerNorm over W is then two shuffle reductions per channel and row plus one exchange with the partner warp
-through shared memory (mean first, then the variance around it), and GELU, scaling and one store follow. Persistent
-blocks walk the tiles with the classes fastest; input and weights of the next 8-channel chunk are copied with
-cp.async while the current one is multiplied; the weights are packed per class by one small kernel per call.
+through shared memory (mean first, then the variance around it), and GELU and scaling follow. Persistent blocks walk
+the tiles with the classes fastest. Copies are TMA (Hopper): one thread starts each stage's two copies (the weights
+of one 8-channel chunk, packed per class by one small kernel per call in shared-memory order, as one bulk copy; the
+input window as one 5-D tensor copy, zero-filled outside the input), two stages in flight on mbarriers. Results leave
+the same way: each pair of warps writes its 64 channels x 32 widths into shared memory in TMA's 128-byte swizzle and
+one thread stores them with one tensor copy, which also clips the output's edges (64 channels and an output width
+divisible by 4; otherwise one guarded store per value). The kernel needs sm_90 or later; older GPUs take the fallback.
 
 This is the shape of the problem's module (ConvTranspose3d(k=4, s=2, p=1) followed by LayerNorm over the last axis,
 up to 64 output channels and output width <= 64, which must equal the LayerNorm's size); any other shape falls back
@@ -27,6 +31,7 @@ _CPP = ("torch::Tensor convt3d_layernorm_gelu(torch::Tensor x, torch::Tensor w, 
 
 _CUDA = r"""
 #include <torch/extension.h>
+#include <cuda.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -407,10 +412,244 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& w, const char* wh
     TORCH_CHECK(x.device() == w.device(), who, ": tensors on different devices");
 }
 
+// ---- Hopper (sm_90) staging: TMA copies on mbarriers, results stored by TMA from swizzled shared memory ----------
+// Used by the softmax kernel (assemble.py: TMA_USERS). A stage is one chunk of 8 input channels of one tile: its
+// weights arrive as one bulk copy (packed on the host in shared-memory order, swizzle included) and its input window
+// as one 5-D tensor copy, [channel 8][d XBD][h XBH][w XBW], zero-filled where it leaves the input. A is then read
+// with plain LDS: lanes (gid, tig) read voxel gid of channel tig, so a channel plane of XPLANE = 8 or 24 (mod 32)
+// words keeps the 32 lanes on 32 banks.
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// The producer's arrival, announcing the bytes its copies will deliver to this barrier.
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+    asm volatile("{\n\t.reg .pred done;\n\tWAIT:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+                 "@!done bra WAIT;\n\t}" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+
+__device__ __forceinline__ void bulk_copy(float* dst, const float* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+
+// The map's box at element coordinates (w, h, d, c, n); outside the tensor: zeros. w must be a multiple of 4 (16 bytes:
+// the H100 faults with "illegal instruction" on any other innermost coordinate, negative ones included).
+__device__ __forceinline__ void tensor_copy(float* dst, const CUtensorMap* map, uint64_t* bar, int w, int h, int d, int c,
+                                            int n) {
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
+                 :: "r"(smem_addr(dst)), "l"(map), "r"(w), "r"(h), "r"(d), "r"(c), "r"(n), "r"(smem_addr(bar))
+                 : "memory");
+}
+
+// The map's box (32, 1, 1, 64, 1) of the output at (w, h, d, c, n) from shared memory (128-byte swizzled); parts
+// outside the tensor are not written.
+__device__ __forceinline__ void tensor_store(const CUtensorMap* map, const float* src, int w, int h, int d, int c, int n) {
+    asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];"
+                 :: "l"(map), "r"(w), "r"(h), "r"(d), "r"(c), "r"(n), "r"(smem_addr(src)) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+__device__ __forceinline__ void store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void pair_barrier(int id) { asm volatile("bar.sync %0, 64;" :: "r"(id) : "memory"); }
+
+constexpr int TMA_WWORDS = 16 * NB * CK;  // one stage's weights: 16 taps (2 W-parities x 8 slots) x 64 channels x 8
+constexpr int ROW_WORDS = NB * 32;        // output staging per warp pair: [channel 64][w 32]
+constexpr int STAGE_WORDS = (TD * TH) * ROW_WORDS;  // 64 KB at the 1024-byte aligned start of shared memory
+
+// One stage: this warp's 32 voxels x 64 channels += the stage's 8 channels x the slots in mask (bit (sd 2 + sh) 2 +
+// sw). xa: this thread's A element (channel tig, voxel gid of the warp's run) at slot 0; wb: its ldmatrix row of B at
+// slot 0 of its W-parity. Every address is one of these plus a constant.
+template <int XBW, int XBH, int XPLANE>
+__device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb, const float* xa, uint32_t mask) {
+#pragma unroll
+    for (int slot = 0; slot < 8; ++slot) {
+        if (!((mask >> slot) & 1u)) continue;  // uniform per warp
+        const float* p = xa + ((slot >> 2) * XBH + ((slot >> 1) & 1)) * XBW + (slot & 1);
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+            a[mt][0] = round_tf32_bits(__float_as_uint(p[16 * mt]));
+            a[mt][1] = round_tf32_bits(__float_as_uint(p[16 * mt + 8]));
+            a[mt][2] = round_tf32_bits(__float_as_uint(p[4 * XPLANE + 16 * mt]));
+            a[mt][3] = round_tf32_bits(__float_as_uint(p[4 * XPLANE + 16 * mt + 8]));
+        }
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+            uint32_t b[4];
+            ldmatrix_x4(b, wb + (slot * NB + jj * 16) * CK);
+            mma_tf32(acc[0][2 * jj], a[0], b[0], b[1]);
+            mma_tf32(acc[1][2 * jj], a[1], b[0], b[1]);
+            mma_tf32(acc[0][2 * jj + 1], a[0], b[2], b[3]);
+            mma_tf32(acc[1][2 * jj + 1], a[1], b[2], b[3]);
+        }
+    }
+}
+
+// This thread's ldmatrix row of B (see stage_mma): swz((pw 8 + slot) 64 + 16 jj + b_row, b_c) minus the constants.
+__device__ __forceinline__ int b_offset(int lane, int pw) {
+    const int q = lane >> 3, r = lane & 7, b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);
+    return (pw * 8 * NB + b_row) * CK + (b_c ^ (b_row & 4));
+}
+
+// The input window of a tile starts at w = ow0 - pad - window_shift(g), a multiple of 4 (ow0 is one, TW = 32), so the
+// input at ow0 - pad sits window_shift(g) columns into the window: kernels add it to their A offsets.
+__device__ __forceinline__ int window_shift(const Geometry& g) { return (-g.pad) & 3; }
+
+// The persistent TMA pipeline over buffers of BUF words (weights first, then the input window; 128-byte multiples).
+// Thread 0 keeps NBUF - 1 stages in flight; full[b] (initialised by the caller, count 1) completes when buffer b's
+// copies have landed. Per tile: mma(acc, buffer, origin) per chunk, then epilogue(acc, origin).
+template <int NBUF, int XWORDS, int BUF, typename Mma, typename Epilogue>
+__device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const float* __restrict__ wt, const Geometry& g,
+                                             float* bufs, uint64_t* full, Mma&& mma, Epilogue&& epilogue) {
+    static_assert(BUF % 32 == 0 && BUF >= TMA_WWORDS + XWORDS, "buffers");
+    const int tiles = (int)g.tiles, step = (int)gridDim.x, chunks = g.chunks;
+    const bool producer = threadIdx.x == 0;
+    const int wlead = g.pad + window_shift(g);
+    int p_tile = blockIdx.x, p_chunk = 0, p_buf = 0;  // the next stage to copy
+    auto issue = [&]() {
+        if (p_tile < tiles) {
+            const TileOrigin o = tile_origin(p_tile, g);
+            float* buf = bufs + p_buf * BUF;
+            mbar_expect_tx(full + p_buf, (TMA_WWORDS + XWORDS) * sizeof(float));
+            bulk_copy(buf, wt + ((long long)o.cls * chunks + p_chunk) * TMA_WWORDS, TMA_WWORDS * sizeof(float), full + p_buf);
+            tensor_copy(buf + TMA_WWORDS, xmap, full + p_buf, o.ow0 - wlead, o.oh0 - g.pad, o.od0 - g.pad, p_chunk * CK, o.n);
+        }
+        if (++p_chunk == chunks) { p_chunk = 0; p_tile += step; }
+        if (++p_buf == NBUF) p_buf = 0;
+    };
+    if (producer)
+        for (int i = 0; i < NBUF - 1; ++i) issue();
+    int c_buf = 0;
+    uint32_t c_phase = 0;
+    float acc[2][8][4];
+    for (int tile = blockIdx.x; tile < tiles; tile += step) {
+        const TileOrigin o = tile_origin(tile, g);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+        for (int chunk = 0; chunk < chunks; ++chunk) {
+            if (producer) issue();  // into the buffer the barrier at the end of the last stage released
+            mbar_wait(full + c_buf, c_phase);
+            mma(acc, bufs + c_buf * BUF, o);
+            __syncthreads();  // every warp is done with buffer c_buf: the next issue() may refill it
+            if (++c_buf == NBUF) { c_buf = 0; c_phase ^= 1; }
+        }
+        epilogue(acc, o);
+    }
+}
+
+// Staging of the results (FAST epilogues): value (channel c = 8 j + 2 tig + e, w = 16 half + 2 gid + pw) of a warp
+// pair's 64 x 32 block sits at c 32 + ((w / 4) ^ (c & 7)) 4 + w % 4 (TMA's 128-byte swizzle). With
+// x_e = (gid / 2) ^ (2 tig + e) that is row + j 256 + (half 16 ^ base[e]): the half flips bit 4 only.
+struct StagingSlots {
+    float* row;
+    int base[2];
+    __device__ __forceinline__ StagingSlots(float* staging, int run, int gid, int tig, int pw) : row(staging + run * ROW_WORDS) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) base[e] = (2 * tig + e) * 32 + ((((gid >> 1) ^ (2 * tig + e)) & 7) << 2) + 2 * (gid & 1) + pw;
+    }
+};
+
+// Each warp pair (warps run and run + 8) writes acc[mt] into its staging row and one thread stores it with one TMA
+// copy at output (w0 + 32 mt, oh, od, channel 0, n); rows and columns past the output's end are clipped by the copy
+// engine. A row is rewritten only after its previous store has read it.
+__device__ __forceinline__ void store_tile(const float (&acc)[2][8][4], const StagingSlots& st, const CUtensorMap* omap,
+                                           bool issuer, int run, int w0, int oh, int od, int n) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+        if (issuer) store_wait_read();
+        pair_barrier(1 + run);
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) st.row[j * 256 + ((half * 16) ^ st.base[e])] = acc[mt][j][half * 2 + e];
+        async_proxy_fence();
+        pair_barrier(1 + run);
+        if (issuer) tensor_store(omap, st.row, w0 + 32 * mt, oh, od, 0, n);
+    }
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encoder() {
+    static EncodeTiled encode = nullptr;
+    if (encode == nullptr) {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        C10_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+        TORCH_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr, "tf32_igemm: no cuTensorMapEncodeTiled");
+        encode = reinterpret_cast<EncodeTiled>(fn);
+    }
+    return encode;
+}
+
+// A float32 (d4, d3, d2, d1, d0) tensor whose rows have a pitch of pitch0 >= d0 elements (a multiple of 4), as a TMA
+// map with this box.
+CUtensorMap tensor_map(void* base, const cuuint64_t (&dims)[5], cuuint64_t pitch0, const cuuint32_t (&box)[5],
+                       CUtensorMapSwizzle swizzle) {
+    const cuuint64_t row = pitch0 * sizeof(float);
+    const cuuint64_t strides[4] = {row, row * dims[1], row * dims[1] * dims[2], row * dims[1] * dims[2] * dims[3]};
+    const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
+    CUtensorMap map;
+    const CUresult rc = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, base, dims, strides, box, unit,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    TORCH_CHECK(rc == CUDA_SUCCESS, "tf32_igemm: cuTensorMapEncodeTiled failed (", (int)rc, ")");
+    return map;
+}
+
+// The input as a TMA source with this box: x itself where its rows are 16-byte multiples on a 16-byte aligned base,
+// else a copy padded to such rows (zeros past W). The copy, if any, is returned in keep and must outlive the kernel.
+CUtensorMap input_map(const torch::Tensor& x, const Geometry& g, const cuuint32_t (&box)[5], torch::Tensor& keep) {
+    const int wp = (g.W + 3) / 4 * 4;
+    keep = x;
+    if (wp != g.W || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0) {
+        keep = torch::zeros({g.N, g.C, g.D, g.H, wp}, x.options());
+        keep.narrow(4, 0, g.W).copy_(x);
+    }
+    return tensor_map(keep.data_ptr(), {(cuuint64_t)g.W, (cuuint64_t)g.H, (cuuint64_t)g.D, (cuuint64_t)g.C,
+                      (cuuint64_t)g.N}, wp, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+// The output (N, K = 64, Do, Ho, Wo) as a TMA destination for store_tile (Wo a multiple of 4).
+CUtensorMap output_map(const torch::Tensor& out, const Geometry& g) {
+    return tensor_map(out.data_ptr(), {(cuuint64_t)g.Wo, (cuuint64_t)g.Ho, (cuuint64_t)g.Do, (cuuint64_t)g.K,
+                      (cuuint64_t)g.N}, g.Wo, {32, 1, 1, NB, 1}, CU_TENSOR_MAP_SWIZZLE_128B);
+}
 constexpr int LN_THREADS = 512;  // 16 warps: 8 rows x 2 W-parities
+// Input window per stage (TMA staging): [channel 8][d TD + 3][h TH + 2][w 44], w 34 used after the 16-byte alignment
+// shift (window_shift: 3 at padding 1). d needs TD + 2 planes; with 5 planes of 6 x 44 a channel plane is 1320 words
+// (1320 % 32 == 8: conflict-free A loads), where 4 planes or rows of 40 would give 0 or 16.
+constexpr int LXBW = 44, LXBH = TH + 2, LXBD = TD + 3;
+constexpr int LXPLANE = LXBW * LXBH * LXBD;
+constexpr int LXWORDS = CK * LXPLANE;
+constexpr int LBUF = (TMA_WWORDS + LXWORDS + 31) / 32 * 32;
+constexpr int LNBUF = 2;  // two 75 KB stages + 64 KB of output staging + the reductions fit in 227 KB
+static_assert(LXPLANE % 32 == 8 || LXPLANE % 32 == 24, "A loads must not conflict");
+static_assert(LXBW >= TW + 2 + 3 && (LXBW * 4) % 16 == 0, "input window rows");
 
 __global__ void pack_pairs(const float* __restrict__ w, float* __restrict__ out, int C, int K, int chunks, long long total) {
-    // out: [class (pd, ph) 4][chunk][pw][sd][sh][sw][k 64][ci 8], tap k_dim = 3 - p - 2 s; TF32-rounded, zero-padded.
+    // out: [class (pd, ph) 4][chunk][pw][sd][sh][sw][k 64][ci 8], tap k_dim = 3 - p - 2 s; TF32-rounded, zero-padded;
+    // each row of 8 in swz order.
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
         long long t = i;
         const int ci8 = (int)(t % CK); t /= CK;
@@ -423,23 +662,41 @@ __global__ void pack_pairs(const float* __restrict__ w, float* __restrict__ out,
         const int ci = chunk * CK + ci8;
         float v = 0.f;
         if (ci < C && n < K) v = round_tf32(w[(((long long)ci * K + n) * 4 + kd) * 16 + kh * 4 + kw]);
-        out[i] = v;
+        out[i ^ ((i >> 3) & 4)] = v;  // row (i / 8)'s halves swapped where swz swaps them: a stage copies as is
     }
 }
 
+// FAST: 64 output channels and an even input width: results leave through shared memory by TMA stores (omap).
+// Otherwise one guarded store per value (omap unused).
+template <bool FAST>
 __global__ void __launch_bounds__(LN_THREADS, 1)
-convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict__ wt, const float* __restrict__ bias,
+convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap omap,
+                            const float* __restrict__ wt, const float* __restrict__ bias,
                             const float* __restrict__ gamma, const float* __restrict__ beta, float* __restrict__ out,
                             const Geometry g, float eps, float scale) {
-    extern __shared__ __align__(16) float smem[];
-    float* red = smem + 2 * g.bsz;  // [2 passes][16 warps][64 channels], outside the pipeline buffers
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(1024) float smem_base[];  // 1024-aligned base: see the softmax kernel
+    float* const staging = smem_base;
+    float* const bufs = smem_base + STAGE_WORDS;
+    float* const red = bufs + LNBUF * LBUF;  // [2 passes][16 warps][64 channels]
+    uint64_t* const full = reinterpret_cast<uint64_t*>(red + 2 * 16 * NB);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gid = lane >> 2, tig = lane & 3;
     const int pw = warp >> 3, row = warp & 7, td = row / TH, th = row % TH;
+    if (threadIdx.x == 0) {
+        for (int b = 0; b < LNBUF; ++b) mbar_init(full + b, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
     const float inv_w = 1.f / g.Wo;
-    // 8 taps per stage: rounding A fragments in registers costs a few more instructions than the tile pass, but
-    // drops a barrier per stage in a kernel with one block per SM (untimed; ROUND_A false restores the pass).
-    conv_pipeline<3, 16, false, PAIRS, true, LN_THREADS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
+    // A: input (td + pd + sd, th + ph + sh, 16 mt + gid + pw + sw) of the window for output class (pd, ph, pw).
+    const int a_off = TMA_WWORDS + tig * LXPLANE + (td * LXBH + th) * LXBW + gid + pw + window_shift(g);
+    const int b_off = b_offset(lane, pw);
+    const StagingSlots st(staging, row, gid, tig, pw);
+    tma_pipeline<LNBUF, LXWORDS, LBUF>(&xmap, wt, g, bufs, full, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
+        const int cls_off = ((o.cls >> 1) * LXBH + (o.cls & 1)) * LXBW;
+        stage_mma<LXBW, LXBH, LXPLANE>(acc, buf + b_off, buf + a_off + cls_off, 0xffu);
+    }, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): output w = 2 (16 mt + 8 half + gid) + pw, channel 8 j + 2 tig + e.
         // A LayerNorm row (n, channel, d, h) is this warp's 32 values and warp ^ 8's 32 of the other W-parity.
         const int od = 2 * (o.od0 + td) + (o.cls >> 1), oh = 2 * (o.oh0 + th) + (o.cls & 1);
@@ -490,6 +747,25 @@ convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict
                 }
             }
         }
+        if (FAST) {
+            // Values past the output's width or height are computed (gamma, beta clamped) and clipped by the store.
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int ow = min(2 * (16 * mt + 8 * half + gid) + pw, g.Wo - 1);
+                    const float ga = __ldg(gamma + ow), be = __ldg(beta + ow);
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const float y = acc[mt][j][half * 2 + e] * rstd[j][e] * ga + be;
+                            acc[mt][j][half * 2 + e] = 0.5f * y * (1.f + erff(y * 0.70710678118654752440f)) * scale;
+                        }
+                }
+            store_tile(acc, st, &omap, pw == 0 && lane == 0, row, 0, oh, od, o.n);
+            return;
+        }
         if (od >= g.Do || oh >= g.Ho) return;
         float* const line = out + ((((long long)o.n * g.K + 2 * tig) * g.Do + od) * g.Ho + oh) * g.Wo;
         const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels
@@ -512,6 +788,8 @@ convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict
                 }
             }
     });
+    if (FAST && pw == 0 && lane == 0) store_wait_all();  // shared memory stays until the last stores have read it
+#endif
 }
 
 }  // namespace
@@ -547,17 +825,16 @@ torch::Tensor convt3d_layernorm_gelu(torch::Tensor x, torch::Tensor w, torch::Te
         wc.data_ptr<float>(), wt.data_ptr<float>(), g.C, g.K, g.chunks, total);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     set_tiles(g, g.D, g.H, g.W, 4);
-    for (int c = 0; c < 4; ++c) g.masks[c] = 0xffffffffu;
-    g.slabs = 1; g.resident = 0;
-    g.wsz = 16 * NB * CK;
-    g.xsz = CK * (TD + 2) * (TH + 2) * (TW + 2);
-    g.xsz = (g.xsz + 3) / 4 * 4;
-    g.bsz = g.wsz + g.xsz;
-    const size_t smem = sizeof(float) * (2 * (size_t)g.bsz + 2 * 16 * NB);
-    const dim3 grid = persistent_grid(convt3d_tf32_layernorm_gelu, g, smem, LN_THREADS);
-    convt3d_tf32_layernorm_gelu<<<grid, LN_THREADS, smem, stream>>>(
-        x.data_ptr<float>(), wt.data_ptr<float>(), b.data_ptr<float>(), ga.data_ptr<float>(), be.data_ptr<float>(),
-        out.data_ptr<float>(), g, (float)eps, (float)scale);
+    torch::Tensor x_keep;  // the padded copy of x, if input_map makes one
+    const CUtensorMap xmap = input_map(x, g, {LXBW, LXBH, LXBD, CK, 1}, x_keep);
+    const bool fast = g.K == NB && g.Wo % 4 == 0;  // out comes from torch::empty: 256-byte aligned
+    const CUtensorMap omap = fast ? output_map(out, g) : xmap;
+    const size_t smem = sizeof(float) * ((size_t)STAGE_WORDS + (size_t)LNBUF * LBUF + 2 * 16 * NB) + LNBUF * sizeof(uint64_t);
+    auto kernel = fast ? convt3d_tf32_layernorm_gelu<true> : convt3d_tf32_layernorm_gelu<false>;
+    const dim3 grid = persistent_grid(kernel, g, smem, LN_THREADS);
+    kernel<<<grid, LN_THREADS, smem, stream>>>(xmap, omap, wt.data_ptr<float>(), b.data_ptr<float>(),
+                                               ga.data_ptr<float>(), be.data_ptr<float>(), out.data_ptr<float>(), g,
+                                               (float)eps, (float)scale);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }
@@ -574,6 +851,8 @@ def _fast_path_ok(conv: nn.ConvTranspose3d, norm: nn.LayerNorm, x: torch.Tensor)
             or conv.output_padding != (0, 0, 0) or conv.dilation != (1, 1, 1) or conv.groups != 1 or conv.bias is None:
         return False
     if norm.weight is None or norm.bias is None or tuple(norm.normalized_shape) != (2 * x.shape[4],):
+        return False
+    if torch.cuda.get_device_capability(x.device) < (9, 0):  # the kernel's copies are TMA (Hopper and later)
         return False
     return conv.out_channels <= 64 and x.shape[4] <= 32
 

@@ -441,7 +441,8 @@ __device__ __forceinline__ void bulk_copy(float* dst, const float* src, uint32_t
                  :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
 }
 
-// The map's box at element coordinates (w, h, d, c, n); outside the tensor: zeros.
+// The map's box at element coordinates (w, h, d, c, n); outside the tensor: zeros. w must be a multiple of 4 (16 bytes:
+// the H100 faults with "illegal instruction" on any other innermost coordinate, negative ones included).
 __device__ __forceinline__ void tensor_copy(float* dst, const CUtensorMap* map, uint64_t* bar, int w, int h, int d, int c,
                                             int n) {
     asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
@@ -502,6 +503,10 @@ __device__ __forceinline__ int b_offset(int lane, int pw) {
     return (pw * 8 * NB + b_row) * CK + (b_c ^ (b_row & 4));
 }
 
+// The input window of a tile starts at w = ow0 - pad - window_shift(g), a multiple of 4 (ow0 is one, TW = 32), so the
+// input at ow0 - pad sits window_shift(g) columns into the window: kernels add it to their A offsets.
+__device__ __forceinline__ int window_shift(const Geometry& g) { return (-g.pad) & 3; }
+
 // The persistent TMA pipeline over buffers of BUF words (weights first, then the input window; 128-byte multiples).
 // Thread 0 keeps NBUF - 1 stages in flight; full[b] (initialised by the caller, count 1) completes when buffer b's
 // copies have landed. Per tile: mma(acc, buffer, origin) per chunk, then epilogue(acc, origin).
@@ -511,6 +516,7 @@ __device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const floa
     static_assert(BUF % 32 == 0 && BUF >= TMA_WWORDS + XWORDS, "buffers");
     const int tiles = (int)g.tiles, step = (int)gridDim.x, chunks = g.chunks;
     const bool producer = threadIdx.x == 0;
+    const int wlead = g.pad + window_shift(g);
     int p_tile = blockIdx.x, p_chunk = 0, p_buf = 0;  // the next stage to copy
     auto issue = [&]() {
         if (p_tile < tiles) {
@@ -518,7 +524,7 @@ __device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const floa
             float* buf = bufs + p_buf * BUF;
             mbar_expect_tx(full + p_buf, (TMA_WWORDS + XWORDS) * sizeof(float));
             bulk_copy(buf, wt + ((long long)o.cls * chunks + p_chunk) * TMA_WWORDS, TMA_WWORDS * sizeof(float), full + p_buf);
-            tensor_copy(buf + TMA_WWORDS, xmap, full + p_buf, o.ow0 - g.pad, o.oh0 - g.pad, o.od0 - g.pad, p_chunk * CK, o.n);
+            tensor_copy(buf + TMA_WWORDS, xmap, full + p_buf, o.ow0 - wlead, o.oh0 - g.pad, o.od0 - g.pad, p_chunk * CK, o.n);
         }
         if (++p_chunk == chunks) { p_chunk = 0; p_tile += step; }
         if (++p_buf == NBUF) p_buf = 0;
@@ -636,15 +642,15 @@ CUtensorMap output_map(const torch::Tensor& out, const Geometry& g) {
 // it writes whole W rows: both halves of every 32-byte sector of its stride-2 stores leave the block together.
 constexpr int SLOTS = 2;
 constexpr int SM_THREADS = 512;
-// Input window per stage (core's TMA staging): [channel 8][d TD + 1][h TH + 1][w 40], w 33 used; 40 keeps rows
-// 16-byte multiples and makes a channel plane 600 words (600 % 32 == 24).
+// Input window per stage (core's TMA staging): [channel 8][d TD + 1][h TH + 1][w 40], w 33 used after a shift of up
+// to 3 (window_shift); 40 keeps rows 16-byte multiples and makes a channel plane 600 words (600 % 32 == 24).
 constexpr int XBW = 40, XBH = TH + 1, XBD = TD + 1;
 constexpr int XPLANE = XBW * XBH * XBD;
 constexpr int XWORDS = CK * XPLANE;
 constexpr int BUF_WORDS = (TMA_WWORDS + XWORDS + 31) / 32 * 32;
 constexpr int NBUF = 3;  // stages in flight: two copies run during a stage's MMAs
 static_assert(XPLANE % 32 == 8 || XPLANE % 32 == 24, "A loads must not conflict");
-static_assert(XBW >= TW + SLOTS - 1 && (XBW * 4) % 16 == 0, "input window rows");
+static_assert(XBW >= TW + SLOTS - 1 + 3 && (XBW * 4) % 16 == 0, "input window rows");
 
 __global__ void pack_transposed(const float* __restrict__ w, float* __restrict__ out, int C, int K, int ks, int pad,
                                int dmin, int chunks, long long total) {
@@ -713,14 +719,13 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
         bias_s[tid] = k < g.K ? bias[k] * LOG2E : -INFINITY;
     }
     if (tid == 0) {
-        if (FAST && (smem_addr(staging) & 1023u) != 0) __trap();  // the 128-byte swizzle repeats every 1024 bytes
         for (int b = 0; b < NBUF; ++b) mbar_init(full + b, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
     // This thread's fixed offsets into a buffer (see stage_mma).
-    const int a_off = TMA_WWORDS + tig * XPLANE + (td * XBH + th) * XBW + gid;
+    const int a_off = TMA_WWORDS + tig * XPLANE + (td * XBH + th) * XBW + gid + window_shift(g);
     const int b_off = b_offset(lane, pw);
     const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels; K cstride < 2^31 (host)
     const StagingSlots st(staging, run, gid, tig, pw);

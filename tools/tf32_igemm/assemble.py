@@ -41,7 +41,7 @@ FROZEN = {  # problem: sha256 of its shipped file, written by an earlier core an
 }
 
 
-TMA_USERS = {"softmax"}  # prefixes whose kernels stage by TMA (tma.cu, Hopper)
+TMA_USERS = {"softmax", "ln"}  # prefixes whose kernels stage by TMA (tma.cu, Hopper)
 TMA_HEADERS = HEADERS.replace("<torch/extension.h>\n", "<torch/extension.h>\n#include <cuda.h>\n")  # + CUtensorMap
 
 

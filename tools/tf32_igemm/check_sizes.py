@@ -34,7 +34,9 @@ CASES = {
     "convtranspose3d_softmax": [(None, None), ([12, 20, 3, 2, 1, 1], (2, 12, 5, 7, 9)),
                                 ([8, 64, 3, 2, 1, 0], (1, 8, 4, 5, 40)),
                                 # 64 channels, output width a multiple of 4 (TMA-stored), every tile cut by an edge
-                                ([20, 64, 3, 2, 1, 1], (3, 20, 3, 5, 10))],
+                                ([20, 64, 3, 2, 1, 1], (3, 20, 3, 5, 10)),
+                                # padding 0 and 3: input windows that do not start on a 16-byte boundary
+                                ([8, 64, 3, 2, 0, 1], (2, 8, 4, 6, 9)), ([8, 64, 3, 2, 3, 1], (1, 8, 5, 6, 12))],
     "convtranspose3d_layernorm": [(None, None), ([12, 48, 4, 2, 1, True, 1e-5, 0.5], (2, 12, 3, 5, 24)),
                                   ([32, 40, 4, 2, 1], (1, 32, 2, 3, 20))],
 }

@@ -1,7 +1,18 @@
 constexpr int LN_THREADS = 512;  // 16 warps: 8 rows x 2 W-parities
+// Input window per stage (TMA staging): [channel 8][d TD + 3][h TH + 2][w 44], w 34 used after the 16-byte alignment
+// shift (window_shift: 3 at padding 1). d needs TD + 2 planes; with 5 planes of 6 x 44 a channel plane is 1320 words
+// (1320 % 32 == 8: conflict-free A loads), where 4 planes or rows of 40 would give 0 or 16.
+constexpr int LXBW = 44, LXBH = TH + 2, LXBD = TD + 3;
+constexpr int LXPLANE = LXBW * LXBH * LXBD;
+constexpr int LXWORDS = CK * LXPLANE;
+constexpr int LBUF = (TMA_WWORDS + LXWORDS + 31) / 32 * 32;
+constexpr int LNBUF = 2;  // two 75 KB stages + 64 KB of output staging + the reductions fit in 227 KB
+static_assert(LXPLANE % 32 == 8 || LXPLANE % 32 == 24, "A loads must not conflict");
+static_assert(LXBW >= TW + 2 + 3 && (LXBW * 4) % 16 == 0, "input window rows");
 
 __global__ void pack_pairs(const float* __restrict__ w, float* __restrict__ out, int C, int K, int chunks, long long total) {
-    // out: [class (pd, ph) 4][chunk][pw][sd][sh][sw][k 64][ci 8], tap k_dim = 3 - p - 2 s; TF32-rounded, zero-padded.
+    // out: [class (pd, ph) 4][chunk][pw][sd][sh][sw][k 64][ci 8], tap k_dim = 3 - p - 2 s; TF32-rounded, zero-padded;
+    // each row of 8 in swz order.
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
         long long t = i;
         const int ci8 = (int)(t % CK); t /= CK;
@@ -14,23 +25,41 @@ __global__ void pack_pairs(const float* __restrict__ w, float* __restrict__ out,
         const int ci = chunk * CK + ci8;
         float v = 0.f;
         if (ci < C && n < K) v = round_tf32(w[(((long long)ci * K + n) * 4 + kd) * 16 + kh * 4 + kw]);
-        out[i] = v;
+        out[i ^ ((i >> 3) & 4)] = v;  // row (i / 8)'s halves swapped where swz swaps them: a stage copies as is
     }
 }
 
+// FAST: 64 output channels and an even input width: results leave through shared memory by TMA stores (omap).
+// Otherwise one guarded store per value (omap unused).
+template <bool FAST>
 __global__ void __launch_bounds__(LN_THREADS, 1)
-convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict__ wt, const float* __restrict__ bias,
+convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap omap,
+                            const float* __restrict__ wt, const float* __restrict__ bias,
                             const float* __restrict__ gamma, const float* __restrict__ beta, float* __restrict__ out,
                             const Geometry g, float eps, float scale) {
-    extern __shared__ __align__(16) float smem[];
-    float* red = smem + 2 * g.bsz;  // [2 passes][16 warps][64 channels], outside the pipeline buffers
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(1024) float smem_base[];  // 1024-aligned base: see the softmax kernel
+    float* const staging = smem_base;
+    float* const bufs = smem_base + STAGE_WORDS;
+    float* const red = bufs + LNBUF * LBUF;  // [2 passes][16 warps][64 channels]
+    uint64_t* const full = reinterpret_cast<uint64_t*>(red + 2 * 16 * NB);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gid = lane >> 2, tig = lane & 3;
     const int pw = warp >> 3, row = warp & 7, td = row / TH, th = row % TH;
+    if (threadIdx.x == 0) {
+        for (int b = 0; b < LNBUF; ++b) mbar_init(full + b, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
     const float inv_w = 1.f / g.Wo;
-    // 8 taps per stage: rounding A fragments in registers costs a few more instructions than the tile pass, but
-    // drops a barrier per stage in a kernel with one block per SM (untimed; ROUND_A false restores the pass).
-    conv_pipeline<3, 16, false, PAIRS, true, LN_THREADS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
+    // A: input (td + pd + sd, th + ph + sh, 16 mt + gid + pw + sw) of the window for output class (pd, ph, pw).
+    const int a_off = TMA_WWORDS + tig * LXPLANE + (td * LXBH + th) * LXBW + gid + pw + window_shift(g);
+    const int b_off = b_offset(lane, pw);
+    const StagingSlots st(staging, row, gid, tig, pw);
+    tma_pipeline<LNBUF, LXWORDS, LBUF>(&xmap, wt, g, bufs, full, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
+        const int cls_off = ((o.cls >> 1) * LXBH + (o.cls & 1)) * LXBW;
+        stage_mma<LXBW, LXBH, LXPLANE>(acc, buf + b_off, buf + a_off + cls_off, 0xffu);
+    }, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): output w = 2 (16 mt + 8 half + gid) + pw, channel 8 j + 2 tig + e.
         // A LayerNorm row (n, channel, d, h) is this warp's 32 values and warp ^ 8's 32 of the other W-parity.
         const int od = 2 * (o.od0 + td) + (o.cls >> 1), oh = 2 * (o.oh0 + th) + (o.cls & 1);
@@ -81,6 +110,25 @@ convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict
                 }
             }
         }
+        if (FAST) {
+            // Values past the output's width or height are computed (gamma, beta clamped) and clipped by the store.
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int ow = min(2 * (16 * mt + 8 * half + gid) + pw, g.Wo - 1);
+                    const float ga = __ldg(gamma + ow), be = __ldg(beta + ow);
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const float y = acc[mt][j][half * 2 + e] * rstd[j][e] * ga + be;
+                            acc[mt][j][half * 2 + e] = 0.5f * y * (1.f + erff(y * 0.70710678118654752440f)) * scale;
+                        }
+                }
+            store_tile(acc, st, &omap, pw == 0 && lane == 0, row, 0, oh, od, o.n);
+            return;
+        }
         if (od >= g.Do || oh >= g.Ho) return;
         float* const line = out + ((((long long)o.n * g.K + 2 * tig) * g.Do + od) * g.Ho + oh) * g.Wo;
         const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels
@@ -103,6 +151,8 @@ convt3d_tf32_layernorm_gelu(const float* __restrict__ x, const float* __restrict
                 }
             }
     });
+    if (FAST && pw == 0 && lane == 0) store_wait_all();  // shared memory stays until the last stores have read it
+#endif
 }
 
 }  // namespace
@@ -138,17 +188,16 @@ torch::Tensor convt3d_layernorm_gelu(torch::Tensor x, torch::Tensor w, torch::Te
         wc.data_ptr<float>(), wt.data_ptr<float>(), g.C, g.K, g.chunks, total);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     set_tiles(g, g.D, g.H, g.W, 4);
-    for (int c = 0; c < 4; ++c) g.masks[c] = 0xffffffffu;
-    g.slabs = 1; g.resident = 0;
-    g.wsz = 16 * NB * CK;
-    g.xsz = CK * (TD + 2) * (TH + 2) * (TW + 2);
-    g.xsz = (g.xsz + 3) / 4 * 4;
-    g.bsz = g.wsz + g.xsz;
-    const size_t smem = sizeof(float) * (2 * (size_t)g.bsz + 2 * 16 * NB);
-    const dim3 grid = persistent_grid(convt3d_tf32_layernorm_gelu, g, smem, LN_THREADS);
-    convt3d_tf32_layernorm_gelu<<<grid, LN_THREADS, smem, stream>>>(
-        x.data_ptr<float>(), wt.data_ptr<float>(), b.data_ptr<float>(), ga.data_ptr<float>(), be.data_ptr<float>(),
-        out.data_ptr<float>(), g, (float)eps, (float)scale);
+    torch::Tensor x_keep;  // the padded copy of x, if input_map makes one
+    const CUtensorMap xmap = input_map(x, g, {LXBW, LXBH, LXBD, CK, 1}, x_keep);
+    const bool fast = g.K == NB && g.Wo % 4 == 0;  // out comes from torch::empty: 256-byte aligned
+    const CUtensorMap omap = fast ? output_map(out, g) : xmap;
+    const size_t smem = sizeof(float) * ((size_t)STAGE_WORDS + (size_t)LNBUF * LBUF + 2 * 16 * NB) + LNBUF * sizeof(uint64_t);
+    auto kernel = fast ? convt3d_tf32_layernorm_gelu<true> : convt3d_tf32_layernorm_gelu<false>;
+    const dim3 grid = persistent_grid(kernel, g, smem, LN_THREADS);
+    kernel<<<grid, LN_THREADS, smem, stream>>>(xmap, omap, wt.data_ptr<float>(), b.data_ptr<float>(),
+                                               ga.data_ptr<float>(), be.data_ptr<float>(), out.data_ptr<float>(), g,
+                                               (float)eps, (float)scale);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }

@@ -5,15 +5,15 @@
 // it writes whole W rows: both halves of every 32-byte sector of its stride-2 stores leave the block together.
 constexpr int SLOTS = 2;
 constexpr int SM_THREADS = 512;
-// Input window per stage (core's TMA staging): [channel 8][d TD + 1][h TH + 1][w 40], w 33 used; 40 keeps rows
-// 16-byte multiples and makes a channel plane 600 words (600 % 32 == 24).
+// Input window per stage (core's TMA staging): [channel 8][d TD + 1][h TH + 1][w 40], w 33 used after a shift of up
+// to 3 (window_shift); 40 keeps rows 16-byte multiples and makes a channel plane 600 words (600 % 32 == 24).
 constexpr int XBW = 40, XBH = TH + 1, XBD = TD + 1;
 constexpr int XPLANE = XBW * XBH * XBD;
 constexpr int XWORDS = CK * XPLANE;
 constexpr int BUF_WORDS = (TMA_WWORDS + XWORDS + 31) / 32 * 32;
 constexpr int NBUF = 3;  // stages in flight: two copies run during a stage's MMAs
 static_assert(XPLANE % 32 == 8 || XPLANE % 32 == 24, "A loads must not conflict");
-static_assert(XBW >= TW + SLOTS - 1 && (XBW * 4) % 16 == 0, "input window rows");
+static_assert(XBW >= TW + SLOTS - 1 + 3 && (XBW * 4) % 16 == 0, "input window rows");
 
 __global__ void pack_transposed(const float* __restrict__ w, float* __restrict__ out, int C, int K, int ks, int pad,
                                int dmin, int chunks, long long total) {
@@ -82,14 +82,13 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
         bias_s[tid] = k < g.K ? bias[k] * LOG2E : -INFINITY;
     }
     if (tid == 0) {
-        if (FAST && (smem_addr(staging) & 1023u) != 0) __trap();  // the 128-byte swizzle repeats every 1024 bytes
         for (int b = 0; b < NBUF; ++b) mbar_init(full + b, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
     // This thread's fixed offsets into a buffer (see stage_mma).
-    const int a_off = TMA_WWORDS + tig * XPLANE + (td * XBH + th) * XBW + gid;
+    const int a_off = TMA_WWORDS + tig * XPLANE + (td * XBH + th) * XBW + gid + window_shift(g);
     const int b_off = b_offset(lane, pw);
     const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels; K cstride < 2^31 (host)
     const StagingSlots st(staging, run, gid, tig, pw);

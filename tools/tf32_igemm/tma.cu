@@ -27,7 +27,8 @@ __device__ __forceinline__ void bulk_copy(float* dst, const float* src, uint32_t
                  :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
 }
 
-// The map's box at element coordinates (w, h, d, c, n); outside the tensor: zeros.
+// The map's box at element coordinates (w, h, d, c, n); outside the tensor: zeros. w must be a multiple of 4 (16 bytes:
+// the H100 faults with "illegal instruction" on any other innermost coordinate, negative ones included).
 __device__ __forceinline__ void tensor_copy(float* dst, const CUtensorMap* map, uint64_t* bar, int w, int h, int d, int c,
                                             int n) {
     asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
@@ -88,6 +89,10 @@ __device__ __forceinline__ int b_offset(int lane, int pw) {
     return (pw * 8 * NB + b_row) * CK + (b_c ^ (b_row & 4));
 }
 
+// The input window of a tile starts at w = ow0 - pad - window_shift(g), a multiple of 4 (ow0 is one, TW = 32), so the
+// input at ow0 - pad sits window_shift(g) columns into the window: kernels add it to their A offsets.
+__device__ __forceinline__ int window_shift(const Geometry& g) { return (-g.pad) & 3; }
+
 // The persistent TMA pipeline over buffers of BUF words (weights first, then the input window; 128-byte multiples).
 // Thread 0 keeps NBUF - 1 stages in flight; full[b] (initialised by the caller, count 1) completes when buffer b's
 // copies have landed. Per tile: mma(acc, buffer, origin) per chunk, then epilogue(acc, origin).
@@ -97,6 +102,7 @@ __device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const floa
     static_assert(BUF % 32 == 0 && BUF >= TMA_WWORDS + XWORDS, "buffers");
     const int tiles = (int)g.tiles, step = (int)gridDim.x, chunks = g.chunks;
     const bool producer = threadIdx.x == 0;
+    const int wlead = g.pad + window_shift(g);
     int p_tile = blockIdx.x, p_chunk = 0, p_buf = 0;  // the next stage to copy
     auto issue = [&]() {
         if (p_tile < tiles) {
@@ -104,7 +110,7 @@ __device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const floa
             float* buf = bufs + p_buf * BUF;
             mbar_expect_tx(full + p_buf, (TMA_WWORDS + XWORDS) * sizeof(float));
             bulk_copy(buf, wt + ((long long)o.cls * chunks + p_chunk) * TMA_WWORDS, TMA_WWORDS * sizeof(float), full + p_buf);
-            tensor_copy(buf + TMA_WWORDS, xmap, full + p_buf, o.ow0 - g.pad, o.oh0 - g.pad, o.od0 - g.pad, p_chunk * CK, o.n);
+            tensor_copy(buf + TMA_WWORDS, xmap, full + p_buf, o.ow0 - wlead, o.oh0 - g.pad, o.od0 - g.pad, p_chunk * CK, o.n);
         }
         if (++p_chunk == chunks) { p_chunk = 0; p_tile += step; }
         if (++p_buf == NBUF) p_buf = 0;

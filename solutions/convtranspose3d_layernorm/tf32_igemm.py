@@ -1,22 +1,24 @@
 """Stride-2 ConvTranspose3d (kernel 4) on TF32 tensor cores with LayerNorm over W, GELU and scaling fused.
 
 With kernel 4, stride 2 and padding 1 every output voxel o = 2j + p (per dimension) takes exactly two taps per
-dimension, k = 3 - p - 2s from input j + p - 1 + s (s = 0, 1): the transposed convolution is 8 parity classes of a
-2 x 2 x 2 convolution, with no zero taps. A block takes one (d, h) parity class and both W parities: warps 0-7 compute
-W-parity 0 and warps 8-15 W-parity 1 of the same 8 rows of 32, so each block holds whole W rows (all 64 output
-widths) of all 64 channels in registers (mma.sync m16n8k8, TF32 inputs rounded to nearest, float32 accumulation).
-The LayerNorm over W is then two shuffle reductions per channel and row plus one exchange with the partner warp
-through shared memory (mean first, then the variance around it), and GELU and scaling follow. Persistent blocks walk
-the tiles with the classes fastest. Copies are TMA (Hopper): one thread starts each stage's two copies (the weights
-of one 8-channel chunk, packed per class by one small kernel per call in shared-memory order, as one bulk copy; the
-input window as one 5-D tensor copy, zero-filled outside the input), two stages in flight on mbarriers. Results leave
-the same way: each pair of warps writes its 64 channels x 32 widths into shared memory in TMA's 128-byte swizzle and
-one thread stores them with one tensor copy, which also clips the output's edges (64 channels and an output width
-divisible by 4; otherwise one guarded store per value). The kernel needs sm_90 or later; older GPUs take the fallback.
+dimension, k = 3 - p - 2s from input j + p - 1 + s (s = 0, 1): the transposed convolution is 8 parity classes of a 2 x
+2 x 2 convolution, with no zero taps. A block takes one (d, h) parity class and both W parities: warps 0-7 compute
+W-parity 0 and warps 8-15 W-parity 1 of the same 8 rows of 32, so each block holds whole W rows (all 64 output widths)
+of all 64 channels in registers (mma.sync m16n8k8, TF32 inputs rounded to nearest, float32 accumulation). The
+LayerNorm over W is then two shuffle reductions per channel and row plus one exchange with the partner warp through
+shared memory (mean first, then the variance around it), and GELU (erf to 1.5e-7 by Abramowitz and Stegun 7.1.26) and
+scaling follow. Persistent blocks walk the tiles with the classes fastest. Copies are TMA (Hopper): one thread starts
+each stage's two copies (the weights of one 8-channel chunk, packed per class by one small kernel per call in
+shared-memory order, as one bulk copy; the input window as one 5-D tensor copy, zero-filled outside the input), two
+stages in flight on mbarriers; the last warp done with a stage starts the copy into its buffer, so no block-wide
+barrier runs per stage. Results leave the same way: each pair of warps writes its 64 channels x 32 widths into shared
+memory in TMA's 128-byte swizzle and one thread stores them with one tensor copy, which also clips the output's edges
+(64 channels, so an output width of 64; otherwise one guarded store per value). The kernel needs sm_90 or later; older
+GPUs take the fallback.
 
-This is the shape of the problem's module (ConvTranspose3d(k=4, s=2, p=1) followed by LayerNorm over the last axis,
-up to 64 output channels and output width <= 64, which must equal the LayerNorm's size); any other shape falls back
-to cuDNN plus the same ops in PyTorch. TF32 is the precision PyTorch's defaults allow cuDNN for convolutions
+This is the shape of the problem's module (ConvTranspose3d(k=4, s=2, p=1) followed by LayerNorm over the last axis, up
+to 64 output channels and output width <= 64, which must equal the LayerNorm's size); any other shape falls back to
+cuDNN plus the same ops in PyTorch. TF32 is the precision PyTorch's defaults allow cuDNN for convolutions
 (docs/solutions.md has the error figures).
 """
 
@@ -468,10 +470,21 @@ constexpr int TMA_WWORDS = 16 * NB * CK;  // one stage's weights: 16 taps (2 W-p
 constexpr int ROW_WORDS = NB * 32;        // output staging per warp pair: [channel 64][w 32]
 constexpr int STAGE_WORDS = (TD * TH) * ROW_WORDS;  // 64 KB at the 1024-byte aligned start of shared memory
 
-// One stage: this warp's 32 voxels x 64 channels += the stage's 8 channels x the slots in mask (bit (sd 2 + sh) 2 +
-// sw). xa: this thread's A element (channel tig, voxel gid of the warp's run) at slot 0; wb: its ldmatrix row of B at
-// slot 0 of its W-parity. Every address is one of these plus a constant.
-template <int XBW, int XBH, int XPLANE>
+// An A element as TF32 (the MMA reads bits 31-13 and ignores the rest). EXACT: cvt.rna, which costs two instructions
+// (a test for Inf and NaN, then the add). Otherwise the add alone: half a TF32 unit (0x1000) into the bits, which the
+// truncating MMA turns into round to nearest, ties away, the same as cvt.rna for every finite value and for Inf.
+// Only a NaN whose bits 30-12 are all ones (such as the GPU's own NaN, 0x7fffffff) would carry into the sign and read
+// as -0: scan_wrap flags inputs that hold one, and the kernels then take the EXACT path.
+template <bool EXACT>
+__device__ __forceinline__ uint32_t tf32_a(float v) {
+    return EXACT ? round_tf32_bits(__float_as_uint(v)) : __float_as_uint(v) + 0x1000u;
+}
+
+// One stage (the weights are TF32 already: the packing kernels round them): this warp's 32 voxels x 64 channels +=
+// the stage's 8 channels x the slots in mask (bit (sd 2 + sh) 2 + sw). xa: this thread's A element (channel tig, voxel
+// gid of the warp's run) at slot 0; wb: its ldmatrix row of B at slot 0 of its W-parity. Every address is one of these
+// plus a constant.
+template <int XBW, int XBH, int XPLANE, bool EXACT>
 __device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb, const float* xa, uint32_t mask) {
 #pragma unroll
     for (int slot = 0; slot < 8; ++slot) {
@@ -480,10 +493,10 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb
         uint32_t a[2][4];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-            a[mt][0] = round_tf32_bits(__float_as_uint(p[16 * mt]));
-            a[mt][1] = round_tf32_bits(__float_as_uint(p[16 * mt + 8]));
-            a[mt][2] = round_tf32_bits(__float_as_uint(p[4 * XPLANE + 16 * mt]));
-            a[mt][3] = round_tf32_bits(__float_as_uint(p[4 * XPLANE + 16 * mt + 8]));
+            a[mt][0] = tf32_a<EXACT>(p[16 * mt]);
+            a[mt][1] = tf32_a<EXACT>(p[16 * mt + 8]);
+            a[mt][2] = tf32_a<EXACT>(p[4 * XPLANE + 16 * mt]);
+            a[mt][3] = tf32_a<EXACT>(p[4 * XPLANE + 16 * mt + 8]);
         }
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
@@ -507,31 +520,41 @@ __device__ __forceinline__ int b_offset(int lane, int pw) {
 // input at ow0 - pad sits window_shift(g) columns into the window: kernels add it to their A offsets.
 __device__ __forceinline__ int window_shift(const Geometry& g) { return (-g.pad) & 3; }
 
-// The persistent TMA pipeline over buffers of BUF words (weights first, then the input window; 128-byte multiples).
-// Thread 0 keeps NBUF - 1 stages in flight; full[b] (initialised by the caller, count 1) completes when buffer b's
-// copies have landed. Per tile: mma(acc, buffer, origin) per chunk, then epilogue(acc, origin).
+// Per pipeline buffer: an mbarrier that completes when a stage's copies have landed in it, and the number of warps
+// done with the stage it holds.
+struct PipeSync {
+    uint64_t full;
+    unsigned done;
+    unsigned unused;
+};
+
+// The persistent TMA pipeline over NBUF buffers of BUF words (weights first, then the input window; 128-byte
+// multiples). The caller initialises sync[b].full (count 1) and sync[b].done (0). Per tile: mma(acc, buffer, origin)
+// per chunk, then epilogue(acc, origin). No block-wide barrier per stage: each warp counts itself done with a buffer,
+// and the last of them refills it with the stage NBUF later, so warps drift apart by up to a stage instead of
+// waiting for the slowest at every stage.
 template <int NBUF, int XWORDS, int BUF, typename Mma, typename Epilogue>
 __device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const float* __restrict__ wt, const Geometry& g,
-                                             float* bufs, uint64_t* full, Mma&& mma, Epilogue&& epilogue) {
+                                             float* bufs, PipeSync* sync, Mma&& mma, Epilogue&& epilogue) {
     static_assert(BUF % 32 == 0 && BUF >= TMA_WWORDS + XWORDS, "buffers");
     const int tiles = (int)g.tiles, step = (int)gridDim.x, chunks = g.chunks;
-    const bool producer = threadIdx.x == 0;
     const int wlead = g.pad + window_shift(g);
-    int p_tile = blockIdx.x, p_chunk = 0, p_buf = 0;  // the next stage to copy
-    auto issue = [&]() {
-        if (p_tile < tiles) {
-            const TileOrigin o = tile_origin(p_tile, g);
-            float* buf = bufs + p_buf * BUF;
-            mbar_expect_tx(full + p_buf, (TMA_WWORDS + XWORDS) * sizeof(float));
-            bulk_copy(buf, wt + ((long long)o.cls * chunks + p_chunk) * TMA_WWORDS, TMA_WWORDS * sizeof(float), full + p_buf);
-            tensor_copy(buf + TMA_WWORDS, xmap, full + p_buf, o.ow0 - wlead, o.oh0 - g.pad, o.od0 - g.pad, p_chunk * CK, o.n);
-        }
-        if (++p_chunk == chunks) { p_chunk = 0; p_tile += step; }
-        if (++p_buf == NBUF) p_buf = 0;
+    const unsigned warps = blockDim.x >> 5;
+    // This block's stage k (0, 1, ...) is chunk k % chunks of tile blockIdx.x + (k / chunks) step; one thread copies
+    // it into buffer k % NBUF.
+    auto issue = [&](int k, int b) {
+        const int tile = (int)blockIdx.x + (k / chunks) * step, chunk = k % chunks;
+        if (tile >= tiles) return;
+        const TileOrigin o = tile_origin(tile, g);
+        float* buf = bufs + b * BUF;
+        uint64_t* full = &sync[b].full;
+        mbar_expect_tx(full, (TMA_WWORDS + XWORDS) * sizeof(float));
+        bulk_copy(buf, wt + ((long long)o.cls * chunks + chunk) * TMA_WWORDS, TMA_WWORDS * sizeof(float), full);
+        tensor_copy(buf + TMA_WWORDS, xmap, full, o.ow0 - wlead, o.oh0 - g.pad, o.od0 - g.pad, chunk * CK, o.n);
     };
-    if (producer)
-        for (int i = 0; i < NBUF - 1; ++i) issue();
-    int c_buf = 0;
+    if (threadIdx.x == 0)
+        for (int k = 0; k < NBUF; ++k) issue(k, k);
+    int c_buf = 0, k = 0;
     uint32_t c_phase = 0;
     float acc[2][8][4];
     for (int tile = blockIdx.x; tile < tiles; tile += step) {
@@ -542,11 +565,17 @@ __device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const floa
             for (int j = 0; j < 8; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-        for (int chunk = 0; chunk < chunks; ++chunk) {
-            if (producer) issue();  // into the buffer the barrier at the end of the last stage released
-            mbar_wait(full + c_buf, c_phase);
+        for (int chunk = 0; chunk < chunks; ++chunk, ++k) {
+            mbar_wait(&sync[c_buf].full, c_phase);
             mma(acc, bufs + c_buf * BUF, o);
-            __syncthreads();  // every warp is done with buffer c_buf: the next issue() may refill it
+            __syncwarp();  // the warp's shared-memory reads of this stage are done (their results fed its MMAs)
+            if ((threadIdx.x & 31) == 0) {
+                __threadfence_block();
+                if (atomicAdd(&sync[c_buf].done, 1u) == warps - 1) {  // the last warp out refills the buffer
+                    sync[c_buf].done = 0;  // released to the next users by the copy's mbarrier
+                    issue(k + NBUF, c_buf);
+                }
+            }
             if (++c_buf == NBUF) { c_buf = 0; c_phase ^= 1; }
         }
         epilogue(acc, o);
@@ -584,6 +613,25 @@ __device__ __forceinline__ void store_tile(const float (&acc)[2][8][4], const St
         pair_barrier(1 + run);
         if (issuer) tensor_store(omap, st.row, w0 + 32 * mt, oh, od, 0, n);
     }
+}
+
+// *flag = 1 if x holds a NaN whose bits 30-12 are all ones (tf32_a's add would wrap it): one read of x. The kernels
+// read the flag and take the exact rounding for such inputs.
+__global__ void scan_wrap(const float* __restrict__ x, long long n, bool vec, unsigned* __restrict__ flag) {
+    const long long stride = (long long)gridDim.x * blockDim.x, first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    auto wraps = [](float v) { return (__float_as_uint(v) & 0x7ffff000u) == 0x7ffff000u; };
+    bool hit = false;
+    long long i = first;
+    if (vec) {  // 16-byte aligned: float4s, then the tail
+        const float4* x4 = reinterpret_cast<const float4*>(x);
+        for (; i < n / 4; i += stride) {
+            const float4 v = x4[i];
+            hit |= wraps(v.x) | wraps(v.y) | wraps(v.z) | wraps(v.w);
+        }
+        i = n / 4 * 4 + first;
+    }
+    for (; i < n; i += stride) hit |= wraps(x[i]);
+    if (__any_sync(0xffffffffu, hit) && (threadIdx.x & 31) == 0) *flag = 1u;
 }
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -630,6 +678,18 @@ CUtensorMap input_map(const torch::Tensor& x, const Geometry& g, const cuuint32_
                       (cuuint64_t)g.N}, wp, box, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
+// The flag scan_wrap sets for x (contiguous), for the kernels' rounding of A.
+torch::Tensor wrap_flag(const torch::Tensor& x) {
+    auto flag = torch::zeros({1}, x.options().dtype(torch::kInt32));
+    const long long n = x.numel();
+    const bool vec = reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+    scan_wrap<<<(unsigned)std::min<long long>(((vec ? n / 4 : n) + 255) / 256, 1024), 256, 0,
+                c10::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), n, vec,
+                                                     reinterpret_cast<unsigned*>(flag.data_ptr<int>()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return flag;
+}
+
 // The output (N, K = 64, Do, Ho, Wo) as a TMA destination for store_tile (Wo a multiple of 4).
 CUtensorMap output_map(const torch::Tensor& out, const Geometry& g) {
     return tensor_map(out.data_ptr(), {(cuuint64_t)g.Wo, (cuuint64_t)g.Ho, (cuuint64_t)g.Do, (cuuint64_t)g.K,
@@ -666,25 +726,59 @@ __global__ void pack_pairs(const float* __restrict__ w, float* __restrict__ out,
     }
 }
 
-// FAST: 64 output channels and an even input width: results leave through shared memory by TMA stores (omap).
+// 1 / x and 2^x, one MUFU instruction each (relative errors about 2^-23 and 2^-22; 2^x below 2^-126 flushes to 0).
+__device__ __forceinline__ float rcp_approx(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ float exp2_approx(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// GELU(y) = y Phi(y) with Phi(y) = 1 - E for y >= 0 and E for y < 0, E = erfc(|y| / sqrt 2) / 2 from Abramowitz and
+// Stegun 7.1.26 (t = 1 / (1 + 0.3275911 z), erfc(z) = t P(t) e^(-z^2), absolute error of erf at most 1.5e-7): 16
+// instructions against erff's 28, with no coefficient selects. In float32 it is within 4.2e-7 of GELU in float64 over
+// [-12, 12] (and so everywhere: beyond, E is below 1e-32).
+__device__ __forceinline__ float gelu_erf(float y) {
+    const float z = fabsf(y) * 0.70710678118654752f;
+    const float t = rcp_approx(fmaf(0.3275911f, z, 1.f));
+    float p = 0.5f * 1.061405429f;  // P / 2
+    p = fmaf(p, t, 0.5f * -1.453152027f);
+    p = fmaf(p, t, 0.5f * 1.421413741f);
+    p = fmaf(p, t, 0.5f * -0.284496736f);
+    p = fmaf(p, t, 0.5f * 0.254829592f);
+    const float e = exp2_approx(y * (y * -0.72134752044448170f));  // e^(-y^2 / 2) = e^(-z^2)
+    const float E = p * t * e;
+    return y * (y >= 0.f ? 1.f - E : E);
+}
+
+// FAST: 64 output channels, so an output width of 64 (the LayerNorm's size is the channel count): every accumulator
+// is a valid output, and results leave through shared memory by TMA stores (omap).
 // Otherwise one guarded store per value (omap unused).
 template <bool FAST>
 __global__ void __launch_bounds__(LN_THREADS, 1)
 convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap omap,
                             const float* __restrict__ wt, const float* __restrict__ bias,
                             const float* __restrict__ gamma, const float* __restrict__ beta, float* __restrict__ out,
-                            const Geometry g, float eps, float scale) {
+                            const unsigned* __restrict__ wrap, const Geometry g, float eps, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(1024) float smem_base[];  // 1024-aligned base: see the softmax kernel
     float* const staging = smem_base;
     float* const bufs = smem_base + STAGE_WORDS;
     float* const red = bufs + LNBUF * LBUF;  // [2 passes][16 warps][64 channels]
-    uint64_t* const full = reinterpret_cast<uint64_t*>(red + 2 * 16 * NB);
+    PipeSync* const sync = reinterpret_cast<PipeSync*>(red + 2 * 16 * NB);  // per buffer: landed, warps done
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gid = lane >> 2, tig = lane & 3;
     const int pw = warp >> 3, row = warp & 7, td = row / TH, th = row % TH;
     if (threadIdx.x == 0) {
-        for (int b = 0; b < LNBUF; ++b) mbar_init(full + b, 1);
+        for (int b = 0; b < LNBUF; ++b) {
+            mbar_init(&sync[b].full, 1);
+            sync[b].done = 0;
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -693,9 +787,11 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
     const int a_off = TMA_WWORDS + tig * LXPLANE + (td * LXBH + th) * LXBW + gid + pw + window_shift(g);
     const int b_off = b_offset(lane, pw);
     const StagingSlots st(staging, row, gid, tig, pw);
-    tma_pipeline<LNBUF, LXWORDS, LBUF>(&xmap, wt, g, bufs, full, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
+    const bool exact = *wrap != 0u;  // x holds a NaN the fast TF32 rounding would lose (tf32_a)
+    tma_pipeline<LNBUF, LXWORDS, LBUF>(&xmap, wt, g, bufs, sync, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
         const int cls_off = ((o.cls >> 1) * LXBH + (o.cls & 1)) * LXBW;
-        stage_mma<LXBW, LXBH, LXPLANE>(acc, buf + b_off, buf + a_off + cls_off, 0xffu);
+        if (exact) stage_mma<LXBW, LXBH, LXPLANE, true>(acc, buf + b_off, buf + a_off + cls_off, 0xffu);
+        else stage_mma<LXBW, LXBH, LXPLANE, false>(acc, buf + b_off, buf + a_off + cls_off, 0xffu);
     }, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): output w = 2 (16 mt + 8 half + gid) + pw, channel 8 j + 2 tig + e.
         // A LayerNorm row (n, channel, d, h) is this warp's 32 values and warp ^ 8's 32 of the other W-parity.
@@ -704,7 +800,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-            for (int half = 0; half < 2; ++half) valid[mt][half] = 2 * (16 * mt + 8 * half + gid) + pw < g.Wo;
+            for (int half = 0; half < 2; ++half) valid[mt][half] = FAST || 2 * (16 * mt + 8 * half + gid) + pw < g.Wo;
         // Pass 0 turns acc into value - mean in place (so no mean array stays live), pass 1 gives rstd.
         float rstd[8][2];
 #pragma unroll
@@ -748,7 +844,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
             }
         }
         if (FAST) {
-            // Values past the output's width or height are computed (gamma, beta clamped) and clipped by the store.
+            // Rows past the output's height are computed and clipped by the store (the width is 64: all valid).
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -760,7 +856,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
                             const float y = acc[mt][j][half * 2 + e] * rstd[j][e] * ga + be;
-                            acc[mt][j][half * 2 + e] = 0.5f * y * (1.f + erff(y * 0.70710678118654752440f)) * scale;
+                            acc[mt][j][half * 2 + e] = gelu_erf(y) * scale;
                         }
                 }
             store_tile(acc, st, &omap, pw == 0 && lane == 0, row, 0, oh, od, o.n);
@@ -783,7 +879,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
                     for (int e = 0; e < 2; ++e) {
                         if (j * 8 + 2 * tig + e >= g.K) continue;
                         const float y = acc[mt][j][half * 2 + e] * rstd[j][e] * ga + be;
-                        dst[e * cstride] = 0.5f * y * (1.f + erff(y * 0.70710678118654752440f)) * scale;
+                        dst[e * cstride] = gelu_erf(y) * scale;
                     }
                 }
             }
@@ -827,14 +923,16 @@ torch::Tensor convt3d_layernorm_gelu(torch::Tensor x, torch::Tensor w, torch::Te
     set_tiles(g, g.D, g.H, g.W, 4);
     torch::Tensor x_keep;  // the padded copy of x, if input_map makes one
     const CUtensorMap xmap = input_map(x, g, {LXBW, LXBH, LXBD, CK, 1}, x_keep);
-    const bool fast = g.K == NB && g.Wo % 4 == 0;  // out comes from torch::empty: 256-byte aligned
+    const torch::Tensor wrap = wrap_flag(x);
+    const bool fast = g.K == NB && g.Wo == 2 * TW;  // out comes from torch::empty: 256-byte aligned
     const CUtensorMap omap = fast ? output_map(out, g) : xmap;
-    const size_t smem = sizeof(float) * ((size_t)STAGE_WORDS + (size_t)LNBUF * LBUF + 2 * 16 * NB) + LNBUF * sizeof(uint64_t);
+    const size_t smem = sizeof(float) * ((size_t)STAGE_WORDS + (size_t)LNBUF * LBUF + 2 * 16 * NB) + LNBUF * sizeof(PipeSync);
     auto kernel = fast ? convt3d_tf32_layernorm_gelu<true> : convt3d_tf32_layernorm_gelu<false>;
     const dim3 grid = persistent_grid(kernel, g, smem, LN_THREADS);
     kernel<<<grid, LN_THREADS, smem, stream>>>(xmap, omap, wt.data_ptr<float>(), b.data_ptr<float>(),
-                                               ga.data_ptr<float>(), be.data_ptr<float>(), out.data_ptr<float>(), g,
-                                               (float)eps, (float)scale);
+                                               ga.data_ptr<float>(), be.data_ptr<float>(), out.data_ptr<float>(),
+                                               reinterpret_cast<const unsigned*>(wrap.data_ptr<int>()), g, (float)eps,
+                                               (float)scale);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }

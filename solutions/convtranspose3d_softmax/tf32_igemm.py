@@ -1,25 +1,25 @@
 """Stride-2 ConvTranspose3d on TF32 tensor cores as eight parity-class convolutions, with softmax and sigmoid fused.
 
-Output voxel o = 2j + p (per dimension, parity p) only receives the kernel taps k with k = p + padding - 2 delta,
-from input j + delta. So the transposed convolution splits into 8 classes (pd, ph, pw), each a plain convolution
-over the input with 2 x 2 x 2 slots, some of them empty (1, 2, 4 or 8 taps per class at kernel 3): the zeros a
-transposed convolution would multiply are never touched. Each tile of 2 x 4 x 32 class voxels x all 64 output
-channels is accumulated in registers (mma.sync m16n8k8, TF32 inputs rounded to nearest, float32 accumulation); the
-64 channels of a voxel sit in the four threads of a quad, so the channel softmax is two shuffles for the max and two
-for the sum, followed by the sigmoid and one store per value. A block of 16 warps takes one (d, h) parity pair and
-both W-parities of its rows (warps 0-7 and 8-15, each half with its own taps), so the two halves of every sector of
-the stride-2 stores leave one block together. Persistent blocks (one per SM; an odd count, so each cycles through
-pairs of unequal work) walk the tiles. Copies are TMA (Hopper): one thread starts each stage's two copies (the
-weights, packed per class by one small kernel per call in shared-memory order, as one bulk copy; the input window as
-one 5-D tensor copy, zero-filled outside the input), three stages in flight on mbarriers. Results leave the same way:
-each pair of warps writes its 64 channels x 32 voxels into shared memory in TMA's 128-byte swizzle and one thread
-stores them with one tensor copy, which also clips the output's edges (64 channels and an output width divisible by
-4; otherwise one guarded store per value). The kernel needs sm_90 or later; older GPUs take the fallback.
+Output voxel o = 2j + p (per dimension, parity p) only receives the kernel taps k with k = p + padding - 2 delta, from
+input j + delta. So the transposed convolution splits into 8 classes (pd, ph, pw), each a plain convolution over the
+input with 2 x 2 x 2 slots, some of them empty (1, 2, 4 or 8 taps per class at kernel 3): the zeros a transposed
+convolution would multiply are never touched. Each tile of 2 x 4 x 32 class voxels x all 64 output channels is
+accumulated in registers (mma.sync m16n8k8, TF32 inputs rounded to nearest, float32 accumulation); the 64 channels of
+a voxel sit in the four threads of a quad, so the channel softmax is two shuffles for the max and two for the sum,
+followed by the sigmoid and one store per value. A block of 16 warps takes one (d, h) parity pair and both W-parities
+of its rows (warps 0-7 and 8-15, each half with its own taps), so the two halves of every sector of the stride-2
+stores leave one block together. Persistent blocks (one per SM; an odd count, so each cycles through pairs of unequal
+work) walk the tiles. Copies are TMA (Hopper): one thread starts each stage's two copies (the weights, packed per
+class by one small kernel per call in shared-memory order, as one bulk copy; the input window as one 5-D tensor copy,
+zero-filled outside the input), three stages in flight on mbarriers; the last warp done with a stage starts the copy
+into its buffer, so no block-wide barrier runs per stage. Results leave the same way: each pair of warps writes its 64
+channels x 32 voxels into shared memory in TMA's 128-byte swizzle and one thread stores them with one tensor copy,
+which also clips the output's edges (64 channels and an output width divisible by 4; otherwise one guarded store per
+value). The kernel needs sm_90 or later; older GPUs take the fallback.
 
-Stride 2 with two slots per dimension (kernel 3, padding 1, any output padding; kernel 2, padding 0; ...) and up to
-64 output channels take the fast path at any input size; anything else falls back to cuDNN plus the same ops.
-TF32 is the precision PyTorch's defaults allow cuDNN for convolutions (docs/solutions.md has the error figures).
-"""
+Stride 2 with two slots per dimension (kernel 3, at any padding and output padding) and up to 64 output channels take
+the fast path at any input size; anything else falls back to cuDNN plus the same ops. TF32 is the precision PyTorch's
+defaults allow cuDNN for convolutions (docs/solutions.md has the error figures). """
 
 import torch
 import torch.nn as nn
@@ -468,10 +468,21 @@ constexpr int TMA_WWORDS = 16 * NB * CK;  // one stage's weights: 16 taps (2 W-p
 constexpr int ROW_WORDS = NB * 32;        // output staging per warp pair: [channel 64][w 32]
 constexpr int STAGE_WORDS = (TD * TH) * ROW_WORDS;  // 64 KB at the 1024-byte aligned start of shared memory
 
-// One stage: this warp's 32 voxels x 64 channels += the stage's 8 channels x the slots in mask (bit (sd 2 + sh) 2 +
-// sw). xa: this thread's A element (channel tig, voxel gid of the warp's run) at slot 0; wb: its ldmatrix row of B at
-// slot 0 of its W-parity. Every address is one of these plus a constant.
-template <int XBW, int XBH, int XPLANE>
+// An A element as TF32 (the MMA reads bits 31-13 and ignores the rest). EXACT: cvt.rna, which costs two instructions
+// (a test for Inf and NaN, then the add). Otherwise the add alone: half a TF32 unit (0x1000) into the bits, which the
+// truncating MMA turns into round to nearest, ties away, the same as cvt.rna for every finite value and for Inf.
+// Only a NaN whose bits 30-12 are all ones (such as the GPU's own NaN, 0x7fffffff) would carry into the sign and read
+// as -0: scan_wrap flags inputs that hold one, and the kernels then take the EXACT path.
+template <bool EXACT>
+__device__ __forceinline__ uint32_t tf32_a(float v) {
+    return EXACT ? round_tf32_bits(__float_as_uint(v)) : __float_as_uint(v) + 0x1000u;
+}
+
+// One stage (the weights are TF32 already: the packing kernels round them): this warp's 32 voxels x 64 channels +=
+// the stage's 8 channels x the slots in mask (bit (sd 2 + sh) 2 + sw). xa: this thread's A element (channel tig, voxel
+// gid of the warp's run) at slot 0; wb: its ldmatrix row of B at slot 0 of its W-parity. Every address is one of these
+// plus a constant.
+template <int XBW, int XBH, int XPLANE, bool EXACT>
 __device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb, const float* xa, uint32_t mask) {
 #pragma unroll
     for (int slot = 0; slot < 8; ++slot) {
@@ -480,10 +491,10 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb
         uint32_t a[2][4];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-            a[mt][0] = round_tf32_bits(__float_as_uint(p[16 * mt]));
-            a[mt][1] = round_tf32_bits(__float_as_uint(p[16 * mt + 8]));
-            a[mt][2] = round_tf32_bits(__float_as_uint(p[4 * XPLANE + 16 * mt]));
-            a[mt][3] = round_tf32_bits(__float_as_uint(p[4 * XPLANE + 16 * mt + 8]));
+            a[mt][0] = tf32_a<EXACT>(p[16 * mt]);
+            a[mt][1] = tf32_a<EXACT>(p[16 * mt + 8]);
+            a[mt][2] = tf32_a<EXACT>(p[4 * XPLANE + 16 * mt]);
+            a[mt][3] = tf32_a<EXACT>(p[4 * XPLANE + 16 * mt + 8]);
         }
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
@@ -507,31 +518,41 @@ __device__ __forceinline__ int b_offset(int lane, int pw) {
 // input at ow0 - pad sits window_shift(g) columns into the window: kernels add it to their A offsets.
 __device__ __forceinline__ int window_shift(const Geometry& g) { return (-g.pad) & 3; }
 
-// The persistent TMA pipeline over buffers of BUF words (weights first, then the input window; 128-byte multiples).
-// Thread 0 keeps NBUF - 1 stages in flight; full[b] (initialised by the caller, count 1) completes when buffer b's
-// copies have landed. Per tile: mma(acc, buffer, origin) per chunk, then epilogue(acc, origin).
+// Per pipeline buffer: an mbarrier that completes when a stage's copies have landed in it, and the number of warps
+// done with the stage it holds.
+struct PipeSync {
+    uint64_t full;
+    unsigned done;
+    unsigned unused;
+};
+
+// The persistent TMA pipeline over NBUF buffers of BUF words (weights first, then the input window; 128-byte
+// multiples). The caller initialises sync[b].full (count 1) and sync[b].done (0). Per tile: mma(acc, buffer, origin)
+// per chunk, then epilogue(acc, origin). No block-wide barrier per stage: each warp counts itself done with a buffer,
+// and the last of them refills it with the stage NBUF later, so warps drift apart by up to a stage instead of
+// waiting for the slowest at every stage.
 template <int NBUF, int XWORDS, int BUF, typename Mma, typename Epilogue>
 __device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const float* __restrict__ wt, const Geometry& g,
-                                             float* bufs, uint64_t* full, Mma&& mma, Epilogue&& epilogue) {
+                                             float* bufs, PipeSync* sync, Mma&& mma, Epilogue&& epilogue) {
     static_assert(BUF % 32 == 0 && BUF >= TMA_WWORDS + XWORDS, "buffers");
     const int tiles = (int)g.tiles, step = (int)gridDim.x, chunks = g.chunks;
-    const bool producer = threadIdx.x == 0;
     const int wlead = g.pad + window_shift(g);
-    int p_tile = blockIdx.x, p_chunk = 0, p_buf = 0;  // the next stage to copy
-    auto issue = [&]() {
-        if (p_tile < tiles) {
-            const TileOrigin o = tile_origin(p_tile, g);
-            float* buf = bufs + p_buf * BUF;
-            mbar_expect_tx(full + p_buf, (TMA_WWORDS + XWORDS) * sizeof(float));
-            bulk_copy(buf, wt + ((long long)o.cls * chunks + p_chunk) * TMA_WWORDS, TMA_WWORDS * sizeof(float), full + p_buf);
-            tensor_copy(buf + TMA_WWORDS, xmap, full + p_buf, o.ow0 - wlead, o.oh0 - g.pad, o.od0 - g.pad, p_chunk * CK, o.n);
-        }
-        if (++p_chunk == chunks) { p_chunk = 0; p_tile += step; }
-        if (++p_buf == NBUF) p_buf = 0;
+    const unsigned warps = blockDim.x >> 5;
+    // This block's stage k (0, 1, ...) is chunk k % chunks of tile blockIdx.x + (k / chunks) step; one thread copies
+    // it into buffer k % NBUF.
+    auto issue = [&](int k, int b) {
+        const int tile = (int)blockIdx.x + (k / chunks) * step, chunk = k % chunks;
+        if (tile >= tiles) return;
+        const TileOrigin o = tile_origin(tile, g);
+        float* buf = bufs + b * BUF;
+        uint64_t* full = &sync[b].full;
+        mbar_expect_tx(full, (TMA_WWORDS + XWORDS) * sizeof(float));
+        bulk_copy(buf, wt + ((long long)o.cls * chunks + chunk) * TMA_WWORDS, TMA_WWORDS * sizeof(float), full);
+        tensor_copy(buf + TMA_WWORDS, xmap, full, o.ow0 - wlead, o.oh0 - g.pad, o.od0 - g.pad, chunk * CK, o.n);
     };
-    if (producer)
-        for (int i = 0; i < NBUF - 1; ++i) issue();
-    int c_buf = 0;
+    if (threadIdx.x == 0)
+        for (int k = 0; k < NBUF; ++k) issue(k, k);
+    int c_buf = 0, k = 0;
     uint32_t c_phase = 0;
     float acc[2][8][4];
     for (int tile = blockIdx.x; tile < tiles; tile += step) {
@@ -542,11 +563,17 @@ __device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const floa
             for (int j = 0; j < 8; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-        for (int chunk = 0; chunk < chunks; ++chunk) {
-            if (producer) issue();  // into the buffer the barrier at the end of the last stage released
-            mbar_wait(full + c_buf, c_phase);
+        for (int chunk = 0; chunk < chunks; ++chunk, ++k) {
+            mbar_wait(&sync[c_buf].full, c_phase);
             mma(acc, bufs + c_buf * BUF, o);
-            __syncthreads();  // every warp is done with buffer c_buf: the next issue() may refill it
+            __syncwarp();  // the warp's shared-memory reads of this stage are done (their results fed its MMAs)
+            if ((threadIdx.x & 31) == 0) {
+                __threadfence_block();
+                if (atomicAdd(&sync[c_buf].done, 1u) == warps - 1) {  // the last warp out refills the buffer
+                    sync[c_buf].done = 0;  // released to the next users by the copy's mbarrier
+                    issue(k + NBUF, c_buf);
+                }
+            }
             if (++c_buf == NBUF) { c_buf = 0; c_phase ^= 1; }
         }
         epilogue(acc, o);
@@ -584,6 +611,25 @@ __device__ __forceinline__ void store_tile(const float (&acc)[2][8][4], const St
         pair_barrier(1 + run);
         if (issuer) tensor_store(omap, st.row, w0 + 32 * mt, oh, od, 0, n);
     }
+}
+
+// *flag = 1 if x holds a NaN whose bits 30-12 are all ones (tf32_a's add would wrap it): one read of x. The kernels
+// read the flag and take the exact rounding for such inputs.
+__global__ void scan_wrap(const float* __restrict__ x, long long n, bool vec, unsigned* __restrict__ flag) {
+    const long long stride = (long long)gridDim.x * blockDim.x, first = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    auto wraps = [](float v) { return (__float_as_uint(v) & 0x7ffff000u) == 0x7ffff000u; };
+    bool hit = false;
+    long long i = first;
+    if (vec) {  // 16-byte aligned: float4s, then the tail
+        const float4* x4 = reinterpret_cast<const float4*>(x);
+        for (; i < n / 4; i += stride) {
+            const float4 v = x4[i];
+            hit |= wraps(v.x) | wraps(v.y) | wraps(v.z) | wraps(v.w);
+        }
+        i = n / 4 * 4 + first;
+    }
+    for (; i < n; i += stride) hit |= wraps(x[i]);
+    if (__any_sync(0xffffffffu, hit) && (threadIdx.x & 31) == 0) *flag = 1u;
 }
 
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -628,6 +674,18 @@ CUtensorMap input_map(const torch::Tensor& x, const Geometry& g, const cuuint32_
     }
     return tensor_map(keep.data_ptr(), {(cuuint64_t)g.W, (cuuint64_t)g.H, (cuuint64_t)g.D, (cuuint64_t)g.C,
                       (cuuint64_t)g.N}, wp, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+// The flag scan_wrap sets for x (contiguous), for the kernels' rounding of A.
+torch::Tensor wrap_flag(const torch::Tensor& x) {
+    auto flag = torch::zeros({1}, x.options().dtype(torch::kInt32));
+    const long long n = x.numel();
+    const bool vec = reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+    scan_wrap<<<(unsigned)std::min<long long>(((vec ? n / 4 : n) + 255) / 256, 1024), 256, 0,
+                c10::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), n, vec,
+                                                     reinterpret_cast<unsigned*>(flag.data_ptr<int>()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return flag;
 }
 
 // The output (N, K = 64, Do, Ho, Wo) as a TMA destination for store_tile (Wo a multiple of 4).
@@ -701,7 +759,7 @@ template <bool FAST>
 __global__ void __launch_bounds__(SM_THREADS, 1)
 convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap omap,
                              const float* __restrict__ wt, const float* __restrict__ bias, float* __restrict__ out,
-                             const Geometry g) {
+                             const unsigned* __restrict__ wrap, const Geometry g) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The dynamic shared memory base is 1024-byte aligned (as TMA with 128-byte swizzling requires of it); taking it
     // as is keeps the compiler's knowledge that these are shared addresses (LDS, not generic loads).
@@ -709,7 +767,7 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
     float* const staging = smem_base;
     float* const smem = smem_base + STAGE_WORDS;  // the pipeline buffers
     float* const bias_s = smem + NBUF * BUF_WORDS;  // [tig][2 j + e] = bias(8 j + 2 tig + e) * log2(e); -inf past K
-    uint64_t* const full = reinterpret_cast<uint64_t*>(bias_s + NB);  // per buffer: its stage has arrived
+    PipeSync* const sync = reinterpret_cast<PipeSync*>(bias_s + NB);  // per buffer: landed, warps done
     constexpr float LOG2E = 1.4426950408889634f;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int gid = lane >> 2, tig = lane & 3;
@@ -719,7 +777,10 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
         bias_s[tid] = k < g.K ? bias[k] * LOG2E : -INFINITY;
     }
     if (tid == 0) {
-        for (int b = 0; b < NBUF; ++b) mbar_init(full + b, 1);
+        for (int b = 0; b < NBUF; ++b) {
+            mbar_init(&sync[b].full, 1);
+            sync[b].done = 0;
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -729,11 +790,14 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
     const int b_off = b_offset(lane, pw);
     const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels; K cstride < 2^31 (host)
     const StagingSlots st(staging, run, gid, tig, pw);
-    tma_pipeline<NBUF, XWORDS, BUF_WORDS>(&xmap, wt, g, smem, full, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
+    const bool exact = *wrap != 0u;  // x holds a NaN the fast TF32 rounding would lose (tf32_a)
+    tma_pipeline<NBUF, XWORDS, BUF_WORDS>(&xmap, wt, g, smem, sync, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
         uint32_t mask = 0;  // g.masks[o.cls] without a runtime index into the parameters
 #pragma unroll
         for (int c = 0; c < 4; ++c) mask = c == o.cls ? g.masks[c] : mask;
-        stage_mma<XBW, XBH, XPLANE>(acc, buf + b_off, buf + a_off, (mask >> (8 * pw)) & 0xffu);
+        mask = (mask >> (8 * pw)) & 0xffu;
+        if (exact) stage_mma<XBW, XBH, XPLANE, true>(acc, buf + b_off, buf + a_off, mask);
+        else stage_mma<XBW, XBH, XPLANE, false>(acc, buf + b_off, buf + a_off, mask);
     }, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): voxel w = 16 mt + 8 half + gid of this warp's run, channel 8 j + 2 tig + e.
         // The 64 channels of a voxel sit in the four threads tig = 0..3 of a quad: softmax = two shuffles each way.
@@ -851,14 +915,16 @@ torch::Tensor convt3d_softmax_sigmoid(torch::Tensor x, torch::Tensor w, torch::T
     TORCH_CHECK((long long)g.K * g.Do * g.Ho * g.Wo <= INT_MAX, "convt3d_softmax_sigmoid: over 2^31 outputs per sample");
     torch::Tensor x_keep;  // the padded copy of x, if input_map makes one
     const CUtensorMap xmap = input_map(x, g, {XBW, XBH, XBD, CK, 1}, x_keep);
+    const torch::Tensor wrap = wrap_flag(x);
     const bool fast = g.K == NB && g.Wo % 4 == 0;  // out comes from torch::empty: 256-byte aligned
     const CUtensorMap omap = fast ? output_map(out, g) : xmap;
-    const size_t smem = sizeof(float) * ((size_t)STAGE_WORDS + (size_t)NBUF * BUF_WORDS + NB) + NBUF * sizeof(uint64_t);
+    const size_t smem = sizeof(float) * ((size_t)STAGE_WORDS + (size_t)NBUF * BUF_WORDS + NB) + NBUF * sizeof(PipeSync);
     auto kernel = fast ? convt3d_tf32_softmax_sigmoid<true> : convt3d_tf32_softmax_sigmoid<false>;
     dim3 grid = persistent_grid(kernel, g, smem, SM_THREADS);
     // Pairs differ in work (2 to 16 taps): an odd grid makes each block cycle through all of them.
     if (grid.x % 2 == 0 && grid.x > 1 && (long long)grid.x < g.tiles) grid.x -= 1;
-    kernel<<<grid, SM_THREADS, smem, stream>>>(xmap, omap, wt.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), g);
+    kernel<<<grid, SM_THREADS, smem, stream>>>(xmap, omap, wt.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(),
+                                               reinterpret_cast<const unsigned*>(wrap.data_ptr<int>()), g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }

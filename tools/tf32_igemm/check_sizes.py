@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 from kbench.correctness import compare  # noqa: E402
 from kbench.discovery import load_problem_dir  # noqa: E402
 
-# problem: [(constructor arguments, input shape)]; None, None: the problem's own sizes.
+# problem: [(constructor arguments, input shape[, "nan"])]; None, None: the problem's own sizes. "nan": some inputs
+# are NaN, among them the GPU's own NaN (0x7fffffff), whose TF32 rounding needs care (tma.cu, tf32_a).
 CASES = {
     "conv3d_gelu": [(None, None), ([5, 40, 3, (40, 1, 1, 1)], (2, 5, 7, 13, 37)),
                     ([16, 80, 3, (80, 1, 1, 1)], (1, 16, 5, 9, 70))],
@@ -36,9 +37,11 @@ CASES = {
                                 # 64 channels, output width a multiple of 4 (TMA-stored), every tile cut by an edge
                                 ([20, 64, 3, 2, 1, 1], (3, 20, 3, 5, 10)),
                                 # padding 0 and 3: input windows that do not start on a 16-byte boundary
-                                ([8, 64, 3, 2, 0, 1], (2, 8, 4, 6, 9)), ([8, 64, 3, 2, 3, 1], (1, 8, 5, 6, 12))],
+                                ([8, 64, 3, 2, 0, 1], (2, 8, 4, 6, 9)), ([8, 64, 3, 2, 3, 1], (1, 8, 5, 6, 12)),
+                                ([20, 64, 3, 2, 1, 1], (3, 20, 3, 5, 10), "nan")],
     "convtranspose3d_layernorm": [(None, None), ([12, 48, 4, 2, 1, True, 1e-5, 0.5], (2, 12, 3, 5, 24)),
-                                  ([32, 40, 4, 2, 1], (1, 32, 2, 3, 20))],
+                                  ([32, 40, 4, 2, 1], (1, 32, 2, 3, 20)),
+                                  ([12, 64, 4, 2, 1, True, 1e-5, 0.5], (2, 12, 3, 5, 32), "nan")],
 }
 
 
@@ -54,7 +57,7 @@ def check(problem: str, solution: Path) -> bool:
     ref = _module(spec.path, f"ref_{problem}")
     sol = _module(solution, f"sol_{problem}")
     ok_all = True
-    for init, shape in CASES[problem]:
+    for init, shape, *marks in CASES[problem]:
         args = init if init is not None else ref.get_init_inputs()
         try:
             torch.manual_seed(0)
@@ -63,11 +66,18 @@ def check(problem: str, solution: Path) -> bool:
             candidate.load_state_dict(reference.state_dict())
             inputs = ([t.cuda() for t in ref.get_inputs()] if shape is None
                       else [torch.rand(*shape, device="cuda")])
+            if "nan" in marks:
+                flat = inputs[0].view(-1)
+                flat.view(torch.int32)[::997] = 0x7FFFFFFF  # the GPU's own NaN
+                flat[500::1009] = float("nan")  # 0x7fc00000
             with torch.no_grad():
                 want, got = reference(*inputs), candidate(*[t.clone() for t in inputs])
             ok, figures = compare(got, want, spec.atol, spec.rtol)
             detail = f"max_abs_err={figures['max_abs_err']:.3g}" if ok else figures.get("message", "")
-            print(f"{problem} init={args} x={tuple(inputs[0].shape)} out={tuple(got.shape)} {detail} "
+            if marks:  # compare() requires NaN exactly where the reference has NaN
+                detail += f" (reference NaNs: {int(torch.isnan(want).sum())} of {want.numel()})"
+            print(f"{problem} init={args} x={tuple(inputs[0].shape)}{' with NaNs' if marks else ''} "
+                  f"out={tuple(got.shape)} {detail} "
                   f"{'ok' if ok else 'FAILED'}", flush=True)
         except Exception as exc:  # a development aid: report and go on with the next case
             ok = False

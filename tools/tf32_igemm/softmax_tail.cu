@@ -64,7 +64,7 @@ template <bool FAST>
 __global__ void __launch_bounds__(SM_THREADS, 1)
 convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap omap,
                              const float* __restrict__ wt, const float* __restrict__ bias, float* __restrict__ out,
-                             const Geometry g) {
+                             const unsigned* __restrict__ wrap, const Geometry g) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The dynamic shared memory base is 1024-byte aligned (as TMA with 128-byte swizzling requires of it); taking it
     // as is keeps the compiler's knowledge that these are shared addresses (LDS, not generic loads).
@@ -72,7 +72,7 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
     float* const staging = smem_base;
     float* const smem = smem_base + STAGE_WORDS;  // the pipeline buffers
     float* const bias_s = smem + NBUF * BUF_WORDS;  // [tig][2 j + e] = bias(8 j + 2 tig + e) * log2(e); -inf past K
-    uint64_t* const full = reinterpret_cast<uint64_t*>(bias_s + NB);  // per buffer: its stage has arrived
+    PipeSync* const sync = reinterpret_cast<PipeSync*>(bias_s + NB);  // per buffer: landed, warps done
     constexpr float LOG2E = 1.4426950408889634f;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int gid = lane >> 2, tig = lane & 3;
@@ -82,7 +82,10 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
         bias_s[tid] = k < g.K ? bias[k] * LOG2E : -INFINITY;
     }
     if (tid == 0) {
-        for (int b = 0; b < NBUF; ++b) mbar_init(full + b, 1);
+        for (int b = 0; b < NBUF; ++b) {
+            mbar_init(&sync[b].full, 1);
+            sync[b].done = 0;
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -92,11 +95,14 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
     const int b_off = b_offset(lane, pw);
     const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels; K cstride < 2^31 (host)
     const StagingSlots st(staging, run, gid, tig, pw);
-    tma_pipeline<NBUF, XWORDS, BUF_WORDS>(&xmap, wt, g, smem, full, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
+    const bool exact = *wrap != 0u;  // x holds a NaN the fast TF32 rounding would lose (tf32_a)
+    tma_pipeline<NBUF, XWORDS, BUF_WORDS>(&xmap, wt, g, smem, sync, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
         uint32_t mask = 0;  // g.masks[o.cls] without a runtime index into the parameters
 #pragma unroll
         for (int c = 0; c < 4; ++c) mask = c == o.cls ? g.masks[c] : mask;
-        stage_mma<XBW, XBH, XPLANE>(acc, buf + b_off, buf + a_off, (mask >> (8 * pw)) & 0xffu);
+        mask = (mask >> (8 * pw)) & 0xffu;
+        if (exact) stage_mma<XBW, XBH, XPLANE, true>(acc, buf + b_off, buf + a_off, mask);
+        else stage_mma<XBW, XBH, XPLANE, false>(acc, buf + b_off, buf + a_off, mask);
     }, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): voxel w = 16 mt + 8 half + gid of this warp's run, channel 8 j + 2 tig + e.
         // The 64 channels of a voxel sit in the four threads tig = 0..3 of a quad: softmax = two shuffles each way.
@@ -214,14 +220,16 @@ torch::Tensor convt3d_softmax_sigmoid(torch::Tensor x, torch::Tensor w, torch::T
     TORCH_CHECK((long long)g.K * g.Do * g.Ho * g.Wo <= INT_MAX, "convt3d_softmax_sigmoid: over 2^31 outputs per sample");
     torch::Tensor x_keep;  // the padded copy of x, if input_map makes one
     const CUtensorMap xmap = input_map(x, g, {XBW, XBH, XBD, CK, 1}, x_keep);
+    const torch::Tensor wrap = wrap_flag(x);
     const bool fast = g.K == NB && g.Wo % 4 == 0;  // out comes from torch::empty: 256-byte aligned
     const CUtensorMap omap = fast ? output_map(out, g) : xmap;
-    const size_t smem = sizeof(float) * ((size_t)STAGE_WORDS + (size_t)NBUF * BUF_WORDS + NB) + NBUF * sizeof(uint64_t);
+    const size_t smem = sizeof(float) * ((size_t)STAGE_WORDS + (size_t)NBUF * BUF_WORDS + NB) + NBUF * sizeof(PipeSync);
     auto kernel = fast ? convt3d_tf32_softmax_sigmoid<true> : convt3d_tf32_softmax_sigmoid<false>;
     dim3 grid = persistent_grid(kernel, g, smem, SM_THREADS);
     // Pairs differ in work (2 to 16 taps): an odd grid makes each block cycle through all of them.
     if (grid.x % 2 == 0 && grid.x > 1 && (long long)grid.x < g.tiles) grid.x -= 1;
-    kernel<<<grid, SM_THREADS, smem, stream>>>(xmap, omap, wt.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), g);
+    kernel<<<grid, SM_THREADS, smem, stream>>>(xmap, omap, wt.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(),
+                                               reinterpret_cast<const unsigned*>(wrap.data_ptr<int>()), g);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }

@@ -19,7 +19,8 @@ value). The kernel needs sm_90 or later; older GPUs take the fallback.
 
 Stride 2 with two slots per dimension (kernel 3, at any padding and output padding) and up to 64 output channels take
 the fast path at any input size; anything else falls back to cuDNN plus the same ops. TF32 is the precision PyTorch's
-defaults allow cuDNN for convolutions (docs/solutions.md has the error figures). """
+defaults allow cuDNN for convolutions (docs/solutions.md has the error figures).
+"""
 
 import torch
 import torch.nn as nn

@@ -40,13 +40,6 @@ __global__ void pack_transposed(const float* __restrict__ w, float* __restrict__
     }
 }
 
-// 2^x, one MUFU.EX2 (relative error ~2^-22; results below 2^-126 flush to 0, which a softmax sum cannot notice).
-__device__ __forceinline__ float exp2_approx(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // sigmoid(p) for p in [0, 1] (a softmax probability): 0.5 + an odd minimax polynomial of degree 7, error 1.1e-7 in
 // float32 (fitted on [0, 1.0001]); five FMA-pipe instructions instead of an exponential and a division.
 __device__ __forceinline__ float sigmoid_unit(float p) {

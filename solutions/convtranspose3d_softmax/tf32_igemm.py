@@ -193,86 +193,34 @@ __device__ __forceinline__ void issue_stage(const float* __restrict__ x, const f
     }
 }
 
-// The input as TF32, rounded to nearest (cp.async copies raw float32 bits; the weights come pre-rounded): either the
-// whole staged tile once (ROUND_A false: cheaper when a stage has many taps) or each A fragment after its ldmatrix
-// (ROUND_A true: 8 cvt, 16 SASS instructions, per tap, but no pass over the tile and no extra barrier per stage).
+// The input as TF32, rounded to nearest once per staged tile (cp.async copies raw float32 bits; the weights come
+// pre-rounded). The TMA kernels round A fragments as they load them instead (tma.cu, tf32_a).
 template <int NT>
 __device__ __forceinline__ void round_tile(float* xs, int words) {
     for (int i = threadIdx.x; i < words; i += NT) xs[i] = round_tf32(xs[i]);
 }
 
-template <bool ROUND_A>
 __device__ __forceinline__ void load_a(uint32_t (&a)[2][4], const float* p0, const float* p1) {
     ldmatrix_x4(a[0], p0);
     ldmatrix_x4(a[1], p1);
-    if (ROUND_A) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) a[i][j] = round_tf32_bits(a[i][j]);
-    }
 }
 
 // Which voxel of the tile each accumulator row is. Rows: warp w's m = 16 mt + 8 half + gid (gid = lane / 4).
 //  RUNS  (POOL false): warp w owns the W-run (td, th) = (w / TH, w % TH); m is the W offset.
 //  POOLS (POOL true):  warp w owns d 0-1 x h 2hp..2hp+1 x w 8wb..8wb+7 (hp = w / 4, wb = w % 4): m = (mt = d,
 //                      half = h, gid = w), so a thread holds whole 2x2 (d, h) columns and lane ^ 4 the w neighbour.
-//  PAIRS (16 warps):   warp w owns the W-run (td, th) = ((w & 7) / TH, w % TH) of W-parity class w >> 3 (see
-//                      mma_pairs); m is the W offset.
-enum RowMode { RUNS = 0, POOLS = 1, PAIRS = 2 };
+enum RowMode { RUNS = 0, POOLS = 1 };
 
 template <int MODE>
 __device__ __forceinline__ int row_position(int warp, int mt, int half, int r, int XH, int XW) {
     if (MODE == POOLS) return (mt * XH + 2 * (warp >> 2) + half) * XW + 8 * (warp & 3) + r;
-    if (MODE == PAIRS) warp &= 7;
     return ((warp / TH) * XH + warp % TH) * XW + 16 * mt + 8 * half + r;
 }
 
-// A stride-2 transposed convolution whose kernel gives every output parity two taps per dimension (kernel 4,
-// padding 1): output 2j + p takes input j + p - 1 + s through tap k = 3 - p - 2s, s = 0, 1. The block is one (pd, ph)
-// class (cls = 2 pd + ph); warps 0-7 compute W-parity 0 and warps 8-15 W-parity 1 of the same rows, so a block holds
-// whole W rows. Input tile: 3 slots per dimension (pad 1); weights: [pw][sd][sh][sw][k 64][ci 8].
-template <bool ROUND_A>
-__device__ __forceinline__ void mma_pairs(float (&acc)[2][8][4], const float* ws, const float* xs, int cls) {
-    constexpr int XH = TH + 2, XW = TW + 2;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int pw = warp >> 3, pd = cls >> 1, ph = cls & 1;
-    const int q = lane >> 3, r = lane & 7;
-    const int base = (pd * XH + ph) * XW + pw;
-    const int a_pos0 = row_position<PAIRS>(warp, 0, q & 1, r, XH, XW) + base;
-    const int a_pos1 = row_position<PAIRS>(warp, 1, q & 1, r, XH, XW) + base;
-    const int a_c = 4 * (q >> 1);
-    const int b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);
-#pragma unroll
-    for (int sd = 0; sd < 2; ++sd)
-#pragma unroll
-        for (int sh = 0; sh < 2; ++sh)
-#pragma unroll
-            for (int sw = 0; sw < 2; ++sw) {
-                const int tap = pw * 8 + (sd * 2 + sh) * 2 + sw;
-                const int shift = (sd * XH + sh) * XW + sw;
-                uint32_t a[2][4];
-                load_a<ROUND_A>(a, xs + swz(a_pos0 + shift, a_c), xs + swz(a_pos1 + shift, a_c));
-#pragma unroll
-                for (int jj = 0; jj < 4; ++jj) {
-                    uint32_t b[4];
-                    ldmatrix_x4(b, ws + swz(tap * NB + jj * 16 + b_row, b_c));
-                    mma_tf32(acc[0][2 * jj], a[0], b[0], b[1]);
-                    mma_tf32(acc[1][2 * jj], a[1], b[0], b[1]);
-                    mma_tf32(acc[0][2 * jj + 1], a[0], b[2], b[3]);
-                    mma_tf32(acc[1][2 * jj + 1], a[1], b[2], b[3]);
-                }
-            }
-}
-
 // One stage of the implicit GEMM: this warp's 32 voxels x 64 channels += input x weights over the stage's taps.
-template <int KS, bool SLAB, int MODE, bool ROUND_A>
-__device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws, const float* xs, uint32_t mask, int cls) {
+template <int KS, bool SLAB, int MODE>
+__device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws, const float* xs, uint32_t mask) {
     static_assert(MODE != POOLS || (TD == 2 && TH * TW == 128 && TW == 32), "pool mapping needs 2 x 4 x 32 tiles");
-    if (MODE == PAIRS) {
-        mma_pairs<ROUND_A>(acc, ws, xs, cls);
-        return;
-    }
     constexpr int XH = TH + KS - 1, XW = TW + KS - 1, KDS = SLAB ? 1 : KS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // ldmatrix row supplied by this lane: matrix q = lane / 8 covers rows 8 (q & 1) .. +7 and channels 4 (q >> 1) .. +3.
@@ -291,7 +239,7 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws
                 if (!((mask >> tap) & 1u)) continue;  // uniform per block: a tap this class does not have
                 const int shift = (kd * XH + kh) * XW + kw;
                 uint32_t a[2][4];
-                load_a<ROUND_A>(a, xs + swz(a_pos0 + shift, a_c), xs + swz(a_pos1 + shift, a_c));
+                load_a(a, xs + swz(a_pos0 + shift, a_c), xs + swz(a_pos1 + shift, a_c));
 #pragma unroll
                 for (int jj = 0; jj < 4; ++jj) {
                     uint32_t b[4];
@@ -306,9 +254,9 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws
 
 // The persistent pipeline: each block walks tiles blockIdx.x, +gridDim.x, ...; stage (tile, chunk, slab) is copied
 // into one buffer while the previous stage is multiplied from the other. After a tile's last stage, epilogue(acc,
-// origin) runs. KS: the input window per dimension; TPC: taps per chunk in the packed weights (KS^3, or 16 for
-// PAIRS); NT: threads per block. Stage cursors are plain counters: no divisions per stage.
-template <int KS, int TPC, bool SLAB, int MODE, bool ROUND_A = false, int NT = THREADS, typename Epilogue>
+// origin) runs. KS: the input window per dimension; TPC: taps per chunk in the packed weights (KS^3); NT: threads
+// per block. Stage cursors are plain counters: no divisions per stage.
+template <int KS, int TPC, bool SLAB, int MODE, int NT = THREADS, typename Epilogue>
 __device__ __forceinline__ void conv_pipeline(const float* __restrict__ x, const float* __restrict__ wt,
                                               const Geometry& g, Epilogue&& epilogue) {
     extern __shared__ __align__(16) float smem[];
@@ -350,11 +298,9 @@ __device__ __forceinline__ void conv_pipeline(const float* __restrict__ x, const
             cp_async_commit();
             cp_async_wait_one();
             __syncthreads();
-            if (!ROUND_A) {
-                round_tile<NT>(xbuf(b), g.xsz);
-                __syncthreads();
-            }
-            mma_stage<KS, SLAB, MODE, ROUND_A>(acc, wbuf(b), xbuf(b), mask >> ((within % SLABS) * KS * KS), o.cls);
+            round_tile<NT>(xbuf(b), g.xsz);
+            __syncthreads();
+            mma_stage<KS, SLAB, MODE>(acc, wbuf(b), xbuf(b), mask >> ((within % SLABS) * KS * KS));
             __syncthreads();  // buffer b is refilled by the next stage's copies
         }
         epilogue(acc, o);

@@ -445,7 +445,7 @@ __device__ __forceinline__ uint32_t tf32_a(float v) {
 // gid of the warp's run) at slot 0; wb: its ldmatrix row of B at slot 0 of its W-parity. Every address is one of these
 // plus a constant.
 template <int XBW, int XBH, int XPLANE, bool EXACT>
-__device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb, const float* xa, uint32_t mask) {
+__device__ __forceinline__ void stage_taps(float (&acc)[2][8][4], const float* wb, const float* xa, uint32_t mask) {
 #pragma unroll
     for (int slot = 0; slot < 8; ++slot) {
         if (!((mask >> slot) & 1u)) continue;  // uniform per warp
@@ -470,7 +470,16 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb
     }
 }
 
-// This thread's ldmatrix row of B (see stage_mma): swz((pw 8 + slot) 64 + 16 jj + b_row, b_c) minus the constants.
+// stage_taps with A rounded exactly where the input holds a NaN the add would lose (exact = *wrap != 0, wrap_flag):
+// a branch uniform over the block.
+template <int XBW, int XBH, int XPLANE>
+__device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb, const float* xa, uint32_t mask,
+                                          bool exact) {
+    if (exact) stage_taps<XBW, XBH, XPLANE, true>(acc, wb, xa, mask);
+    else stage_taps<XBW, XBH, XPLANE, false>(acc, wb, xa, mask);
+}
+
+// This thread's ldmatrix row of B (see stage_taps): swz((pw 8 + slot) 64 + 16 jj + b_row, b_c) minus the constants.
 __device__ __forceinline__ int b_offset(int lane, int pw) {
     const int q = lane >> 3, r = lane & 7, b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);
     return (pw * 8 * NB + b_row) * CK + (b_c ^ (b_row & 4));
@@ -485,11 +494,20 @@ __device__ __forceinline__ int window_shift(const Geometry& g) { return (-g.pad)
 struct PipeSync {
     uint64_t full;
     unsigned done;
-    unsigned unused;
 };
 
+// Thread 0, before the block's first barrier: every buffer empty, no copy issued.
+template <int NBUF>
+__device__ __forceinline__ void pipe_init(PipeSync* sync) {
+    for (int b = 0; b < NBUF; ++b) {
+        mbar_init(&sync[b].full, 1);
+        sync[b].done = 0;
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
 // The persistent TMA pipeline over NBUF buffers of BUF words (weights first, then the input window; 128-byte
-// multiples). The caller initialises sync[b].full (count 1) and sync[b].done (0). Per tile: mma(acc, buffer, origin)
+// multiples); sync: NBUF entries, set up by pipe_init. Per tile: mma(acc, buffer, origin)
 // per chunk, then epilogue(acc, origin). No block-wide barrier per stage: each warp counts itself done with a buffer,
 // and the last of them refills it with the stage NBUF later, so warps drift apart by up to a stage instead of
 // waiting for the slowest at every stage.
@@ -721,13 +739,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gid = lane >> 2, tig = lane & 3;
     const int pw = warp >> 3, row = warp & 7, td = row / TH, th = row % TH;
-    if (threadIdx.x == 0) {
-        for (int b = 0; b < LNBUF; ++b) {
-            mbar_init(&sync[b].full, 1);
-            sync[b].done = 0;
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (threadIdx.x == 0) pipe_init<LNBUF>(sync);
     __syncthreads();
     const float inv_w = 1.f / g.Wo;
     // A: input (td + pd + sd, th + ph + sh, 16 mt + gid + pw + sw) of the window for output class (pd, ph, pw).
@@ -737,8 +749,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
     const bool exact = *wrap != 0u;  // x holds a NaN the fast TF32 rounding would lose (tf32_a)
     tma_pipeline<LNBUF, LXWORDS, LBUF>(&xmap, wt, g, bufs, sync, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
         const int cls_off = ((o.cls >> 1) * LXBH + (o.cls & 1)) * LXBW;
-        if (exact) stage_mma<LXBW, LXBH, LXPLANE, true>(acc, buf + b_off, buf + a_off + cls_off, 0xffu);
-        else stage_mma<LXBW, LXBH, LXPLANE, false>(acc, buf + b_off, buf + a_off + cls_off, 0xffu);
+        stage_mma<LXBW, LXBH, LXPLANE>(acc, buf + b_off, buf + a_off + cls_off, 0xffu, exact);
     }, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): output w = 2 (16 mt + 8 half + gid) + pw, channel 8 j + 2 tig + e.
         // A LayerNorm row (n, channel, d, h) is this warp's 32 values and warp ^ 8's 32 of the other W-parity.

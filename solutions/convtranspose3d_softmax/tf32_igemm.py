@@ -444,7 +444,7 @@ __device__ __forceinline__ uint32_t tf32_a(float v) {
 // gid of the warp's run) at slot 0; wb: its ldmatrix row of B at slot 0 of its W-parity. Every address is one of these
 // plus a constant.
 template <int XBW, int XBH, int XPLANE, bool EXACT>
-__device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb, const float* xa, uint32_t mask) {
+__device__ __forceinline__ void stage_taps(float (&acc)[2][8][4], const float* wb, const float* xa, uint32_t mask) {
 #pragma unroll
     for (int slot = 0; slot < 8; ++slot) {
         if (!((mask >> slot) & 1u)) continue;  // uniform per warp
@@ -469,7 +469,16 @@ __device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb
     }
 }
 
-// This thread's ldmatrix row of B (see stage_mma): swz((pw 8 + slot) 64 + 16 jj + b_row, b_c) minus the constants.
+// stage_taps with A rounded exactly where the input holds a NaN the add would lose (exact = *wrap != 0, wrap_flag):
+// a branch uniform over the block.
+template <int XBW, int XBH, int XPLANE>
+__device__ __forceinline__ void stage_mma(float (&acc)[2][8][4], const float* wb, const float* xa, uint32_t mask,
+                                          bool exact) {
+    if (exact) stage_taps<XBW, XBH, XPLANE, true>(acc, wb, xa, mask);
+    else stage_taps<XBW, XBH, XPLANE, false>(acc, wb, xa, mask);
+}
+
+// This thread's ldmatrix row of B (see stage_taps): swz((pw 8 + slot) 64 + 16 jj + b_row, b_c) minus the constants.
 __device__ __forceinline__ int b_offset(int lane, int pw) {
     const int q = lane >> 3, r = lane & 7, b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);
     return (pw * 8 * NB + b_row) * CK + (b_c ^ (b_row & 4));
@@ -484,11 +493,20 @@ __device__ __forceinline__ int window_shift(const Geometry& g) { return (-g.pad)
 struct PipeSync {
     uint64_t full;
     unsigned done;
-    unsigned unused;
 };
 
+// Thread 0, before the block's first barrier: every buffer empty, no copy issued.
+template <int NBUF>
+__device__ __forceinline__ void pipe_init(PipeSync* sync) {
+    for (int b = 0; b < NBUF; ++b) {
+        mbar_init(&sync[b].full, 1);
+        sync[b].done = 0;
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
 // The persistent TMA pipeline over NBUF buffers of BUF words (weights first, then the input window; 128-byte
-// multiples). The caller initialises sync[b].full (count 1) and sync[b].done (0). Per tile: mma(acc, buffer, origin)
+// multiples); sync: NBUF entries, set up by pipe_init. Per tile: mma(acc, buffer, origin)
 // per chunk, then epilogue(acc, origin). No block-wide barrier per stage: each warp counts itself done with a buffer,
 // and the last of them refills it with the stage NBUF later, so warps drift apart by up to a stage instead of
 // waiting for the slowest at every stage.
@@ -730,16 +748,10 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
         const int t = tid >> 4, i = tid & 15, k = 8 * (i >> 1) + 2 * t + (i & 1);
         bias_s[tid] = k < g.K ? bias[k] * LOG2E : -INFINITY;
     }
-    if (tid == 0) {
-        for (int b = 0; b < NBUF; ++b) {
-            mbar_init(&sync[b].full, 1);
-            sync[b].done = 0;
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (tid == 0) pipe_init<NBUF>(sync);
     __syncthreads();
 
-    // This thread's fixed offsets into a buffer (see stage_mma).
+    // This thread's fixed offsets into a buffer (see stage_taps).
     const int a_off = TMA_WWORDS + tig * XPLANE + (td * XBH + th) * XBW + gid + window_shift(g);
     const int b_off = b_offset(lane, pw);
     const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels; K cstride < 2^31 (host)
@@ -750,8 +762,7 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
 #pragma unroll
         for (int c = 0; c < 4; ++c) mask = c == o.cls ? g.masks[c] : mask;
         mask = (mask >> (8 * pw)) & 0xffu;
-        if (exact) stage_mma<XBW, XBH, XPLANE, true>(acc, buf + b_off, buf + a_off, mask);
-        else stage_mma<XBW, XBH, XPLANE, false>(acc, buf + b_off, buf + a_off, mask);
+        stage_mma<XBW, XBH, XPLANE>(acc, buf + b_off, buf + a_off, mask, exact);
     }, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): voxel w = 16 mt + 8 half + gid of this warp's run, channel 8 j + 2 tig + e.
         // The 64 channels of a voxel sit in the four threads tig = 0..3 of a quad: softmax = two shuffles each way.

@@ -64,13 +64,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gid = lane >> 2, tig = lane & 3;
     const int pw = warp >> 3, row = warp & 7, td = row / TH, th = row % TH;
-    if (threadIdx.x == 0) {
-        for (int b = 0; b < LNBUF; ++b) {
-            mbar_init(&sync[b].full, 1);
-            sync[b].done = 0;
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (threadIdx.x == 0) pipe_init<LNBUF>(sync);
     __syncthreads();
     const float inv_w = 1.f / g.Wo;
     // A: input (td + pd + sd, th + ph + sh, 16 mt + gid + pw + sw) of the window for output class (pd, ph, pw).
@@ -80,8 +74,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
     const bool exact = *wrap != 0u;  // x holds a NaN the fast TF32 rounding would lose (tf32_a)
     tma_pipeline<LNBUF, LXWORDS, LBUF>(&xmap, wt, g, bufs, sync, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
         const int cls_off = ((o.cls >> 1) * LXBH + (o.cls & 1)) * LXBW;
-        if (exact) stage_mma<LXBW, LXBH, LXPLANE, true>(acc, buf + b_off, buf + a_off + cls_off, 0xffu);
-        else stage_mma<LXBW, LXBH, LXPLANE, false>(acc, buf + b_off, buf + a_off + cls_off, 0xffu);
+        stage_mma<LXBW, LXBH, LXPLANE>(acc, buf + b_off, buf + a_off + cls_off, 0xffu, exact);
     }, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): output w = 2 (16 mt + 8 half + gid) + pw, channel 8 j + 2 tig + e.
         // A LayerNorm row (n, channel, d, h) is this warp's 32 values and warp ^ 8's 32 of the other W-parity.

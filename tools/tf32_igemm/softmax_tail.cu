@@ -74,16 +74,10 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
         const int t = tid >> 4, i = tid & 15, k = 8 * (i >> 1) + 2 * t + (i & 1);
         bias_s[tid] = k < g.K ? bias[k] * LOG2E : -INFINITY;
     }
-    if (tid == 0) {
-        for (int b = 0; b < NBUF; ++b) {
-            mbar_init(&sync[b].full, 1);
-            sync[b].done = 0;
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (tid == 0) pipe_init<NBUF>(sync);
     __syncthreads();
 
-    // This thread's fixed offsets into a buffer (see stage_mma).
+    // This thread's fixed offsets into a buffer (see stage_taps).
     const int a_off = TMA_WWORDS + tig * XPLANE + (td * XBH + th) * XBW + gid + window_shift(g);
     const int b_off = b_offset(lane, pw);
     const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels; K cstride < 2^31 (host)
@@ -94,8 +88,7 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
 #pragma unroll
         for (int c = 0; c < 4; ++c) mask = c == o.cls ? g.masks[c] : mask;
         mask = (mask >> (8 * pw)) & 0xffu;
-        if (exact) stage_mma<XBW, XBH, XPLANE, true>(acc, buf + b_off, buf + a_off, mask);
-        else stage_mma<XBW, XBH, XPLANE, false>(acc, buf + b_off, buf + a_off, mask);
+        stage_mma<XBW, XBH, XPLANE>(acc, buf + b_off, buf + a_off, mask, exact);
     }, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, half * 2 + e): voxel w = 16 mt + 8 half + gid of this warp's run, channel 8 j + 2 tig + e.
         // The 64 channels of a voxel sit in the four threads tig = 0..3 of a quad: softmax = two shuffles each way.

@@ -90,8 +90,8 @@ def _extension():
     sys.path.insert(0, str(HERE))
     import assemble  # noqa: E402  (the same headers, core and TMA helpers the solutions get)
 
-    cuda = (assemble.HEADERS.replace("extension.h>\n", "extension.h>\n#include <cuda.h>\n")
-            + (HERE / "core.cu").read_text() + (HERE / "tma.cu").read_text() + _DEVICE + "}  // namespace\n" + _HOST)
+    cuda = (assemble.TMA_HEADERS + (HERE / "core.cu").read_text() + (HERE / "tma.cu").read_text() + _DEVICE
+            + "}  // namespace\n" + _HOST)
     return load_inline(name="kbench_tma_probe", cpp_sources=_CPP, cuda_sources=cuda, functions=["probe"],
                        extra_cuda_cflags=["-O3"], verbose=False)
 

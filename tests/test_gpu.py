@@ -12,7 +12,6 @@ from tests.conftest import FIXTURES, ROOT
 pytestmark = pytest.mark.cuda
 
 SHIPPED = ["conv3d_logsumexp", "conv3d_gelu", "convtranspose3d_layernorm", "convtranspose3d_softmax"]
-FAST = {"conv3d_gelu", "convtranspose3d_layernorm", "convtranspose3d_softmax"}  # problems with a tf32_igemm
 
 
 def _config(tmp_path, **kw):
@@ -26,7 +25,7 @@ def test_shipped_cuda_solutions_are_correct_at_full_size(tmp_path):
     rows = {(e.problem, e.solution): e for e in store.evaluations}
     for problem in SHIPPED:
         assert rows[(problem, EAGER)].status == Status.CORRECT
-        for name in ("cuda_fused", "tf32_igemm") if problem in FAST else ("cuda_fused",):
+        for name in ("cuda_fused", "tf32_igemm"):  # every problem has both
             cuda = rows[(problem, name)]
             assert cuda.status == Status.CORRECT, f"{problem}/{name}: {cuda.message}"
             assert cuda.size == "full" and cuda.timing.median > 0 and cuda.speedup_vs_eager > 0

@@ -99,6 +99,8 @@ def test_declared_kernels_finds_each_spelling_of_a_kernel_declaration():
     assert trust.declared_kernels((solutions / "conv3d_gelu" / "tf32_igemm.py").read_text()) == {"conv3d_tf32_gelu"}
     softmax = (solutions / "convtranspose3d_softmax" / "tf32_igemm.py").read_text()
     assert trust.declared_kernels(softmax) == {"pack_transposed", "convt3d_tf32_softmax_sigmoid", "scan_wrap"}
+    lse = (solutions / "conv3d_logsumexp" / "tf32_igemm.py").read_text()
+    assert trust.declared_kernels(lse) == {"pack_slabs", "conv3d_tf32_pool_lse", "scan_wrap"}
 
 
 def test_the_kernel_profile_runs_on_cuda_unless_the_run_turns_it_off():

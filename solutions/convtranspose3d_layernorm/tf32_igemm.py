@@ -120,11 +120,13 @@ struct TileOrigin { int n, od0, oh0, ow0, cls; };
 
 // Tile index -> origin; the class varies fastest, so the blocks running at once cover all classes of one region.
 // Tile indices fit in int (persistent_grid checks), so these are 32-bit divisions, not 64-bit library calls.
+// TILE_H: the tile's height (TH, or a kernel's own).
+template <int TILE_H = TH>
 __device__ __forceinline__ TileOrigin tile_origin(int tile, const Geometry& g) {
     TileOrigin o;
     o.cls = (int)(tile % g.classes); tile /= g.classes;
     o.ow0 = (int)(tile % g.tiles_w) * TW; tile /= g.tiles_w;
-    o.oh0 = (int)(tile % g.tiles_h) * TH; tile /= g.tiles_h;
+    o.oh0 = (int)(tile % g.tiles_h) * TILE_H; tile /= g.tiles_h;
     o.od0 = (int)(tile % g.tiles_d) * TD; tile /= g.tiles_d;
     o.n = (int)tile;
     return o;
@@ -506,46 +508,50 @@ __device__ __forceinline__ void pipe_init(PipeSync* sync) {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
-// The persistent TMA pipeline over NBUF buffers of BUF words (weights first, then the input window; 128-byte
-// multiples); sync: NBUF entries, set up by pipe_init. Per tile: mma(acc, buffer, origin)
-// per chunk, then epilogue(acc, origin). No block-wide barrier per stage: each warp counts itself done with a buffer,
-// and the last of them refills it with the stage NBUF later, so warps drift apart by up to a stage instead of
-// waiting for the slowest at every stage.
-template <int NBUF, int XWORDS, int BUF, typename Mma, typename Epilogue>
+// The persistent TMA pipeline over NBUF buffers of BUF words (WWORDS of weights first, then the input window;
+// 128-byte multiples); sync: NBUF entries, set up by pipe_init. A tile's stages are its chunks of 8 input channels,
+// each split into SLABS slabs (slab s: the window starts s planes deeper in d, and has its own weights, packed as
+// [class][chunk][slab][WWORDS]). Per tile: mma(acc, buffer, origin, slab) per stage, then epilogue(acc, origin);
+// tiles are TD x TILE_H x TW; acc is a warp's MT x 16 voxels x 64 channels. No block-wide barrier per stage: each warp counts itself done with a buffer, and the
+// last of them refills it with the stage NBUF later, so warps drift apart by up to a stage instead of waiting for the
+// slowest at every stage.
+template <int NBUF, int XWORDS, int BUF, int SLABS = 1, int WWORDS = TMA_WWORDS, int TILE_H = TH, int MT = 2,
+          typename Mma, typename Epilogue>
 __device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const float* __restrict__ wt, const Geometry& g,
                                              float* bufs, PipeSync* sync, Mma&& mma, Epilogue&& epilogue) {
-    static_assert(BUF % 32 == 0 && BUF >= TMA_WWORDS + XWORDS, "buffers");
-    const int tiles = (int)g.tiles, step = (int)gridDim.x, chunks = g.chunks;
+    static_assert(BUF % 32 == 0 && BUF >= WWORDS + XWORDS && WWORDS % 4 == 0, "buffers");
+    const int tiles = (int)g.tiles, step = (int)gridDim.x, stages = g.chunks * SLABS;
     const int wlead = g.pad + window_shift(g);
     const unsigned warps = blockDim.x >> 5;
-    // This block's stage k (0, 1, ...) is chunk k % chunks of tile blockIdx.x + (k / chunks) step; one thread copies
+    // This block's stage k (0, 1, ...) is stage k % stages of tile blockIdx.x + (k / stages) step; one thread copies
     // it into buffer k % NBUF.
     auto issue = [&](int k, int b) {
-        const int tile = (int)blockIdx.x + (k / chunks) * step, chunk = k % chunks;
+        const int tile = (int)blockIdx.x + (k / stages) * step, s = k % stages;
         if (tile >= tiles) return;
-        const TileOrigin o = tile_origin(tile, g);
+        const TileOrigin o = tile_origin<TILE_H>(tile, g);
         float* buf = bufs + b * BUF;
         uint64_t* full = &sync[b].full;
-        mbar_expect_tx(full, (TMA_WWORDS + XWORDS) * sizeof(float));
-        bulk_copy(buf, wt + ((long long)o.cls * chunks + chunk) * TMA_WWORDS, TMA_WWORDS * sizeof(float), full);
-        tensor_copy(buf + TMA_WWORDS, xmap, full, o.ow0 - wlead, o.oh0 - g.pad, o.od0 - g.pad, chunk * CK, o.n);
+        mbar_expect_tx(full, (WWORDS + XWORDS) * sizeof(float));
+        bulk_copy(buf, wt + ((long long)o.cls * stages + s) * WWORDS, WWORDS * sizeof(float), full);
+        tensor_copy(buf + WWORDS, xmap, full, o.ow0 - wlead, o.oh0 - g.pad, o.od0 - g.pad + s % SLABS, s / SLABS * CK,
+                    o.n);
     };
     if (threadIdx.x == 0)
         for (int k = 0; k < NBUF; ++k) issue(k, k);
     int c_buf = 0, k = 0;
     uint32_t c_phase = 0;
-    float acc[2][8][4];
+    float acc[MT][8][4];
     for (int tile = blockIdx.x; tile < tiles; tile += step) {
-        const TileOrigin o = tile_origin(tile, g);
+        const TileOrigin o = tile_origin<TILE_H>(tile, g);
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < MT; ++i)
 #pragma unroll
             for (int j = 0; j < 8; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-        for (int chunk = 0; chunk < chunks; ++chunk, ++k) {
+        for (int s = 0; s < stages; ++s, ++k) {
             mbar_wait(&sync[c_buf].full, c_phase);
-            mma(acc, bufs + c_buf * BUF, o);
+            mma(acc, bufs + c_buf * BUF, o, s % SLABS);
             __syncwarp();  // the warp's shared-memory reads of this stage are done (their results fed its MMAs)
             if ((threadIdx.x & 31) == 0) {
                 __threadfence_block();
@@ -747,7 +753,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
     const int b_off = b_offset(lane, pw);
     const StagingSlots st(staging, row, gid, tig, pw);
     const bool exact = *wrap != 0u;  // x holds a NaN the fast TF32 rounding would lose (tf32_a)
-    tma_pipeline<LNBUF, LXWORDS, LBUF>(&xmap, wt, g, bufs, sync, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
+    tma_pipeline<LNBUF, LXWORDS, LBUF>(&xmap, wt, g, bufs, sync, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o, int) {
         const int cls_off = ((o.cls >> 1) * LXBH + (o.cls & 1)) * LXBW;
         stage_mma<LXBW, LXBH, LXPLANE>(acc, buf + b_off, buf + a_off + cls_off, 0xffu, exact);
     }, [&](float (&acc)[2][8][4], const TileOrigin& o) {

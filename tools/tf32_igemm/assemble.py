@@ -8,9 +8,6 @@ files are what this script writes.
     python tools/tf32_igemm/assemble.py           # rewrite the shipped solutions
     python tools/tf32_igemm/assemble.py --check   # exit 1 if any shipped file differs
 
-`lse_*` (conv3d_logsumexp) is kept here but not shipped: it measured slower than the cuDNN-based `cuda_fused`
-(docs/solutions.md, attempt 4).
-
 `solutions/conv3d_gelu/tf32_igemm.py` is frozen: it was written by this script from the core of commit c40d399, and
 the current core (attempt 5: fragment rounding, 32-bit tile loop, unrolled copies) measured slower for it (3.80 ms
 against 3.01 ms, side by side on the H100). Its epilogue was then edited in place to attempt 7's two-pass form (2.79
@@ -35,20 +32,23 @@ HEADERS = """#include <torch/extension.h>
 SHIPPED = {  # problem: file prefix of its docstring, Python head and CUDA tail
     "convtranspose3d_softmax": "softmax",
     "convtranspose3d_layernorm": "ln",
+    "conv3d_logsumexp": "lse",
 }
 FROZEN = {  # problem: sha256 of its shipped file, written by an earlier core and edited (see the docstring)
     "conv3d_gelu": "e065870e4503b38266377217961b4619b8141e58303fb437325df5a82082c292",
 }
 
 
-TMA_USERS = {"softmax", "ln"}  # prefixes whose kernels stage by TMA (tma.cu, Hopper)
+TMA_USERS = {"softmax", "ln", "lse"}  # prefixes whose kernels stage by TMA (tma.cu, Hopper)
+WGMMA_USERS = {"lse"}  # prefixes whose kernels multiply by wgmma (wgmma.cu; built for sm_90a alone: see lse_py.txt)
 TMA_HEADERS = HEADERS.replace("<torch/extension.h>\n", "<torch/extension.h>\n#include <cuda.h>\n")  # + CUtensorMap
 
 
 def assemble(prefix: str) -> str:
     tma = prefix in TMA_USERS
     cuda = ((TMA_HEADERS if tma else HEADERS) + (HERE / "core.cu").read_text()
-            + ((HERE / "tma.cu").read_text() if tma else "") + (HERE / f"{prefix}_tail.cu").read_text())
+            + ((HERE / "tma.cu").read_text() if tma else "")
+            + ((HERE / "wgmma.cu").read_text() if prefix in WGMMA_USERS else "") + (HERE / f"{prefix}_tail.cu").read_text())
     doc = (HERE / f"{prefix}_doc.txt").read_text().rstrip()
     head = (HERE / f"{prefix}_py.txt").read_text().replace("@CUDA@", cuda.rstrip() + "\n")
     return f"{doc}\n\n{head}"

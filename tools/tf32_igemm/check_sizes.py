@@ -31,7 +31,10 @@ from kbench.discovery import load_problem_dir  # noqa: E402
 CASES = {
     "conv3d_gelu": [(None, None), ([5, 40, 3, (40, 1, 1, 1)], (2, 5, 7, 13, 37)),
                     ([16, 80, 3, (80, 1, 1, 1)], (1, 16, 5, 9, 70))],
-    "conv3d_logsumexp": [(None, None), ([5, 24, 3, 1, 1], (2, 5, 7, 13, 37)), ([3, 64, 3, 1, 0], (1, 3, 9, 11, 66))],
+    "conv3d_logsumexp": [(None, None), ([5, 24, 3, 1, 1], (2, 5, 7, 13, 37)), ([3, 64, 3, 1, 0], (1, 3, 9, 11, 66)),
+                         # padding 2 and 3: input windows that start 2 and 1 widths before a 16-byte boundary
+                         ([8, 64, 3, 1, 2], (1, 8, 4, 9, 21)), ([16, 40, 3, 1, 3], (2, 16, 3, 6, 30)),
+                         ([12, 64, 3, 1, 1], (2, 12, 6, 10, 36), "nan")],
     "convtranspose3d_softmax": [(None, None), ([12, 20, 3, 2, 1, 1], (2, 12, 5, 7, 9)),
                                 ([8, 64, 3, 2, 1, 0], (1, 8, 4, 5, 40)),
                                 # 64 channels, output width a multiple of 4 (TMA-stored), every tile cut by an edge

@@ -80,11 +80,13 @@ struct TileOrigin { int n, od0, oh0, ow0, cls; };
 
 // Tile index -> origin; the class varies fastest, so the blocks running at once cover all classes of one region.
 // Tile indices fit in int (persistent_grid checks), so these are 32-bit divisions, not 64-bit library calls.
+// TILE_H: the tile's height (TH, or a kernel's own).
+template <int TILE_H = TH>
 __device__ __forceinline__ TileOrigin tile_origin(int tile, const Geometry& g) {
     TileOrigin o;
     o.cls = (int)(tile % g.classes); tile /= g.classes;
     o.ow0 = (int)(tile % g.tiles_w) * TW; tile /= g.tiles_w;
-    o.oh0 = (int)(tile % g.tiles_h) * TH; tile /= g.tiles_h;
+    o.oh0 = (int)(tile % g.tiles_h) * TILE_H; tile /= g.tiles_h;
     o.od0 = (int)(tile % g.tiles_d) * TD; tile /= g.tiles_d;
     o.n = (int)tile;
     return o;

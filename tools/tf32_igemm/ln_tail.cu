@@ -72,7 +72,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
     const int b_off = b_offset(lane, pw);
     const StagingSlots st(staging, row, gid, tig, pw);
     const bool exact = *wrap != 0u;  // x holds a NaN the fast TF32 rounding would lose (tf32_a)
-    tma_pipeline<LNBUF, LXWORDS, LBUF>(&xmap, wt, g, bufs, sync, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
+    tma_pipeline<LNBUF, LXWORDS, LBUF>(&xmap, wt, g, bufs, sync, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o, int) {
         const int cls_off = ((o.cls >> 1) * LXBH + (o.cls & 1)) * LXBW;
         stage_mma<LXBW, LXBH, LXPLANE>(acc, buf + b_off, buf + a_off + cls_off, 0xffu, exact);
     }, [&](float (&acc)[2][8][4], const TileOrigin& o) {

@@ -83,7 +83,7 @@ convt3d_tf32_softmax_sigmoid(const __grid_constant__ CUtensorMap xmap, const __g
     const long long cstride = (long long)g.Do * g.Ho * g.Wo;  // between output channels; K cstride < 2^31 (host)
     const StagingSlots st(staging, run, gid, tig, pw);
     const bool exact = *wrap != 0u;  // x holds a NaN the fast TF32 rounding would lose (tf32_a)
-    tma_pipeline<NBUF, XWORDS, BUF_WORDS>(&xmap, wt, g, smem, sync, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o) {
+    tma_pipeline<NBUF, XWORDS, BUF_WORDS>(&xmap, wt, g, smem, sync, [&](float (&acc)[2][8][4], const float* buf, const TileOrigin& o, int) {
         uint32_t mask = 0;  // g.masks[o.cls] without a runtime index into the parameters
 #pragma unroll
         for (int c = 0; c < 4; ++c) mask = c == o.cls ? g.masks[c] : mask;

@@ -6,7 +6,8 @@ dimension, k = 3 - p - 2s from input j + p - 1 + s (s = 0, 1): the transposed co
 W-parity 0 and warps 8-15 W-parity 1 of the same 8 rows of 32, so each block holds whole W rows (all 64 output widths)
 of all 64 channels in registers (mma.sync m16n8k8, TF32 inputs rounded to nearest, float32 accumulation). The
 LayerNorm over W is then two shuffle reductions per channel and row plus one exchange with the partner warp through
-shared memory (mean first, then the variance around it), and GELU (erf to 1.5e-7 by Abramowitz and Stegun 7.1.26) and
+shared memory (mean first, then the variance around it; a barrier of the two warps only, so the other pairs go on
+with their MMAs), and GELU (erf to 1.5e-7 by Abramowitz and Stegun 7.1.26) and
 scaling follow. Persistent blocks walk the tiles with the classes fastest. Copies are TMA (Hopper): one thread starts
 each stage's two copies (the weights of one 8-channel chunk, packed per class by one small kernel per call in
 shared-memory order, as one bulk copy; the input window as one 5-D tensor copy, zero-filled outside the input), two
@@ -788,7 +789,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
                     if (gid == 0) red[(pass * 16 + warp) * NB + j * 8 + 2 * tig + e] = s;
                 }
             }
-            __syncthreads();
+            pair_barrier(1 + row);  // the exchange is between this warp and its partner (warp ^ 8) only
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
 #pragma unroll

@@ -107,7 +107,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
                     if (gid == 0) red[(pass * 16 + warp) * NB + j * 8 + 2 * tig + e] = s;
                 }
             }
-            __syncthreads();
+            pair_barrier(1 + row);  // the exchange is between this warp and its partner (warp ^ 8) only
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
 #pragma unroll

@@ -378,9 +378,9 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& w, const char* wh
 }
 
 // ---- Hopper (sm_90) staging: TMA copies on mbarriers, results stored by TMA from swizzled shared memory ----------
-// Used by the softmax kernel (assemble.py: TMA_USERS). A stage is one chunk of 8 input channels of one tile: its
-// weights arrive as one bulk copy (packed on the host in shared-memory order, swizzle included) and its input window
-// as one 5-D tensor copy, [channel 8][d XBD][h XBH][w XBW], zero-filled where it leaves the input. A is then read
+// Used by the transposed kernels and logsumexp's (assemble.py: TMA_USERS). A stage is one chunk of 8 input channels
+// (or one slab of it) of one tile: its weights arrive as one bulk copy (packed per call in shared-memory order) and its
+// input window as one 5-D tensor copy, [channel 8][d XBD][h XBH][w XBW], zero-filled where it leaves the input. A is then read
 // with plain LDS: lanes (gid, tig) read voxel gid of channel tig, so a channel plane of XPLANE = 8 or 24 (mod 32)
 // words keeps the 32 lanes on 32 banks.
 
@@ -513,11 +513,11 @@ __device__ __forceinline__ void pipe_init(PipeSync* sync) {
 // 128-byte multiples); sync: NBUF entries, set up by pipe_init. A tile's stages are its chunks of 8 input channels,
 // each split into SLABS slabs (slab s: the window starts s planes deeper in d, and has its own weights, packed as
 // [class][chunk][slab][WWORDS]). Per tile: mma(acc, buffer, origin, slab) per stage, then epilogue(acc, origin);
-// tiles are TD x TILE_H x TW; acc is a warp's MT x 16 voxels x 64 channels. No block-wide barrier per stage: each warp counts itself done with a buffer, and the
+// tiles are TD x TILE_H x TW. No block-wide barrier per stage: each warp counts itself done with a buffer, and the
 // last of them refills it with the stage NBUF later, so warps drift apart by up to a stage instead of waiting for the
 // slowest at every stage.
-template <int NBUF, int XWORDS, int BUF, int SLABS = 1, int WWORDS = TMA_WWORDS, int TILE_H = TH, int MT = 2,
-          typename Mma, typename Epilogue>
+template <int NBUF, int XWORDS, int BUF, int SLABS = 1, int WWORDS = TMA_WWORDS, int TILE_H = TH, typename Mma,
+          typename Epilogue>
 __device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const float* __restrict__ wt, const Geometry& g,
                                              float* bufs, PipeSync* sync, Mma&& mma, Epilogue&& epilogue) {
     static_assert(BUF % 32 == 0 && BUF >= WWORDS + XWORDS && WWORDS % 4 == 0, "buffers");
@@ -541,11 +541,11 @@ __device__ __forceinline__ void tma_pipeline(const CUtensorMap* xmap, const floa
         for (int k = 0; k < NBUF; ++k) issue(k, k);
     int c_buf = 0, k = 0;
     uint32_t c_phase = 0;
-    float acc[MT][8][4];
+    float acc[2][8][4];
     for (int tile = blockIdx.x; tile < tiles; tile += step) {
         const TileOrigin o = tile_origin<TILE_H>(tile, g);
 #pragma unroll
-        for (int i = 0; i < MT; ++i)
+        for (int i = 0; i < 2; ++i)
 #pragma unroll
             for (int j = 0; j < 8; ++j)
 #pragma unroll

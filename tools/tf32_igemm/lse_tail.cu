@@ -90,7 +90,7 @@ conv3d_tf32_pool_lse(const __grid_constant__ CUtensorMap xmap, const float* __re
     if (threadIdx.x == 0) pipe_init<SNBUF>(sync);
     __syncthreads();
     const int a_off = LSE_WWORDS + tig * SXPLANE + 2 * hp * SXBW + 8 * wb + gid + window_shift(g);
-        const bool exact = *wrap != 0u;  // x holds a NaN the fast TF32 rounding would lose (tf32_a)
+    const bool exact = *wrap != 0u;  // x holds a NaN the fast TF32 rounding would lose (tf32_a)
     const int Dp = g.Do / 2, Hp = g.Ho / 2, Wp = g.Wo / 2;
     tma_pipeline<SNBUF, SXWORDS, SBUF, 3, LSE_WWORDS, LSE_TH>(&xmap, wt, g, bufs, sync,
         [&](float (&acc)[2][8][4], const float* buf, const TileOrigin&, int) {

@@ -132,8 +132,9 @@ def test_the_kernel_profile_covers_the_candidate_calls_and_nothing_else(monkeypa
             return []
 
     monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("sync"))  # no GPU here
     arg_sets = [[torch.ones(2)], [torch.zeros(2)], [torch.full((2,), 2.0)]]
     share = trust.own_kernel_share(lambda x: log.append(x), arg_sets, "__global__ void k(float* x) {}")
-    assert log[0] == "start" and log[-1] == "stop" and len(log) == 5
+    assert log[0] == "start" and log[-2:] == ["sync", "stop"] and len(log) == 6
     assert all(got is args[0] for got, args in zip(log[1:4], arg_sets))  # the prepared tensors, not copies made inside
     assert share["kernels_declared"] == ["k"] and share["own_s"] == 0 and share["own_share"] == 0.0

@@ -53,7 +53,6 @@ struct Geometry {
     int K, Do, Ho, Wo;          // output channels and sizes
     int pad;
     int chunks;                 // ceil(C / CK)
-    int slabs;                  // pipeline stages per chunk: 1 (all taps) or KS (one kd plane of taps each)
     int classes;                // output parity classes of a strided transposed convolution (1: a plain convolution)
     uint32_t masks[8];          // per class: which of the KS^3 taps exist (bit (kd * KS + kh) * KS + kw)
     int tiles_d, tiles_h, tiles_w;
@@ -144,22 +143,19 @@ __device__ __forceinline__ void copy_weights(const float* __restrict__ src, floa
     }
 }
 
-// Queue the copies of one pipeline stage: tile o's input for one chunk of channels and one slab of kd (all of them
-// when SLAB is false), and the slab's weights unless they are resident. NT threads.
-template <int KS, int TPC, bool SLAB, int NT>
+// Queue the copies of one pipeline stage: tile o's input for one chunk of channels, and the chunk's weights unless
+// they are resident. NT threads.
+template <int KS, int TPC, int NT>
 __device__ __forceinline__ void issue_stage(const float* __restrict__ x, const float* __restrict__ wblock,
-                                            const Geometry& g, const TileOrigin& o, int chunk, int kd0, float* ws,
-                                            float* xs) {
-    constexpr int XD = SLAB ? TD : TD + KS - 1, XH = TH + KS - 1, XW = TW + KS - 1;
-    constexpr int TAPS = SLAB ? TPC / KS : TPC;
+                                            const Geometry& g, const TileOrigin& o, int chunk, float* ws, float* xs) {
+    constexpr int XD = TD + KS - 1, XH = TH + KS - 1, XW = TW + KS - 1;
     constexpr int NW = NT / 32, ROWS = CK * XD * XH, EXTRA = XW - 32;  // rows r = s CK + c, s = rd XH + rh
     static_assert(NW % CK == 0 && EXTRA >= 0 && EXTRA < 32, "one channel per warp; rows of 32 to 63 positions");
     if (!g.resident) {
-        const float* wchunk = wblock + ((long long)o.cls * g.chunks + chunk) * TPC * NB * CK;
-        copy_weights<TAPS, NT>(wchunk + (long long)kd0 * TAPS * NB * CK, ws);
+        copy_weights<TPC, NT>(wblock + ((long long)o.cls * g.chunks + chunk) * TPC * NB * CK, ws);
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int d0 = o.od0 - g.pad + kd0, h0 = o.oh0 - g.pad, w0 = o.ow0 - g.pad;
+    const int d0 = o.od0 - g.pad, h0 = o.oh0 - g.pad, w0 = o.ow0 - g.pad;
     const long long plane = (long long)g.H * g.W;
     // Positions 0-31 of each row: warp w copies channel w % CK of the rows s with s % STEP = w / CK, lane = position.
     // Row pointers advance by additions (no per-row index products to keep live across stages).
@@ -209,32 +205,25 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[2][4], const float* p0, con
     ldmatrix_x4(a[1], p1);
 }
 
-// Which voxel of the tile each accumulator row is. Rows: warp w's m = 16 mt + 8 half + gid (gid = lane / 4).
-//  RUNS  (POOL false): warp w owns the W-run (td, th) = (w / TH, w % TH); m is the W offset.
-//  POOLS (POOL true):  warp w owns d 0-1 x h 2hp..2hp+1 x w 8wb..8wb+7 (hp = w / 4, wb = w % 4): m = (mt = d,
-//                      half = h, gid = w), so a thread holds whole 2x2 (d, h) columns and lane ^ 4 the w neighbour.
-enum RowMode { RUNS = 0, POOLS = 1 };
-
-template <int MODE>
+// Which voxel of the tile each accumulator row is: warp w owns the W-run (td, th) = (w / TH, w % TH), and its row
+// m = 16 mt + 8 half + gid (gid = lane / 4) is the W offset.
 __device__ __forceinline__ int row_position(int warp, int mt, int half, int r, int XH, int XW) {
-    if (MODE == POOLS) return (mt * XH + 2 * (warp >> 2) + half) * XW + 8 * (warp & 3) + r;
     return ((warp / TH) * XH + warp % TH) * XW + 16 * mt + 8 * half + r;
 }
 
 // One stage of the implicit GEMM: this warp's 32 voxels x 64 channels += input x weights over the stage's taps.
-template <int KS, bool SLAB, int MODE>
+template <int KS>
 __device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws, const float* xs, uint32_t mask) {
-    static_assert(MODE != POOLS || (TD == 2 && TH * TW == 128 && TW == 32), "pool mapping needs 2 x 4 x 32 tiles");
-    constexpr int XH = TH + KS - 1, XW = TW + KS - 1, KDS = SLAB ? 1 : KS;
+    constexpr int XH = TH + KS - 1, XW = TW + KS - 1;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // ldmatrix row supplied by this lane: matrix q = lane / 8 covers rows 8 (q & 1) .. +7 and channels 4 (q >> 1) .. +3.
     const int q = lane >> 3, r = lane & 7;
-    const int a_pos0 = row_position<MODE>(warp, 0, q & 1, r, XH, XW);
-    const int a_pos1 = row_position<MODE>(warp, 1, q & 1, r, XH, XW);
+    const int a_pos0 = row_position(warp, 0, q & 1, r, XH, XW);
+    const int a_pos1 = row_position(warp, 1, q & 1, r, XH, XW);
     const int a_c = 4 * (q >> 1);
     const int b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);       // B: matrices (j, k0-3), (j, k4-7), (j+1, ..), (j+1, ..)
 #pragma unroll
-    for (int kd = 0; kd < KDS; ++kd)
+    for (int kd = 0; kd < KS; ++kd)
 #pragma unroll
         for (int kh = 0; kh < KS; ++kh)
 #pragma unroll
@@ -256,23 +245,22 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws
             }
 }
 
-// The persistent pipeline: each block walks tiles blockIdx.x, +gridDim.x, ...; stage (tile, chunk, slab) is copied
+// The persistent pipeline: each block walks tiles blockIdx.x, +gridDim.x, ...; stage (tile, chunk) is copied
 // into one buffer while the previous stage is multiplied from the other. After a tile's last stage, epilogue(acc,
 // origin) runs. KS: the input window per dimension; TPC: taps per chunk in the packed weights (KS^3); NT: threads
 // per block. Stage cursors are plain counters: no divisions per stage.
-template <int KS, int TPC, bool SLAB, int MODE, int NT = THREADS, typename Epilogue>
+template <int KS, int TPC, int NT = THREADS, typename Epilogue>
 __device__ __forceinline__ void conv_pipeline(const float* __restrict__ x, const float* __restrict__ wt,
                                               const Geometry& g, Epilogue&& epilogue) {
     extern __shared__ __align__(16) float smem[];
-    constexpr int SLABS = SLAB ? KS : 1;  // == g.slabs
     const float* wblock = wt + (long long)blockIdx.y * g.classes * g.chunks * TPC * NB * CK;
     auto wbuf = [&](int b) { return g.resident ? smem : smem + b * g.bsz; };
     auto xbuf = [&](int b) { return g.resident ? smem + g.wsz + b * g.xsz : smem + b * g.bsz + g.wsz; };
-    auto issue = [&](const TileOrigin& o, int within, int b) {
-        issue_stage<KS, TPC, SLAB, NT>(x, wblock, g, o, within / SLABS, within % SLABS, wbuf(b), xbuf(b));
+    auto issue = [&](const TileOrigin& o, int chunk, int b) {
+        issue_stage<KS, TPC, NT>(x, wblock, g, o, chunk, wbuf(b), xbuf(b));
     };
     if (g.resident) copy_weights<TPC, NT>(wblock, smem);
-    const int per_tile = g.chunks * SLABS, tiles = (int)g.tiles, step = (int)gridDim.x;
+    const int per_tile = g.chunks, tiles = (int)g.tiles, step = (int)gridDim.x;
     if ((int)blockIdx.x < tiles) issue(tile_origin(blockIdx.x, g), 0, 0);
     cp_async_commit();
 
@@ -290,7 +278,7 @@ __device__ __forceinline__ void conv_pipeline(const float* __restrict__ x, const
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
         for (int within = 0; within < per_tile; ++within, b ^= 1) {
-            {   // The next stage: this tile's next chunk or slab, else the next tile's first (one inlined copy).
+            {   // The next stage: this tile's next chunk, else the next tile's first (one inlined copy).
                 TileOrigin no = o;
                 int next = within + 1;
                 if (next == per_tile) {
@@ -304,7 +292,7 @@ __device__ __forceinline__ void conv_pipeline(const float* __restrict__ x, const
             __syncthreads();
             round_tile<NT>(xbuf(b), g.xsz);
             __syncthreads();
-            mma_stage<KS, SLAB, MODE>(acc, wbuf(b), xbuf(b), mask >> ((within % SLABS) * KS * KS));
+            mma_stage<KS>(acc, wbuf(b), xbuf(b), mask);
             __syncthreads();  // buffer b is refilled by the next stage's copies
         }
         epilogue(acc, o);
@@ -312,22 +300,23 @@ __device__ __forceinline__ void conv_pipeline(const float* __restrict__ x, const
     cp_async_wait_all();
 }
 
-// Tiles over an out_d x out_h x out_w grid (per class); a plain convolution has one class with every tap.
+// Tiles of TD x TILE_H x TW over an out_d x out_h x out_w grid (per class); a plain convolution has one class with
+// every tap. TILE_H: as for tile_origin.
+template <int TILE_H = TH>
 void set_tiles(Geometry& g, int out_d, int out_h, int out_w, int classes = 1) {
     g.tiles_d = (out_d + TD - 1) / TD;
-    g.tiles_h = (out_h + TH - 1) / TH;
+    g.tiles_h = (out_h + TILE_H - 1) / TILE_H;
     g.tiles_w = (out_w + TW - 1) / TW;
     g.classes = classes;
     g.tiles = (long long)g.N * g.tiles_d * g.tiles_h * g.tiles_w * classes;
     if (classes == 1) g.masks[0] = 0xffffffffu;
 }
 
-// Shared memory of a pipeline buffer: one stage's weights (all taps, or one kd slab) and input tile.
-void set_smem(Geometry& g, int KS, bool slab, bool resident) {
-    g.slabs = slab ? KS : 1;
+// Shared memory of a pipeline buffer: one stage's weights (all taps) and input tile.
+void set_smem(Geometry& g, int KS, bool resident) {
     g.resident = resident;
-    g.wsz = (resident ? KS : (slab ? 1 : KS)) * KS * KS * NB * CK;
-    g.xsz = CK * (slab ? TD : TD + KS - 1) * (TH + KS - 1) * (TW + KS - 1);
+    g.wsz = KS * KS * KS * NB * CK;
+    g.xsz = CK * (TD + KS - 1) * (TH + KS - 1) * (TW + KS - 1);
     g.xsz = (g.xsz + 3) / 4 * 4;  // keep the next buffer 16-byte aligned
     g.bsz = g.wsz + g.xsz;
 }
@@ -379,10 +368,10 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& w, const char* wh
 
 // ---- Hopper (sm_90) staging: TMA copies on mbarriers, results stored by TMA from swizzled shared memory ----------
 // Used by the transposed kernels and logsumexp's (assemble.py: TMA_USERS). A stage is one chunk of 8 input channels
-// (or one slab of it) of one tile: its weights arrive as one bulk copy (packed per call in shared-memory order) and its
-// input window as one 5-D tensor copy, [channel 8][d XBD][h XBH][w XBW], zero-filled where it leaves the input. A is then read
-// with plain LDS: lanes (gid, tig) read voxel gid of channel tig, so a channel plane of XPLANE = 8 or 24 (mod 32)
-// words keeps the 32 lanes on 32 banks.
+// (or one slab of it) of one tile: its weights arrive as one bulk copy (packed per call in shared-memory order) and
+// its input window as one 5-D tensor copy, [channel 8][d XBD][h XBH][w XBW], zero-filled where it leaves the input.
+// A is then read with plain LDS: lanes (gid, tig) read voxel gid of channel tig, so a channel plane of XPLANE = 8 or
+// 24 (mod 32) words keeps the 32 lanes on 32 banks.
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 

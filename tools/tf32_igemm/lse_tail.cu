@@ -140,7 +140,7 @@ torch::Tensor conv3d_pool_lse_relu(torch::Tensor x, torch::Tensor w, torch::Tens
     check_inputs(x, w, "conv3d_pool_lse_relu");
     TORCH_CHECK(bias.is_cuda() && bias.scalar_type() == torch::kFloat32, "conv3d_pool_lse_relu: float32 CUDA bias");
     TORCH_CHECK(w.size(0) <= NB, "conv3d_pool_lse_relu: at most 64 output channels");
-    TORCH_CHECK(pad >= 0 && pad <= 64, "conv3d_pool_lse_relu: padding out of range");
+    TORCH_CHECK(pad >= 0, "conv3d_pool_lse_relu: negative padding");
     const c10::cuda::CUDAGuard guard(x.device());
     x = x.contiguous();
     Geometry g = input_geometry(x, w, pad);
@@ -156,13 +156,7 @@ torch::Tensor conv3d_pool_lse_relu(torch::Tensor x, torch::Tensor w, torch::Tens
     pack_slabs<<<(unsigned)std::min<long long>((total + 255) / 256, 4096), 256, 0, stream>>>(
         wc.data_ptr<float>(), wt.data_ptr<float>(), g.C, g.K, total);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    // Tiles cover only whole pool windows: 2 Dp x 2 Hp x 2 Wp convolution outputs.
-    g.classes = 1;
-    g.masks[0] = 0xffffffffu;
-    g.tiles_d = Dp;
-    g.tiles_h = (Hp + LSE_TH / 2 - 1) / (LSE_TH / 2);
-    g.tiles_w = (Wp + TW / 2 - 1) / (TW / 2);
-    g.tiles = (long long)g.N * g.tiles_d * g.tiles_h * g.tiles_w;
+    set_tiles<LSE_TH>(g, 2 * Dp, 2 * Hp, 2 * Wp);  // only whole pool windows
     torch::Tensor x_keep;  // the padded copy of x, if input_map makes one
     const CUtensorMap xmap = input_map(x, g, {SXBW, SXBH, SXBD, CK, 1}, x_keep);
     const torch::Tensor wrap = wrap_flag(x);

@@ -1,9 +1,9 @@
 // ---- Hopper (sm_90) staging: TMA copies on mbarriers, results stored by TMA from swizzled shared memory ----------
 // Used by the transposed kernels and logsumexp's (assemble.py: TMA_USERS). A stage is one chunk of 8 input channels
-// (or one slab of it) of one tile: its weights arrive as one bulk copy (packed per call in shared-memory order) and its
-// input window as one 5-D tensor copy, [channel 8][d XBD][h XBH][w XBW], zero-filled where it leaves the input. A is then read
-// with plain LDS: lanes (gid, tig) read voxel gid of channel tig, so a channel plane of XPLANE = 8 or 24 (mod 32)
-// words keeps the 32 lanes on 32 banks.
+// (or one slab of it) of one tile: its weights arrive as one bulk copy (packed per call in shared-memory order) and
+// its input window as one 5-D tensor copy, [channel 8][d XBD][h XBH][w XBW], zero-filled where it leaves the input.
+// A is then read with plain LDS: lanes (gid, tig) read voxel gid of channel tig, so a channel plane of XPLANE = 8 or
+// 24 (mod 32) words keeps the 32 lanes on 32 banks.
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 

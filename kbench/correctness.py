@@ -47,6 +47,10 @@ def compare(candidate: Any, reference: Any, atol: float, rtol: float) -> tuple[b
     figures: dict[str, Any] = {"max_abs_err": 0.0, "max_rel_err": 0.0, "mismatched": 0, "numel": 0}
     for i, (c, r) in enumerate(zip(cands, refs)):
         label = f"output {i}" if len(refs) > 1 else "output"
+        if not isinstance(r, _tensor_type):  # a plain number (a Python scalar the reference returns)
+            if isinstance(c, _tensor_type) or not _close_numbers(c, r, atol, rtol):
+                return False, {"message": f"{label} is {c!r}, reference {r!r}"}
+            continue
         if not isinstance(c, _tensor_type):
             return False, {"message": f"{label} is {type(c).__name__}, expected a tensor"}
         if tuple(c.shape) != tuple(r.shape):
@@ -63,6 +67,14 @@ def compare(candidate: Any, reference: Any, atol: float, rtol: float) -> tuple[b
             f" (max abs err {figures['max_abs_err']:.3g})"
         )
     return ok, figures
+
+
+def _close_numbers(c: Any, r: Any, atol: float, rtol: float) -> bool:
+    if isinstance(c, bool) or isinstance(r, bool) or not isinstance(c, (int, float)) or not isinstance(r, (int, float)):
+        return c == r
+    if c != c or r != r:  # NaN
+        return c != c and r != r
+    return c == r or abs(c - r) <= atol + rtol * abs(r)
 
 
 def _accumulate(figures: dict[str, Any], c: torch.Tensor, r: torch.Tensor, atol: float, rtol: float) -> None:

@@ -104,6 +104,7 @@ class _Child:
     def __init__(self, env: dict[str, str] | None, warm: bool = False) -> None:
         read_fd, write_fd = os.pipe()
         self.chunks: list[bytes] = []
+        self.groups: list[int] = []  # further process groups the child reported (a judge's candidate)
         self.token = ""
         self.on_event: Callable[[str], Any] = lambda name: None
         self.reader = threading.Thread(target=_drain, args=(read_fd, self.chunks, self._event), daemon=True)
@@ -129,8 +130,17 @@ class _Child:
             message = json.loads(line)
         except json.JSONDecodeError:
             return
-        if isinstance(message, dict) and message.get("token") == self.token and isinstance(message.get("event"), str):
-            self.on_event(message["event"])
+        if not isinstance(message, dict) or message.get("token") != self.token or not isinstance(message.get("event"), str):
+            return
+        if message["event"] == "group" and isinstance(message.get("pgid"), int) and message["pgid"] > 1:
+            self._adopt(message["pgid"])  # the judge's candidate process: its own group, killed with this child
+            return
+        self.on_event(message["event"])
+
+    def _adopt(self, pgid: int) -> None:
+        with _live_lock:
+            self.groups.append(pgid)
+            _live.add(pgid)
 
     def run(self, job: dict[str, Any], timeout_s: float, on_event: Callable[[str], Any] | None = None) -> ChildOutcome:
         """Hand the child its job; wait at most timeout_s (counted from now) for it to end. on_event(name) is called
@@ -162,10 +172,18 @@ class _Child:
         return ChildOutcome(result, self.proc.returncode, timed_out, seconds, text[-LOG_TAIL_CHARS:])
 
     def discard(self) -> None:
-        """Kill the child's process group (a child still waiting for its job, or one whose job has ended)."""
+        """Kill the child's process group, and any group it reported (a child still waiting for its job, or one whose
+        job has ended)."""
         _kill_group(self.proc)
         with _live_lock:
             _live.discard(self.proc.pid)
+            groups, self.groups = self.groups, []
+            _live.difference_update(groups)
+        for pgid in groups:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         self.proc.wait()
 
 
@@ -232,6 +250,9 @@ def _drain(fd: int, chunks: list[bytes], on_line: Callable[[bytes], Any]) -> Non
 def worker_path_env() -> dict[str, str]:
     """Make sure the child can import kbench even when the parent runs from a source checkout."""
     env = dict(os.environ)
+    # Spinning OpenMP threads of the judge would steal cores from the candidate's timed calls (and the reverse):
+    # idle threads sleep instead, in every child alike, unless the user chose otherwise.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env

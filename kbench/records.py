@@ -21,6 +21,7 @@ class Status(str, Enum):
     TIMEOUT = "timeout"
     CRASHED = "crashed"
     NOT_RUN = "not_run"
+    SUSPECT = "suspect"  # the outputs pass, but the timing cannot be trusted
 
     def __str__(self) -> str:
         return self.value
@@ -133,6 +134,7 @@ class Measurement:
     samples: tuple[float, ...]
     host_samples: tuple[float, ...] = ()
     stop_reason: str = ""
+    judge_samples: tuple[float, ...] = ()  # the judge's clock over each round trip, for a call timed in another process
 
     @property
     def median(self) -> float:
@@ -145,11 +147,14 @@ class Measurement:
         out: dict[str, Any] = {"unit": "s", "stop_reason": self.stop_reason, **self.summary()}
         out["samples"] = list(self.samples)
         out["host_samples"] = list(self.host_samples)
+        if self.judge_samples:
+            out["judge_samples"] = list(self.judge_samples)
         return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Measurement:
-        return cls(tuple(data["samples"]), tuple(data.get("host_samples", ())), data.get("stop_reason", ""))
+        return cls(tuple(data["samples"]), tuple(data.get("host_samples", ())), data.get("stop_reason", ""),
+                   tuple(data.get("judge_samples", ())))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ from kbench import isolation, toolkit
 from kbench.build import BuildContext, BuildResult, build_all
 from kbench.environment import git_info, host_info
 from kbench.errors import Interrupted, KbenchError, UsageError
-from kbench.evaluation import Plan, base_job, evaluate_reference, evaluate_solution, on_gpu, with_floor
+from kbench.evaluation import (
+    Plan, base_job, evaluate_reference, evaluate_solution, on_gpu, with_floor, with_suspicion,
+)
 from kbench.executors import make_executor
 from kbench.pool import Slot, run_on_slots
 from kbench.records import COMPILED, EAGER, Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status
@@ -195,7 +197,9 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
             return Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
                               message=skipped[solution.path], device=plan.device, size=plan.size)
         progress(f"{problem.name}: {solution.name} ...")
-        return on_gpu(with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor), slot)
+        alone = reference_rows[0].timing if reference_rows else None
+        row = with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor)
+        return on_gpu(with_suspicion(row, alone), slot)
 
     def record(item: tuple[ProblemSpec, SolutionSpec], row: Evaluation) -> None:
         progress(f"  {row.problem}/{row.solution}: {row.status.value}{' - ' + row.message if row.message else ''}")

@@ -8,13 +8,14 @@ before it imports any solution: a solution that later replaces `torch.cuda.Event
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 
 from kbench.records import Measurement, TimingPolicy
-from kbench.stats import median, median_ci_relative
+from kbench.stats import median, median_ci_relative, quantile
 
 _perf_counter = time.perf_counter
 _cuda_event = torch.cuda.Event
@@ -78,6 +79,31 @@ class CudaEventTimer:
         return _elapsed_time(start, end) / 1e3, host
 
 
+class Sampled(NamedTuple):
+    """One sample: the timed seconds, the host seconds over the same window in the process that timed it, and, for a
+    call timed in another process, the judge's own clock over the whole round trip (None otherwise)."""
+
+    timed: float
+    wall: float
+    judge: float | None = None
+
+
+Sampler = Callable[[], Sampled]
+
+
+def local_sampler(fn: Callable[[], object], timer: Timer) -> Sampler:
+    """A sampler that times fn in this process."""
+    return lambda: Sampled(*timer.sample(fn))
+
+
+def _warm(sample: Sampler, policy: TimingPolicy, clock: Clock) -> int:
+    calls, start = 0, clock()
+    while calls < policy.warmup_calls or clock() - start < policy.warmup_s:
+        sample()
+        calls += 1
+    return calls
+
+
 def warm_up(fn: Callable[[], object], timer: Timer, policy: TimingPolicy, clock: Clock = _perf_counter) -> int:
     """Take and discard samples of fn for at least `warmup_calls` calls and `warmup_s`; returns the count.
 
@@ -85,11 +111,7 @@ def warm_up(fn: Callable[[], object], timer: Timer, policy: TimingPolicy, clock:
     only queue GPU work for `warmup_s` of host time (hundreds of calls of a 10 ms kernel), and the
     first timed sample would then wait for that backlog.
     """
-    calls, start = 0, clock()
-    while calls < policy.warmup_calls or clock() - start < policy.warmup_s:
-        timer.sample(fn)
-        calls += 1
-    return calls
+    return _warm(local_sampler(fn, timer), policy, clock)
 
 
 def converged(samples: list[float], elapsed: float, policy: TimingPolicy) -> bool:
@@ -106,32 +128,55 @@ def measure_interleaved(
     policy: TimingPolicy,
     clock: Clock = _perf_counter,
 ) -> dict[str, Measurement]:
-    """Time several callables in alternating rounds, so that drift (clocks, heat) hits all alike.
+    """Time several callables of this process in alternating rounds (see `measure_rounds`)."""
+    return measure_rounds({name: local_sampler(fn, timer) for name, fn in fns.items()}, policy, clock)
 
-    Each round takes one sample of every callable, in forward order on even rounds and reverse order
-    on odd ones. Sampling stops when every callable has converged (see `converged`) or when the
-    loop has run for `max_time_s`, whichever comes first; at least one round always runs.
+
+def _no_hook(round_index: int) -> None:
+    return None
+
+
+def measure_rounds(
+    samplers: Mapping[str, Sampler],
+    policy: TimingPolicy,
+    clock: Clock = _perf_counter,
+    before_round: Callable[[int], object] = _no_hook,
+    after_round: Callable[[int], object] = _no_hook,
+) -> dict[str, Measurement]:
+    """Sample several callables in alternating rounds, so that drift (clocks, heat) hits all alike.
+
+    Each round takes one sample of every sampler, in forward order on even rounds and reverse order
+    on odd ones. `before_round(i)` runs before round i (fresh inputs: round -1 before the warm-up) and
+    `after_round(i)` after it (output checks); both lie outside every timed interval. Sampling stops
+    when every sampler has converged (see `converged`) or when the loop has run for `max_time_s`,
+    whichever comes first; at least one round always runs.
     """
-    names = list(fns)
+    names = list(samplers)
+    before_round(-1)
     for name in names:
-        warm_up(fns[name], timer, policy, clock)
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    host: dict[str, list[float]] = {n: [] for n in names}
+        _warm(samplers[name], policy, clock)
+    taken: dict[str, list[Sampled]] = {n: [] for n in names}
     start, rounds = clock(), 0
     while True:
+        before_round(rounds)
         for name in names if rounds % 2 == 0 else reversed(names):
-            timed, wall = timer.sample(fns[name])
-            samples[name].append(timed)
-            host[name].append(wall)
+            taken[name].append(samplers[name]())
+        after_round(rounds)
         rounds += 1
         elapsed = clock() - start
-        if all(converged(samples[n], elapsed, policy) for n in names):
+        if all(converged([s.timed for s in taken[n]], elapsed, policy) for n in names):
             reason = STOP_CONVERGED
             break
         if elapsed >= policy.max_time_s:
             reason = STOP_MAX_TIME
             break
-    return {n: Measurement(tuple(samples[n]), tuple(host[n]), reason) for n in names}
+    return {n: _measurement(taken[n], reason) for n in names}
+
+
+def _measurement(taken: list[Sampled], reason: str) -> Measurement:
+    judge = tuple(s.judge for s in taken if s.judge is not None)
+    return Measurement(tuple(s.timed for s in taken), tuple(s.wall for s in taken), reason,
+                       judge if len(judge) == len(taken) else ())
 
 
 def few_samples_warning(m: Measurement, policy: TimingPolicy) -> str | None:
@@ -159,3 +204,46 @@ def escaped_work_warning(m: Measurement) -> str | None:
             "work may run outside the timed stream, so the event time may be too low"
         )
     return None
+
+
+# The judge's clock over a round trip to the candidate may exceed the candidate's reported time by what the protocol
+# costs (measured before the solution was imported), plus these slacks.
+TIMER_SLACK_ABS_S = 100e-6
+TIMER_SLACK_SPREAD = 4.0  # times the calibration's p90 - p50 spread (pipe and scheduling jitter on this machine now)
+TIMER_SLACK_REL = 0.05
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a round trip to the candidate costs beyond its timed window, from no-op samples taken before import."""
+
+    overhead: tuple[float, ...]  # judge round trip minus reported time, per no-op sample
+
+    @property
+    def p50(self) -> float:
+        return quantile(self.overhead, 0.5) if self.overhead else 0.0
+
+    @property
+    def p90(self) -> float:
+        return quantile(self.overhead, 0.9) if self.overhead else 0.0
+
+    def slack(self, timed_median: float) -> float:
+        return max(TIMER_SLACK_ABS_S, TIMER_SLACK_SPREAD * (self.p90 - self.p50)) + TIMER_SLACK_REL * timed_median
+
+
+def timer_mismatch_warning(m: Measurement, calibration: Calibration) -> str | None:
+    """`[timer_mismatch]` when the judge's clock saw more than the reported time plus what the protocol costs.
+
+    The candidate's own timer runs in the solution's process, where anything can be replaced; the judge's clock
+    around each round trip cannot be. A call cannot take less than it reports plus the protocol's own cost, so a
+    gap beyond the calibrated slack means the reported time is too low (a faked timer, or work the events missed).
+    """
+    if not m.judge_samples or len(m.judge_samples) != len(m.samples):
+        return None
+    gap = median([j - t for j, t in zip(m.judge_samples, m.samples)]) - calibration.p50
+    slack = calibration.slack(m.median)
+    if gap <= slack:
+        return None
+    return (f"[timer_mismatch] the judge's clock saw {median(m.judge_samples) * 1e3:.3f} ms per timed round trip, "
+            f"the candidate reported {m.median * 1e3:.3f} ms, and the protocol accounts for "
+            f"{calibration.p50 * 1e3:.3f} ms (+{slack * 1e3:.3f} ms slack): the reported time is too low")

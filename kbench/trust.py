@@ -9,7 +9,6 @@ import copy
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -83,10 +82,13 @@ def wants_kernel_profile(job: dict[str, Any]) -> bool:
 
 
 def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any, result: dict[str, Any],
-                 mark: Callable[[str], Any] = lambda name: None) -> None:
+                 mark: Callable[[str], Any] = lambda name: None,
+                 kernel_share: Callable[[list[Any]], dict[str, Any]] | None = None) -> None:
     """Checks beyond the verdict: determinism, accuracy against float64, own-kernel share of GPU time.
 
-    `mark(name)` is called after each check, so the caller can time them (the worker's `Phases.mark`).
+    `candidate(*inputs)` returns outputs it no longer touches (the judge's clones of what the candidate delivered).
+    `kernel_share(inputs)` profiles the candidate where it runs (its own process). `mark(name)` is called after
+    each check, so the caller can time them.
     """
     device = job["device"]
     inputs = make(job["seed"] + 1)
@@ -107,12 +109,8 @@ def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any,
             result["warnings"].append(warning)
     del first
     mark("trust_fp64")
-    if wants_kernel_profile(job):
-        source = Path(job["solution"]["path"]).read_text()
-        # Fresh inputs per call, cloned before the profile starts: the harness's copies are not the solution's time.
-        arg_sets = [correctness.clone_inputs(inputs) for _ in range(PROFILED_CALLS)]
-        share = _optional(result, "kernel profile", lambda: own_kernel_share(candidate, arg_sets, source))
-        del arg_sets
+    if wants_kernel_profile(job) and kernel_share is not None:
+        share = _optional(result, "kernel profile", lambda: kernel_share(inputs))
         if share is not None:
             result["kernels"] = share
         if share is not None and share["own_s"] == 0:

@@ -1,0 +1,206 @@
+"""The candidate's process: the only one that imports a solution. Hostile territory.
+
+The judge (kbench.judge) spawns it and sends it commands (kbench.protocol). It imports the solution, builds
+ModelNew with the weights the judge hands it, calls it on input buffers the judge shares and fills, and copies
+each output into a buffer the judge allocated. It answers in JSON only. Nothing it says decides a verdict on its
+own: the judge compares the outputs in its own process, bounds every reported time by its own clock, and freezes
+this process (SIGSTOP to its process group) whenever it is not answering a command.
+
+Before the solution is imported, this process is still kbench's own: the judge uses that window to calibrate the
+protocol's cost, and the harness binds its clocks, events and settings functions (timing, procstate, trust).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from kbench import procstate, protocol, timing, trust
+from kbench.harness import apply_math_flags, make_timer, set_sizes
+from kbench.loading import import_path
+from kbench.records import MathFlags
+from kbench.verdicts import Verdict, short
+
+_tensor_type, _strided = torch.Tensor, torch.strided
+_manual_seed = torch.manual_seed
+_synchronize = timing.synchronize
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when the judge dies (the parent also kills its process group)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def _flatten(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+class Harness:
+    """The candidate's state between commands: the run's settings, the timer, the models, the bound buffers."""
+
+    def __init__(self) -> None:
+        self.device = "cpu"
+        self.expected: dict[str, object] = {}
+        self.changes: list[procstate.Change] = []
+        self.timer: timing.Timer | None = None
+        self.guarded: dict[str, Any] = {}
+        self.module: Any = None
+        self.models: dict[str, Any] = {}
+        self.model: Callable[..., Any] = lambda *args: None
+        self.inputs: list[Any] = []
+        self.outputs: list[Any] = []
+        self.calls = 0
+
+    # ---- commands ----------------------------------------------------------------------------------
+
+    def calibrate(self, cmd: protocol.Calibrate, math: MathFlags) -> dict[str, Any]:
+        """Still kbench's own process: the reference, built here, is what the judge's calibration samples time."""
+        self.device = cmd.device
+        apply_math_flags(math)
+        torch.set_grad_enabled(False)
+        self.expected = procstate.snapshot()
+        self.timer = make_timer(cmd.device)
+        problem = import_path("kbench_calibration_problem", cmd.path)
+        set_sizes(problem, cmd.overrides)
+        model = problem.Model(*cmd.init).to(cmd.device)
+        model.load_state_dict(cmd.state)
+        self.model, self.inputs, self.outputs = model, list(cmd.inputs), list(cmd.outputs)
+        return {"status": "ok"}
+
+    def load(self, cmd: protocol.Load) -> dict[str, Any]:
+        from kbench.loading import load_solution
+
+        os.environ.update(cmd.env)
+        self.guarded = trust.snapshot_attributes()
+        self.module, info = load_solution(cmd.path)
+        self._restore("import")
+        return {"status": "ok", "figures": info}
+
+    def build(self, cmd: protocol.Build) -> dict[str, Any]:
+        self._restore("the import" if not self.models else f"model {len(self.models)}")
+        _manual_seed(cmd.seed)
+        try:
+            model = self.module.ModelNew(*cmd.init).to(cmd.device)
+            own = model.state_dict()
+            shared = {k: v for k, v in cmd.state.items() if k in own and own[k].shape == v.shape}
+            model.load_state_dict(shared, strict=False)
+            _synchronize(self.device)
+        except BaseException as exc:  # noqa: BLE001
+            raise Verdict("runtime_error", f"ModelNew(*get_init_inputs()) raised {short(exc)}") from exc
+        self.models[cmd.name] = model
+        return {"status": "ok", "figures": {"copied": len(shared)}}
+
+    def bind(self, cmd: protocol.Bind) -> dict[str, Any]:
+        self.model, self.inputs, self.outputs = self.models[cmd.name], list(cmd.inputs), list(cmd.outputs)
+        return {"status": "ok"}
+
+    def call(self) -> dict[str, Any]:
+        self._before_call()
+        try:
+            out = self.model(*self.inputs)
+            _synchronize(self.device)
+        except BaseException as exc:  # noqa: BLE001
+            raise Verdict("runtime_error", f"the solution raised {short(exc)}") from exc
+        return {"status": "ok", "values": self._deliver(out)}
+
+    def sample(self) -> dict[str, Any]:
+        self._before_call()
+        held: list[Any] = []
+        assert self.timer is not None
+        try:
+            timed, wall = self.timer.sample(lambda: held.append(self.model(*self.inputs)))
+        except BaseException as exc:  # noqa: BLE001
+            raise Verdict("runtime_error", f"the solution raised {short(exc)} in a timed call") from exc
+        return {"status": "ok", "timed_s": timed, "wall_s": wall, "values": self._deliver(held[0])}
+
+    def profile(self, cmd: protocol.Profile) -> dict[str, Any]:
+        self._before_call()
+        clone = [x.clone() if isinstance(x, _tensor_type) else x for x in self.inputs]
+        arg_sets = [list(clone) if i == 0 else [x.clone() if isinstance(x, _tensor_type) else x for x in clone]
+                    for i in range(cmd.calls)]
+        share = trust.own_kernel_share(self.model, arg_sets, cmd.source)
+        return {"status": "ok", "figures": {"kernels": share}}
+
+    def finish(self) -> dict[str, Any]:
+        self._restore("the last call")
+        patched = trust.replaced_attributes(self.guarded) if self.guarded else []
+        return {"status": "ok", "figures": {"patched": patched, "state_changes": [c.describe() for c in self.changes],
+                                            "state_changed": sorted({c.name for c in self.changes})}}
+
+    # ---- helpers -----------------------------------------------------------------------------------
+
+    def _restore(self, when: str) -> None:
+        if self.expected:
+            found = procstate.restore(self.expected, when)
+            self.changes += [c for c in found if c.name not in {x.name for x in self.changes}]
+
+    def _before_call(self) -> None:
+        self.calls += 1
+        self._restore("the import" if self.calls == 1 else f"call {self.calls - 1}")
+
+    def _deliver(self, out: Any) -> list[Any]:
+        """Copy each output into the judge's buffer; plain numbers go back in the reply. Only an exact, dense, strided
+        torch.Tensor of the expected shape, dtype and device is copied: a subclass or lazy wrapper is not an output."""
+        outs = _flatten(out)
+        if len(outs) != len(self.outputs):
+            raise Verdict("incorrect", f"returned {len(outs)} outputs, the reference returns {len(self.outputs)}")
+        values = []
+        for i, (o, buf) in enumerate(zip(outs, self.outputs)):
+            label = f"output {i}" if len(outs) > 1 else "the output"
+            if buf is None:
+                if isinstance(o, bool) or not isinstance(o, (int, float)):
+                    raise Verdict("incorrect", f"{label} is a {type(o).__name__}, expected a number")
+                values.append(o)
+                continue
+            if type(o) is not _tensor_type:
+                raise Verdict("incorrect", f"{label} is a {type(o).__module__}.{type(o).__name__}, "
+                                           "not a plain torch.Tensor (no subclasses or lazy wrappers)")
+            if o.layout != _strided:
+                raise Verdict("incorrect", f"{label} has layout {o.layout}, expected a dense strided tensor")
+            if o.device != buf.device:
+                raise Verdict("incorrect", f"{label} is on {o.device}, the reference's on {buf.device}")
+            if tuple(o.shape) != tuple(buf.shape):
+                raise Verdict("incorrect", f"{label} shape {tuple(o.shape)} != reference {tuple(buf.shape)}")
+            if o.dtype != buf.dtype:
+                raise Verdict("incorrect", f"{label} dtype {o.dtype} != reference {buf.dtype}")
+            buf.copy_(o)
+        _synchronize(self.device)
+        return values
+
+
+def main(conn: Any, math: dict[str, Any]) -> None:
+    """The spawn target: own process group (the judge freezes it), commands in, JSON replies out, until Finish."""
+    os.setpgid(0, 0)
+    _die_with_parent()
+    harness = Harness()
+    flags = MathFlags(**math)
+    handlers: dict[type, Callable[[Any], dict[str, Any]]] = {
+        protocol.Calibrate: lambda c: harness.calibrate(c, flags),
+        protocol.Load: harness.load, protocol.Build: harness.build, protocol.Bind: harness.bind,
+        protocol.Call: lambda c: harness.call(), protocol.Sample: lambda c: harness.sample(),
+        protocol.Profile: harness.profile, protocol.Finish: lambda c: harness.finish(),
+    }
+    while True:
+        try:
+            command = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)
+        try:
+            reply = handlers[type(command)](command)
+        except Verdict as v:
+            reply = {"status": v.status, "message": v.message}
+        except BaseException as exc:  # noqa: BLE001
+            reply = {"status": "runtime_error", "message": f"the solution's process failed: {short(exc)}"}
+        conn.send_bytes(protocol.encode(reply))
+        if isinstance(command, protocol.Finish):
+            os._exit(0)
+

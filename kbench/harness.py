@@ -1,0 +1,108 @@
+"""The judge's side of an evaluation, shared by its modes: the problem, the reference, inputs, timers, phases.
+
+Nothing here imports a solution. Functions a solution could replace are bound when this module is imported.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from kbench import timing
+from kbench.loading import import_path
+from kbench.records import MathFlags
+from kbench.verdicts import Verdict, short
+
+_perf_counter = time.perf_counter
+_manual_seed = torch.manual_seed
+_synchronize = timing.synchronize
+_tensor_type = torch.Tensor
+
+
+def set_sizes(module: ModuleType, values: dict[str, Any]) -> None:
+    """Give the problem module's size constants new values; get_inputs() reads them when called."""
+    for name, value in values.items():
+        setattr(module, name, tuple(value) if isinstance(value, list) else value)
+
+
+def load_problem(job: dict[str, Any]) -> ModuleType:
+    problem = job["problem"]
+    module = import_path("kbench_problem", problem["path"])
+    set_sizes(module, problem.get("overrides", {}))
+    return module
+
+
+def apply_math_flags(flags: MathFlags) -> None:
+    torch.backends.cudnn.allow_tf32 = flags.cudnn_tf32
+    torch.backends.cuda.matmul.allow_tf32 = flags.matmul_tf32
+
+
+def build_reference(problem: ModuleType, seed: int, device: str) -> tuple[Any, list[Any]]:
+    """The reference model, seeded before its constructor as KernelBench does, and the constructor's arguments."""
+    init = list(problem.get_init_inputs())
+    _manual_seed(seed)
+    return problem.Model(*init).to(device), init
+
+
+def _to(x: Any, device: str) -> Any:
+    return x.to(device) if isinstance(x, _tensor_type) else x
+
+
+def input_maker(problem: ModuleType, device: str) -> Callable[[int], list[Any]]:
+    """make(seed) -> the problem's inputs on `device`. On CUDA, get_inputs() runs with the GPU as the default device,
+    so multi-GB inputs are drawn there in milliseconds rather than on the CPU; a problem whose get_inputs() cannot
+    run that way is drawn on the CPU and moved."""
+    on_device = [device == "cuda"]
+
+    def make(seed: int) -> list[Any]:
+        _manual_seed(seed)
+        if on_device[0]:
+            try:
+                with torch.device(device):
+                    return [_to(x, device) for x in problem.get_inputs()]
+            except Exception:  # noqa: BLE001 - e.g. numpy inside get_inputs; draw on the CPU from now on
+                on_device[0] = False
+                _manual_seed(seed)
+        return [_to(x, device) for x in problem.get_inputs()]
+
+    return make
+
+
+def make_timer(device: str) -> timing.Timer:
+    return timing.CudaEventTimer(torch.device("cuda")) if device == "cuda" else timing.HostTimer()
+
+
+def guarded(device: str, what: str, fn: Callable[[], Any]) -> Any:
+    """Run fn, turning an exception (including an asynchronous CUDA fault) into a runtime_error."""
+    try:
+        out = fn()
+        _synchronize(device)
+        return out
+    except Verdict:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - SystemExit from a solution is its failure too
+        raise Verdict("runtime_error", f"{what} raised {short(exc)}") from exc
+
+
+class Phases:
+    """Wall seconds of each part of an evaluation since the last mark: where an evaluation's time goes."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = _perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = _perf_counter()
+        self.seconds[name] = round(now - self._last, 4)
+        self._last = now
+
+
+def describe_output(out: Any) -> dict[str, Any]:
+    first = out[0] if isinstance(out, (tuple, list)) else out
+    if isinstance(first, _tensor_type):
+        return {"shape": list(first.shape), "dtype": str(first.dtype)}
+    return {"type": type(first).__name__}

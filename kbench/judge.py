@@ -1,0 +1,390 @@
+"""The judge: one evaluation of a solution, decided in a process that never imports it.
+
+The judge builds the reference, makes every input, keeps the reference's outputs and runs every comparison, the
+float64 oracle and the eager timing. The solution lives in a candidate process it spawns (kbench.candidate) and
+speaks to through kbench.protocol. See the README's "The judge" for the protocol and what each step defends.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing as torch_mp
+
+from kbench import candidate, correctness, protocol, timing, trust
+from kbench.harness import (
+    Phases, apply_math_flags, build_reference, guarded, input_maker, load_problem, make_timer,
+    set_sizes,
+)
+from kbench.records import MathFlags, TimingPolicy
+from kbench.verdicts import Verdict
+
+_perf_counter = time.perf_counter
+_tensor_type = torch.Tensor
+Announce = Callable[..., None]
+
+CALIBRATION_SAMPLES = (4, 24)  # at least, at most: the first are discarded (first-touch costs)
+CALIBRATION_DISCARD = 2
+CALIBRATION_S = 0.5  # no more calibration samples once this long has passed
+RECHECK_ALL_NUMEL = 1 << 24  # outputs up to this many elements are checked after every timed call
+RECHECK_SHARE = 0.25  # larger ones: five random calls among the first rounds, this share of the rest, and the last
+RECHECK_FIRST = 5
+TIMING_CLOCKS = ("torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.Event.elapsed_time", "time.perf_counter",
+                 "time.time", "time.monotonic")
+
+
+class CandidateProcess:
+    """The solution's process as the judge sees it: spawned with a pipe, frozen (SIGSTOP to its process group) except
+    while it answers a command, and killed with its group at the end."""
+
+    def __init__(self, math: dict[str, Any], announce: Announce) -> None:
+        ctx = torch_mp.get_context("spawn")
+        self.conn, child_end = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=candidate.main, args=(child_end, math), name="kbench-candidate")
+        self.proc.start()
+        child_end.close()
+        self.pgid = self.proc.pid  # the candidate makes itself a group leader first thing
+        announce("group", pgid=self.pgid)  # so the parent kills it too if this judge is killed
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def request(self, command: Any) -> tuple[protocol.Reply, float]:
+        """Send one command, wait for its reply; the reply and the judge's clock over the round trip."""
+        self._signal(signal.SIGCONT)
+        start = _perf_counter()
+        try:
+            self.conn.send(command)
+            data = self.conn.recv_bytes(protocol.MAX_REPLY_BYTES)
+        except (EOFError, OSError) as exc:
+            raise Verdict(*self._death(exc)) from None
+        seconds = _perf_counter() - start
+        self._signal(signal.SIGSTOP)
+        try:
+            return protocol.decode(data), seconds
+        except protocol.ProtocolError as exc:
+            raise Verdict("runtime_error", f"the solution's process broke the protocol: {exc}") from None
+
+    def _exitcode(self, wait_s: float) -> int | None:
+        """The candidate's exit code once it has ended, polled without blocking: multiprocessing's own join trusts a
+        pipe the candidate can write to, and would then block for good in waitpid."""
+        deadline = _perf_counter() + wait_s
+        while True:
+            code = self.proc.exitcode  # waitpid(WNOHANG)
+            if code is not None or _perf_counter() >= deadline:
+                return code
+            time.sleep(0.01)
+
+    def _death(self, exc: BaseException) -> tuple[str, str]:
+        code = self._exitcode(2.0)
+        if code is None:
+            return "runtime_error", f"the solution's process broke the protocol ({type(exc).__name__}: {exc})"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return "crashed", f"the solution's process was killed by {name}"
+        return "crashed", f"the solution's process exited with code {code} before answering"
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+        try:
+            os.kill(self.proc.pid, signal.SIGKILL)  # in case it never made its own group
+        except ProcessLookupError:
+            pass
+        self._exitcode(5.0)
+        self.conn.close()
+
+
+class Session:
+    """The buffers the judge shares with the candidate and the calls it asks for. On CUDA every shared buffer comes
+    from a private memory pool, so the IPC mappings the candidate gets hold nothing of the judge's but those buffers."""
+
+    def __init__(self, cand: CandidateProcess, device: str) -> None:
+        self.cand = cand
+        self.device = device
+        self.pool = torch.cuda.MemPool() if device == "cuda" and hasattr(torch.cuda, "MemPool") else None
+        self.buffers: dict[str, list[Any]] = {}  # output buffers per model name
+        self.name = ""
+        self.inputs: list[Any] = []
+        self.values: tuple[Any, ...] = ()
+
+    def _shared(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        if self.pool is not None:
+            with torch.cuda.use_mem_pool(self.pool):
+                return make()
+        return make().share_memory_() if self.device == "cpu" else make()
+
+    def shared_copy(self, x: Any) -> Any:
+        if not isinstance(x, _tensor_type):
+            return x
+        buf = self._shared(lambda: torch.empty_like(x))
+        buf.copy_(x)
+        return buf
+
+    def ask(self, command: Any) -> protocol.Reply:
+        reply, _ = self.cand.request(command)
+        if not reply.ok:
+            raise Verdict(reply.status, reply.message)
+        return reply
+
+    def start_calibration(self, job: dict[str, Any], reference: Any, init: list[Any], inputs: list[Any],
+                          outputs: Any) -> None:
+        """The reference itself, built in the candidate's process before the solution is imported (see _calibrate)."""
+        self.name = "calibration"
+        self.buffers[self.name] = self._output_buffers(outputs)
+        self.inputs = [self.shared_copy(x) for x in inputs]
+        state = {k: self.shared_copy(v.detach()) for k, v in reference.state_dict().items()}
+        problem = job["problem"]
+        self.ask(protocol.Calibrate(self.device, problem["path"], problem.get("overrides", {}), init, state,
+                                    self.inputs, self.buffers[self.name]))
+
+    def load(self, path: str, env: dict[str, str]) -> dict[str, Any]:
+        return self.ask(protocol.Load(path, env)).figures
+
+    def build(self, name: str, reference: Any, init: list[Any], seed: int) -> int:
+        state = {k: self.shared_copy(v.detach()) for k, v in reference.state_dict().items()}
+        reply = self.ask(protocol.Build(name, init, state, seed, self.device))
+        return int(reply.figures.get("copied", 0))
+
+    def _output_buffers(self, outputs: Any) -> list[Any]:
+        outs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+        return [self._shared(lambda o=o: torch.empty(o.shape, dtype=o.dtype, device=o.device))
+                if isinstance(o, _tensor_type) else None for o in outs]
+
+    def bind(self, name: str, inputs: list[Any], outputs: Any = None) -> None:
+        """Model `name` on fresh shared copies of `inputs`; output buffers shaped like `outputs` (kept per name)."""
+        if outputs is not None:
+            self.buffers[name] = self._output_buffers(outputs)
+        self.name, self.inputs = name, [self.shared_copy(x) for x in inputs]
+        self.ask(protocol.Bind(name, self.inputs, self.buffers[name]))
+
+    def refill(self, values: list[Any]) -> None:
+        """New values in the bound input buffers (same shapes, dtypes and pointers); new buffers if the shapes differ."""
+        same = len(values) == len(self.inputs) and all(
+            (isinstance(v, _tensor_type) and isinstance(b, _tensor_type) and v.shape == b.shape and v.dtype == b.dtype)
+            or (not isinstance(v, _tensor_type) and not isinstance(b, _tensor_type) and v == b)
+            for v, b in zip(values, self.inputs))
+        if not same:
+            self.bind(self.name, values)
+            return
+        for v, b in zip(values, self.inputs):
+            if isinstance(v, _tensor_type):
+                b.copy_(v)
+        timing.synchronize(self.device)  # the values are in memory before the candidate reads them
+
+    def outputs(self) -> list[Any]:
+        """The latest delivered outputs: the judge's buffers, with the plain numbers from the reply in their places."""
+        values = iter(self.values)
+        return [b if b is not None else next(values, None) for b in self.buffers[self.name]]
+
+    def call(self) -> list[Any]:
+        self.values = self.ask(protocol.Call()).values
+        return self.outputs()
+
+    def call_with(self, *args: Any) -> list[Any]:
+        """A candidate callable for correctness.run_trials: its arguments' values in, in-place changes copied back,
+        and the outputs cloned (the buffers are overwritten by the next call)."""
+        self.refill(list(args))
+        out = [o.clone() if isinstance(o, _tensor_type) else o for o in self.call()]
+        for a, b in zip(args, self.inputs):
+            if isinstance(a, _tensor_type):
+                a.copy_(b)
+        return out
+
+    def sample(self) -> timing.Sampled:
+        reply, seconds = self.cand.request(protocol.Sample())
+        if not reply.ok:
+            raise Verdict(reply.status, reply.message)
+        self.values = reply.values
+        return timing.Sampled(reply.timed_s, reply.wall_s, seconds)
+
+    def profile(self, inputs: list[Any], source: str) -> dict[str, Any]:
+        self.refill(inputs)
+        return dict(self.ask(protocol.Profile(trust.PROFILED_CALLS, source)).figures.get("kernels", {}))
+
+
+def evaluate(job: dict[str, Any], announce: Announce) -> dict[str, Any]:
+    """The `evaluate` mode of the worker: this process is the judge; the solution runs in a candidate it spawns."""
+    apply_math_flags(MathFlags(**job["math"]))
+    torch.set_grad_enabled(False)
+    cand = CandidateProcess(job["math"], announce)
+    try:
+        return _evaluate(job, Session(cand, job["device"]), announce)
+    finally:
+        cand.kill()
+
+
+def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict[str, Any]:
+    device, seed = job["device"], job["seed"]
+    phases = Phases()
+    problem = load_problem(job)
+    reference, init = build_reference(problem, seed, device)
+    make = input_maker(problem, device)
+    probe_inputs = make(seed)
+    probe = guarded(device, "the reference", lambda: reference(*probe_inputs))
+    calibration = _calibrate(job, session, reference, init, make, probe_inputs, probe)
+    info = session.load(job["solution"]["path"], job.get("env", {}))
+    copied = session.build("main", reference, init, seed)
+    session.bind("main", probe_inputs, probe)
+    del probe, probe_inputs
+    result: dict[str, Any] = {"compile": info, "warnings": [],
+                              "extra": {"state_dict_tensors_copied": copied, "phases": phases.seconds}}
+    phases.mark("load")
+    trials, warnings = _trials(job, session, reference, make, [seed + 1 + i for i in range(job["trials"])])
+    result["trials"] = [t.__dict__ for t in trials]
+    result["warnings"] += warnings
+    phases.mark("trials")
+    if not all(t.passed for t in trials):
+        _finish(session, result)
+        return {**result, "status": "incorrect", "message": trials[-1].message}
+    failure = _other_sizes(job, problem, session, result)
+    set_sizes(problem, job["problem"].get("overrides", {}))
+    session.bind("main", make(seed))
+    phases.mark("other_sizes")
+    if failure:
+        _finish(session, result)
+        return {**result, "status": "incorrect", "message": failure}
+    measured, figures = _time(job, session, reference, make, calibration)
+    result["timing"], result["eager_timing"] = measured["solution"].to_json(), measured["eager"].to_json()
+    result["extra"]["protocol"] = figures
+    if (warning := timing.timer_mismatch_warning(measured["solution"], calibration)) is not None:
+        result["warnings"].append(warning)
+    phases.mark("timing")
+    announce("timed")  # the parent may now start the next child (kbench.isolation.WarmStarts)
+    source = Path(job["solution"]["path"]).read_text()
+    trust.trust_checks(job, reference, session.call_with, make, result, phases.mark,
+                       kernel_share=lambda inputs: session.profile(inputs, source))
+    _finish(session, result)
+    return {**result, "status": "correct", "message": ""}
+
+
+def _calibrate(job: dict[str, Any], session: Session, reference: Any, init: list[Any], make: Callable[[int], list[Any]],
+               inputs: list[Any], outputs: Any) -> timing.Calibration:
+    """Rounds of the timing protocol with the reference on both sides: the candidate's process still holds nothing
+    but kbench and the reference, so each round trip's excess over the reported time is what the protocol costs for a
+    call like this one, under this machine's conditions now (the judge's own samples interleaved, as in timing)."""
+    session.start_calibration(job, reference, init, inputs, outputs)
+    timer = make_timer(job["device"])
+    gaps: list[float] = []
+    start = _perf_counter()
+    low, high = CALIBRATION_SAMPLES
+    while len(gaps) < high and (len(gaps) < low or _perf_counter() - start < CALIBRATION_S):
+        values = make(job["seed"] - 1 - len(gaps))
+        session.refill(values)
+        timer.sample(lambda: reference(*values))
+        sample = session.sample()
+        gaps.append((sample.judge or 0.0) - sample.timed)
+    return timing.Calibration(tuple(gaps[CALIBRATION_DISCARD:]))
+
+
+def _trials(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],
+            seeds: list[int]) -> tuple[list[Any], list[str]]:
+    device = job["device"]
+    return guarded(device, "the reference", lambda: correctness.run_trials(
+        make, session.call_with, reference, seeds, job["atol"], job["rtol"], sync=lambda: timing.synchronize(device)))
+
+
+def _other_sizes(job: dict[str, Any], problem: Any, session: Session, result: dict[str, Any]) -> str:
+    """Correctness trials at each further size (fresh models, inputs and buffers); a message on the first failure.
+
+    A solution that hard-codes the sizes it was written for passes at one size and fails at another.
+    """
+    device, seed = job["device"], job["seed"]
+    result["size_checks"] = {}
+    for other in job.get("other_sizes", []):
+        set_sizes(problem, other["overrides"])
+        reference, init = build_reference(problem, seed, device)
+        make = input_maker(problem, device)
+        probe_inputs = make(seed)
+        probe = guarded(device, "the reference", lambda: reference(*probe_inputs))
+        name = f"size {other['name']}"
+        session.build(name, reference, init, seed)
+        session.bind(name, probe_inputs, probe)
+        trials, _ = _trials(job, session, reference, make, [seed + 101 + i for i in range(job["trials"])])
+        result["size_checks"][other["name"]] = [t.__dict__ for t in trials]
+        del reference, probe
+        if not all(t.passed for t in trials):
+            return f"at size {other['name']}: {trials[-1].message}"
+    return ""
+
+
+def _time(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],
+          calibration: timing.Calibration) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Candidate and eager reference in alternating rounds: fresh inputs before each round, the candidate's outputs
+    checked against the reference's on the same values after it (every round, or a random subset for big outputs)."""
+    device, policy = job["device"], TimingPolicy(**job["timing"])
+    timer = make_timer(device)
+    rng = random.Random(secrets.randbits(64))
+    base = secrets.randbits(30)  # unpredictable seeds: no output can be computed ahead of its call
+    cheap = sum(b.numel() for b in session.buffers[session.name] if b is not None) <= RECHECK_ALL_NUMEL
+    forced = set(rng.sample(range(policy.min_samples), min(RECHECK_FIRST, policy.min_samples)))
+    state: dict[str, Any] = {"inputs": None, "ref": None, "checked": -2, "count": 0, "refresh_s": 0.0, "check_s": 0.0}
+
+    def before(index: int) -> None:
+        start = _perf_counter()
+        state["inputs"] = make(base + index + 1)
+        session.refill(state["inputs"])
+        state["refresh_s"] += _perf_counter() - start
+
+    def eager() -> timing.Sampled:
+        held: list[Any] = []
+        sample = timer.sample(lambda: held.append(reference(*state["inputs"])))
+        state["ref"] = held[0]
+        return timing.Sampled(*sample)
+
+    def check(index: int) -> None:
+        start = _perf_counter()
+        ok, fig = correctness.compare(session.outputs(), state["ref"], job["atol"], job["rtol"])
+        state["check_s"] += _perf_counter() - start
+        state["checked"], state["count"] = index, state["count"] + 1
+        if not ok:
+            raise Verdict("incorrect", f"timed call {index + 1}: {fig['message']} (its inputs were fresh, "
+                                       "and the outputs of earlier calls were right)")
+
+    def after(index: int) -> None:
+        if cheap or index in forced or rng.random() < RECHECK_SHARE:
+            check(index)
+
+    measured = guarded(device, "timing", lambda: timing.measure_rounds(
+        {"solution": session.sample, "eager": eager}, policy, before_round=before, after_round=after))
+    rounds = len(measured["solution"].samples)
+    if state["checked"] != rounds - 1:
+        check(rounds - 1)
+    figures = {"rounds": rounds, "rechecked": state["count"], "recheck_every_call": cheap,
+               "refresh_s": round(state["refresh_s"], 4), "recheck_s": round(state["check_s"], 4),
+               "calibration_p50_s": calibration.p50, "calibration_p90_s": calibration.p90}
+    return measured, figures
+
+
+def _finish(session: Session, result: dict[str, Any]) -> None:
+    """Ask the candidate what it changed in its process; the findings become warnings (see evaluation.SUSPECT_CODES)."""
+    try:
+        figures = session.ask(protocol.Finish()).figures
+    except Verdict:
+        return
+    patched = [p for p in figures.get("patched", []) if isinstance(p, str)]
+    if patched:
+        result["warnings"].append(f"[monkey_patch] the solution replaced {', '.join(patched)} "
+                                  "(its calls are judged in another process, timed with the originals)")
+    clocks = [p for p in patched if p in TIMING_CLOCKS]
+    if clocks:
+        result["warnings"].append(f"[clock_patched] the solution replaced {', '.join(clocks)} in its process, "
+                                  "where its own calls are timed")
+    changes = [c for c in figures.get("state_changes", []) if isinstance(c, str)]
+    if changes:
+        result["warnings"].append(f"[state_changed] the solution changed process-wide settings: {'; '.join(changes)} "
+                                  "(restored before each call)")
+

@@ -20,11 +20,36 @@ CPU_CASES = {
     "modifies_input": (Status.CORRECT, {"modifies_inputs"}),
     "constant": (Status.INCORRECT, {"no_custom_kernel"}),
     "pytorch_only": (Status.CORRECT, {"no_custom_kernel"}),
-    "patches_timers": (Status.CORRECT, {"monkey_patch"}),
+    "patches_timers": (Status.SUSPECT, {"monkey_patch", "clock_patched"}),
     "bf16_inside": (Status.CORRECT, {"low_accuracy", "precision_downcast"}),
     "racy": (Status.CORRECT, {"non_deterministic"}),
-    "forges_files": (Status.INCORRECT, {"harness_access"}),
+    # Its writes to every descriptor reach the judge's pipe to the candidate: the protocol breaks, nothing is forged.
+    "forges_files": (Status.RUNTIME_ERROR, {"harness_access"}),
 }
+# One or more fixtures per attack class, on a problem whose calls take milliseconds (see the README's table).
+TIMED_CASES = {
+    "honest_copy": (Status.CORRECT, set()),
+    "patches_reference_modules": (Status.INCORRECT, set()),
+    "patches_torch_functions": (Status.INCORRECT, {"monkey_patch"}),
+    "replays_after_warmup": (Status.INCORRECT, set()),
+    "replays_after_a_moment": (Status.INCORRECT, set()),
+    "replays_same_buffer": (Status.INCORRECT, set()),
+    "replays_by_pointer": (Status.INCORRECT, set()),
+    "float64_at_import": (Status.SUSPECT, {"state_changed"}),
+    "float64_left_by_a_call": (Status.SUSPECT, {"state_changed"}),
+    "cuts_threads": (Status.SUSPECT, {"state_changed"}),
+    "flushes_denormals": (Status.SUSPECT, {"state_changed"}),
+    "subclass_output": (Status.INCORRECT, set()),
+    "lazy_output": (Status.INCORRECT, set()),
+    "busy_thread": (Status.CORRECT, {"threads"}),
+    # A thread spinning in Python holds the interpreter lock: the harness in that process answers late, so the
+    # judge cannot bound the reported time.
+    "busy_python_thread": (Status.SUSPECT, {"threads", "timer_mismatch"}),
+    "reads_gc_tensors": (Status.INCORRECT, set()),
+    "reads_gc_models": (Status.INCORRECT, set()),
+    "dies_mid_call": (Status.CRASHED, set()),
+}
+HONEST_SPEEDUP = 1.15  # no plain-PyTorch copy of the reference may be reported faster than this
 LOOSE = 2e-2  # loose enough for bf16_inside to pass, so that only its accuracy flag catches it
 
 
@@ -43,6 +68,55 @@ def adversarial_run(tmp_path_factory):
     finally:
         os.chdir(cwd)
     return store
+
+
+@pytest.fixture(scope="module")
+def timed_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("timed")
+    config = RunConfig(device="cpu", trials=3, compile_baseline=False, timeout_s=60,
+                       timing=TimingPolicy(max_time_s=1.0), results_dir=tmp / "results", cache_dir=tmp / "cache")
+    problems, solutions = select(["timed"], None, FIXTURES / "problems", ADVERSARIAL)
+    return execute(config, problems, solutions, Path.cwd())
+
+
+@pytest.mark.parametrize("name", sorted(TIMED_CASES))
+def test_each_attack_class_gets_its_verdict(timed_run, name):
+    row = next(e for e in timed_run.evaluations if e.solution == name)
+    status, flags = TIMED_CASES[name]
+    assert row.status == status, (row.status, row.message, row.warnings)
+    assert flags <= set(row.flags), row.warnings
+    # Whatever the verdict, no plain-PyTorch copy of the reference is reported faster than noise allows.
+    assert row.speedup_vs_eager is None or row.speedup_vs_eager <= HONEST_SPEEDUP, (row.speedup_vs_eager, row.warnings)
+
+
+def test_a_replayed_output_is_caught_in_a_timed_call_with_its_index(timed_run):
+    row = next(e for e in timed_run.evaluations if e.solution == "replays_after_warmup")
+    assert row.message.startswith("timed call "), row.message
+    assert all(t.passed for t in row.trials)  # honest through the correctness trials: only the rechecks catch it
+
+
+def test_suspect_rows_keep_their_samples_but_show_no_speedup(timed_run):
+    rows = [e for e in timed_run.evaluations if e.status == Status.SUSPECT]
+    assert rows
+    for row in rows:
+        assert row.timing is not None and len(row.timing.samples) >= 1
+        assert row.speedup_vs_eager is None and row.speedup_vs_compile is None
+        assert row.message.startswith("outputs pass, timing not trusted: [")
+
+
+def test_outputs_that_are_not_plain_tensors_say_what_was_returned(timed_run):
+    rows = {e.solution: e for e in timed_run.evaluations}
+    assert "not a plain torch.Tensor" in rows["subclass_output"].message
+    assert "Lazy" in rows["lazy_output"].message
+
+
+def test_the_judge_measures_what_the_protocol_costs(timed_run):
+    row = next(e for e in timed_run.evaluations if e.solution == "honest_copy")
+    protocol = row.extra["protocol"]
+    assert protocol["rounds"] == len(row.timing.samples) == len(row.timing.judge_samples)
+    assert protocol["rechecked"] == protocol["rounds"]  # small outputs: every timed call is checked
+    assert 0 < protocol["calibration_p50_s"] <= protocol["calibration_p90_s"]
+    assert all(j >= t for j, t in zip(row.timing.judge_samples, row.timing.samples))
 
 
 @pytest.mark.parametrize("name", sorted(CPU_CASES))

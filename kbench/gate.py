@@ -12,7 +12,7 @@ from typing import Any
 from kbench import compare as comparing
 from kbench.discovery import select
 from kbench.errors import KbenchError, UsageError
-from kbench.records import Evaluation, ProblemSpec, RunConfig, SolutionSpec
+from kbench.records import Status, Evaluation, ProblemSpec, RunConfig, SolutionSpec
 from kbench.runner import Progress, execute, probe_environment
 from kbench.storage import LoadedRun, RunStore, atomic_write, load, resolve
 
@@ -78,13 +78,20 @@ def cuda_checks(e: Evaluation) -> list[Check]:
         checks.append(Check(e.problem, e.solution, "correct@small", SKIP, "the problem declares no small size"))
     elif checks[-1].outcome == PASS:
         checks.append(_trials_check(e, "small", small, "correct@small", _repro(e, "--two-sizes")))
-    return checks
+    return checks + _trust_check(e)
+
+
+def _trust_check(e: Evaluation) -> list[Check]:
+    """A `suspect` row passed its trials, but its timing cannot be trusted: that fails the gate too."""
+    if e.status != Status.SUSPECT:
+        return []
+    return [Check(e.problem, e.solution, "trusted timing", FAIL, e.message, _repro(e))]
 
 
 def cpu_checks(e: Evaluation, spec: SolutionSpec) -> list[Check]:
     """Without a GPU: CUDA-only solutions must build; CPU solutions must be correct at small size."""
     if "cpu" in spec.devices:
-        return [_trials_check(e, "small", e.trials, "correct@small", _repro(e))]
+        return [_trials_check(e, "small", e.trials, "correct@small", _repro(e)), *_trust_check(e)]
     return [build_check(e)]
 
 

@@ -45,10 +45,10 @@ class CandidateProcess:
     """The solution's process as the judge sees it: spawned with a pipe, frozen (SIGSTOP to its process group) except
     while it answers a command, and killed with its group at the end."""
 
-    def __init__(self, math: dict[str, Any], announce: Announce) -> None:
+    def __init__(self, math: dict[str, Any], announce: Announce, target: Callable[..., None] = candidate.main) -> None:
         ctx = torch_mp.get_context("spawn")
         self.conn, child_end = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=candidate.main, args=(child_end, math), name="kbench-candidate")
+        self.proc = ctx.Process(target=target, args=(child_end, math), name="kbench-candidate")
         self.proc.start()
         child_end.close()
         self.pgid = self.proc.pid  # the candidate makes itself a group leader first thing

@@ -1,7 +1,12 @@
 """The sampling protocol with an injected clock: no GPU, no real time."""
 
+import pytest
+
 from kbench.records import Measurement, TimingPolicy
-from kbench.timing import HostTimer, converged, escaped_work_warning, measure_interleaved, warm_up
+from kbench.timing import (
+    TIMER_SLACK_ABS_S, TIMER_SLACK_REL, Calibration, HostTimer, Sampled, converged, escaped_work_warning,
+    measure_interleaved, measure_rounds, timer_mismatch_warning, warm_up,
+)
 
 
 class FakeClock:
@@ -113,3 +118,60 @@ def test_a_sample_count_cut_short_by_max_time_is_flagged():
     assert "[few_samples] only 1 sample(s)" in few_samples_warning(Measurement((0.01,), (), "max_time"), policy)
     assert few_samples_warning(Measurement((0.01,) * 12, (), "max_time"), policy) is None
     assert few_samples_warning(Measurement((0.01,) * 10, (), "converged"), policy) is None
+
+
+def test_round_hooks_run_outside_every_sample_in_order():
+    clock = FakeClock()
+    events: list[str] = []
+
+    def sampler(name):
+        def sample():
+            events.append(name)
+            clock.now += 0.01
+            return Sampled(0.01, 0.01)
+        return sample
+
+    policy = TimingPolicy(warmup_calls=1, warmup_s=0.0, min_samples=3, min_time_s=0.0, max_time_s=10.0)
+    measure_rounds({"a": sampler("a"), "b": sampler("b")}, policy, clock,
+                   before_round=lambda i: events.append(f"before {i}"), after_round=lambda i: events.append(f"after {i}"))
+    assert events[:3] == ["before -1", "a", "b"]  # fresh inputs before the warm-up, then one warm-up call each
+    assert events[3:] == ["before 0", "a", "b", "after 0", "before 1", "b", "a", "after 1", "before 2", "a", "b", "after 2"]
+
+
+def test_a_remote_sampler_keeps_the_judges_clock_beside_the_reported_time():
+    clock = FakeClock()
+
+    def remote():
+        clock.now += 0.003
+        return Sampled(0.002, 0.0021, 0.003)
+
+    policy = TimingPolicy(warmup_calls=1, warmup_s=0.0, min_samples=4, min_time_s=0.0, max_time_s=10.0)
+    m = measure_rounds({"solution": remote}, policy, clock)["solution"]
+    assert m.samples == (0.002,) * 4 and m.judge_samples == (0.003,) * 4 and m.host_samples == (0.0021,) * 4
+    assert Measurement.from_json(m.to_json()) == m
+
+
+def _measured(reported, judge):
+    return Measurement(tuple(reported), tuple(reported), "converged", tuple(judge))
+
+
+def test_a_round_trip_within_the_calibrated_cost_is_not_flagged():
+    calibration = Calibration((0.0004, 0.0005, 0.0005, 0.0006))
+    m = _measured([0.002] * 10, [0.0025] * 10)  # 0.5 ms over the report, what the protocol costs
+    assert timer_mismatch_warning(m, calibration) is None
+
+
+def test_a_reported_time_the_judges_clock_contradicts_is_flagged():
+    calibration = Calibration((0.0004, 0.0005, 0.0005, 0.0006))
+    m = _measured([0.001] * 10, [0.0025] * 10)  # reports 1 ms; the judge saw 2.5 ms round trips
+    warning = timer_mismatch_warning(m, calibration)
+    assert warning is not None and warning.startswith("[timer_mismatch]") and "1.000 ms" in warning
+
+
+def test_the_slack_grows_with_the_calibrations_spread_and_the_time():
+    tight, loose = Calibration((0.0005,) * 10), Calibration((0.0004,) * 5 + (0.0014,) * 5)
+    assert tight.slack(0.0) == TIMER_SLACK_ABS_S
+    assert loose.slack(0.0) > tight.slack(0.0)
+    assert tight.slack(0.010) == pytest.approx(TIMER_SLACK_ABS_S + TIMER_SLACK_REL * 0.010)
+    m = _measured([0.001] * 10, [0.0025] * 10)
+    assert timer_mismatch_warning(m, loose) is None  # a noisy machine: the same gap is within its jitter

@@ -1,0 +1,160 @@
+"""The judge's side of the protocol: shared buffers, replies checked field by field, a candidate that dies or lies."""
+
+import os
+import time
+
+import pytest
+import torch
+
+from kbench import judge, procstate, protocol
+from kbench.harness import build_reference, input_maker, load_problem
+from kbench.verdicts import Verdict
+from tests import judge_targets
+from tests.conftest import FIXTURES
+
+MATH = {"cudnn_tf32": True, "matmul_tf32": False}
+TINY = FIXTURES / "problems" / "tiny" / "model.py"
+
+
+def _job(solution="good"):
+    return {"problem": {"path": str(TINY), "overrides": {"batch_size": 8, "features": 16}}, "device": "cpu",
+            "seed": 3, "solution": {"path": str(FIXTURES / "solutions" / "tiny" / f"{solution}.py")}}
+
+
+@pytest.fixture
+def session():
+    torch.set_grad_enabled(False)
+    groups = []
+    cand = judge.CandidateProcess(MATH, lambda event, **fields: groups.append((event, fields)))
+    yield judge.Session(cand, "cpu")
+    cand.kill()
+    torch.set_grad_enabled(True)
+
+
+def _reference():
+    problem = load_problem(_job())
+    reference, init = build_reference(problem, 3, "cpu")
+    return problem, reference, init, input_maker(problem, "cpu")
+
+
+def test_shared_buffers_carry_inputs_in_and_outputs_out_and_refills_reach_the_candidate(session):
+    problem, reference, init, make = _reference()
+    inputs = make(1)
+    session.start_calibration(_job(), reference, init, inputs, reference(*inputs))
+    assert session.inputs[0].is_shared() and session.buffers["calibration"][0].is_shared()
+    out = session.call()[0]
+    assert torch.equal(out, reference(*inputs))  # the candidate's copy of the reference, on the judge's buffers
+    fresh = make(2)
+    pointer = session.inputs[0].data_ptr()
+    session.refill(fresh)
+    assert session.inputs[0].data_ptr() == pointer  # same buffer, new values
+    assert torch.equal(session.call()[0], reference(*fresh))
+
+
+def test_the_candidate_is_frozen_between_requests(session):
+    problem, reference, init, make = _reference()
+    inputs = make(1)
+    session.start_calibration(_job(), reference, init, inputs, reference(*inputs))
+    time.sleep(0.05)
+    with open(f"/proc/{session.cand.proc.pid}/stat") as handle:
+        state = handle.read().rsplit(")", 1)[1].split()[0]
+    assert state == "T"  # stopped
+    session.call()  # and thawed for the next request
+
+
+def test_calibration_measures_the_round_trip_beyond_the_reported_time():
+    problem, reference, init, make = _reference()
+    cand = judge.CandidateProcess(MATH, lambda *a, **k: None)
+    try:
+        calibration = judge._calibrate({**_job(), "device": "cpu"}, judge.Session(cand, "cpu"), reference, init, make,
+                                       make(1), reference(*make(1)))
+    finally:
+        cand.kill()
+    low, high = judge.CALIBRATION_SAMPLES
+    assert low - judge.CALIBRATION_DISCARD <= len(calibration.overhead) <= high - judge.CALIBRATION_DISCARD
+    assert all(gap > 0 for gap in calibration.overhead)  # a round trip always costs more than the call alone
+
+
+def test_a_load_error_is_the_candidates_verdict(session):
+    problem, reference, init, make = _reference()
+    inputs = make(1)
+    session.start_calibration(_job(), reference, init, inputs, reference(*inputs))
+    with pytest.raises(Verdict) as caught:
+        session.load(str(FIXTURES / "solutions" / "tiny" / "no_modelnew.py"), {})
+    assert caught.value.status == "load_error" and "ModelNew" in caught.value.message
+
+
+@pytest.mark.parametrize("target, status, words", [
+    (judge_targets.answers_garbage, "runtime_error", "not JSON"),
+    (judge_targets.writes_raw_bytes, "runtime_error", "broke the protocol"),
+    (judge_targets.answers_too_much, "runtime_error", "broke the protocol"),
+    (judge_targets.answers_negative_time, "runtime_error", "timed_s"),
+    (judge_targets.dies_mid_reply, "crashed", "exited with code 7"),
+])
+def test_a_candidate_that_lies_or_dies_gets_a_verdict_and_no_hang(target, status, words):
+    cand = judge.CandidateProcess(MATH, lambda *a, **k: None, target=target)
+    start = time.monotonic()
+    try:
+        with pytest.raises(Verdict) as caught:
+            cand.request(protocol.Call())
+    finally:
+        cand.kill()
+    assert caught.value.status == status and words in caught.value.message, caught.value.message
+    assert time.monotonic() - start < 10
+    with pytest.raises(ProcessLookupError):
+        os.kill(cand.proc.pid, 0)  # killed and reaped
+
+
+def test_kill_ends_the_candidates_whole_process_group(session):
+    problem, reference, init, make = _reference()
+    inputs = make(1)
+    session.start_calibration(_job(), reference, init, inputs, reference(*inputs))
+    pgid = session.cand.pgid
+    session.cand.kill()
+    time.sleep(0.1)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
+
+
+@pytest.mark.parametrize("raw, words", [
+    (b"[1, 2]", "a list"),
+    (b'{"status": "fine"}', "status"),
+    (b'{"status": "ok", "wall_s": "1"}', "wall_s"),
+    (b'{"status": "ok", "timed_s": NaN}', "timed_s"),
+    (b'{"status": "ok", "values": [{"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 1}}}}}}}}}]}', "plain JSON"),
+])
+def test_replies_are_checked_field_by_field(raw, words):
+    with pytest.raises(protocol.ProtocolError, match=words):
+        protocol.decode(raw)
+
+
+def test_a_valid_reply_is_typed():
+    reply = protocol.decode(b'{"status": "ok", "timed_s": 0.002, "wall_s": 0.0021, "values": [1.5], "figures": {"n": 2}}')
+    assert reply.ok and reply.timed_s == 0.002 and reply.values == (1.5,) and reply.figures == {"n": 2}
+
+
+def test_process_state_changes_are_found_named_and_restored():
+    expected = procstate.snapshot()
+    threads, dtype = torch.get_num_threads(), torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        torch.set_num_threads(1 if threads > 1 else 2)
+        torch.backends.cudnn.enabled = not torch.backends.cudnn.enabled
+        changes = procstate.restore(expected, "call 3")
+        assert {c.name for c in changes} == {"default_dtype", "num_threads", "cudnn.enabled"}
+        assert all(c.restored and c.when == "call 3" for c in changes)
+        assert torch.get_default_dtype() == dtype and torch.get_num_threads() == threads
+        assert procstate.restore(expected, "call 4") == []
+    finally:
+        torch.set_default_dtype(dtype)
+        torch.set_num_threads(threads)
+        torch.backends.cudnn.enabled = expected["cudnn.enabled"]
+
+
+def test_flush_denormal_has_a_getter_that_sees_the_switch():
+    assert procstate.SETTINGS["flush_denormal"][0]() is False
+    if torch.set_flush_denormal(True):  # only CPUs with SSE3 support it
+        try:
+            assert procstate.SETTINGS["flush_denormal"][0]() is True
+        finally:
+            torch.set_flush_denormal(False)

@@ -155,7 +155,7 @@ class Harness:
             raise Verdict("incorrect", f"returned {len(outs)} outputs, the reference returns {len(self.outputs)}")
         values = []
         for i, (o, buf) in enumerate(zip(outs, self.outputs)):
-            label = f"output {i}" if len(outs) > 1 else "the output"
+            label = f"output {i}" if len(outs) > 1 else "output"
             if buf is None:
                 if isinstance(o, bool) or not isinstance(o, (int, float)):
                     raise Verdict("incorrect", f"{label} is a {type(o).__name__}, expected a number")

@@ -13,17 +13,13 @@ from kbench.records import (
     COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
     trials_from_json,
 )
-from kbench.stats import mann_whitney_u
 from kbench.timing import escaped_work_warning, few_samples_warning
 
 # Findings that mean the timing cannot be trusted: a row that passes with one of them is `suspect`, keeps its raw
 # samples, and shows no speedup. Other findings (static checks, more than 10x faster than eager) stay warnings.
 SUSPECT_CODES = frozenset({"escaped_timer", "timer_mismatch", "below_floor", "state_changed", "clock_patched",
                            "reference_disturbed"})
-# On CUDA the eager reference timed beside the candidate (in the judge) and alone (in the reference child) should
-# agree; slower beside it by this much, and significantly, means something reached the reference's timing.
-DISTURBED_RATIO = 1.15
-DISTURBED_P = 0.01
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,24 +168,8 @@ def on_gpu(row: Evaluation, slot: Slot) -> Evaluation:
     return row if slot is None else dataclasses.replace(row, extra={**row.extra, "gpu": slot})
 
 
-def disturbed_warning(beside: Measurement | None, alone: Measurement | None) -> str | None:
-    """`[reference_disturbed]` when the eager reference timed beside the candidate is much and significantly slower
-    than timed alone: work of the candidate's (queued GPU work, say) reached the reference's timed calls."""
-    if beside is None or alone is None or not beside.samples or not alone.samples:
-        return None
-    ratio = beside.median / alone.median
-    if ratio <= DISTURBED_RATIO or mann_whitney_u(beside.samples, alone.samples)[1] >= DISTURBED_P:
-        return None
-    return (f"[reference_disturbed] the eager reference took {beside.median * 1e3:.3f} ms beside the solution and "
-            f"{alone.median * 1e3:.3f} ms alone ({ratio:.2f}x): something slowed the reference while it was timed")
-
-
-def with_suspicion(row: Evaluation, eager_alone: Measurement | None = None) -> Evaluation:
+def with_suspicion(row: Evaluation) -> Evaluation:
     """A passing row whose timing cannot be trusted becomes `suspect`: its samples stay, its speedups go."""
-    if row.device == "cuda" and row.solution not in (EAGER, COMPILED) and row.status == Status.CORRECT:
-        warning = disturbed_warning(row.eager_timing, eager_alone)
-        if warning:
-            row = dataclasses.replace(row, warnings=row.warnings + (warning,))
     reasons = [w for w in row.warnings if w.startswith("[") and w[1:w.find("]")] in SUSPECT_CODES]
     if row.status != Status.CORRECT or not reasons or row.solution in (EAGER, COMPILED):
         return row

@@ -262,6 +262,8 @@ def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict
     result["extra"]["protocol"] = figures
     if (warning := timing.timer_mismatch_warning(measured["solution"], calibration)) is not None:
         result["warnings"].append(warning)
+    if device == "cuda" and (warning := timing.disturbed_warning(measured["eager"], calibration)) is not None:
+        result["warnings"].append(warning)  # on the CPU the freeze covers it, and the noise there is larger
     phases.mark("timing")
     announce("timed")  # the parent may now start the next child (kbench.isolation.WarmStarts)
     source = Path(job["solution"]["path"]).read_text()
@@ -279,15 +281,16 @@ def _calibrate(job: dict[str, Any], session: Session, reference: Any, init: list
     session.start_calibration(job, reference, init, inputs, outputs)
     timer = make_timer(job["device"])
     gaps: list[float] = []
+    eager: list[float] = []
     start = _perf_counter()
     low, high = CALIBRATION_SAMPLES
     while len(gaps) < high and (len(gaps) < low or _perf_counter() - start < CALIBRATION_S):
         values = make(job["seed"] - 1 - len(gaps))
         session.refill(values)
-        timer.sample(lambda: reference(*values))
+        eager.append(timer.sample(lambda: reference(*values))[0])
         sample = session.sample()
         gaps.append((sample.judge or 0.0) - sample.timed)
-    return timing.Calibration(tuple(gaps[CALIBRATION_DISCARD:]))
+    return timing.Calibration(tuple(gaps[CALIBRATION_DISCARD:]), tuple(eager[CALIBRATION_DISCARD:]))
 
 
 def _trials(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],
@@ -311,9 +314,12 @@ def _other_sizes(job: dict[str, Any], problem: Any, session: Session, result: di
         probe_inputs = make(seed)
         probe = guarded(device, "the reference", lambda: reference(*probe_inputs))
         name = f"size {other['name']}"
-        session.build(name, reference, init, seed)
-        session.bind(name, probe_inputs, probe)
-        trials, _ = _trials(job, session, reference, make, [seed + 101 + i for i in range(job["trials"])])
+        try:
+            session.build(name, reference, init, seed)
+            session.bind(name, probe_inputs, probe)
+            trials, _ = _trials(job, session, reference, make, [seed + 101 + i for i in range(job["trials"])])
+        except Verdict as v:
+            raise Verdict(v.status, f"at size {other['name']}: {v.message}") from None
         result["size_checks"][other["name"]] = [t.__dict__ for t in trials]
         del reference, probe
         if not all(t.passed for t in trials):

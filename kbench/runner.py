@@ -197,9 +197,8 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
             return Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
                               message=skipped[solution.path], device=plan.device, size=plan.size)
         progress(f"{problem.name}: {solution.name} ...")
-        alone = reference_rows[0].timing if reference_rows else None
         row = with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor)
-        return on_gpu(with_suspicion(row, alone), slot)
+        return on_gpu(with_suspicion(row), slot)
 
     def record(item: tuple[ProblemSpec, SolutionSpec], row: Evaluation) -> None:
         progress(f"  {row.problem}/{row.solution}: {row.status.value}{' - ' + row.message if row.message else ''}")

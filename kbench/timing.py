@@ -15,7 +15,7 @@ from typing import NamedTuple, Protocol
 import torch
 
 from kbench.records import Measurement, TimingPolicy
-from kbench.stats import median, median_ci_relative, quantile
+from kbench.stats import mann_whitney_u, median, median_ci_relative, quantile
 
 _perf_counter = time.perf_counter
 _cuda_event = torch.cuda.Event
@@ -217,7 +217,8 @@ TIMER_SLACK_REL = 0.05
 class Calibration:
     """What a round trip to the candidate costs beyond its timed window, from no-op samples taken before import."""
 
-    overhead: tuple[float, ...]  # judge round trip minus reported time, per no-op sample
+    overhead: tuple[float, ...]  # judge round trip minus reported time, per calibration round
+    eager: tuple[float, ...] = ()  # the judge's eager samples in the same rounds (a trusted neighbour)
 
     @property
     def p50(self) -> float:
@@ -247,3 +248,23 @@ def timer_mismatch_warning(m: Measurement, calibration: Calibration) -> str | No
     return (f"[timer_mismatch] the judge's clock saw {median(m.judge_samples) * 1e3:.3f} ms per timed round trip, "
             f"the candidate reported {m.median * 1e3:.3f} ms, and the protocol accounts for "
             f"{calibration.p50 * 1e3:.3f} ms (+{slack * 1e3:.3f} ms slack): the reported time is too low")
+
+
+# The judge's eager samples beside the solution against those beside the trusted calibration candidate (the
+# reference itself): slower by this much, and significantly, means the solution's process reached the reference.
+DISTURBED_RATIO = 1.15
+DISTURBED_P = 0.01
+
+
+def disturbed_warning(beside: Measurement, calibration: Calibration) -> str | None:
+    """`[reference_disturbed]` when the eager reference ran much and significantly slower beside the solution than
+    beside the calibration candidate, under the same protocol: work of the solution's (GPU work it queued before its
+    process was frozen, say) reached the reference's timed calls."""
+    if not beside.samples or not calibration.eager:
+        return None
+    ratio = beside.median / median(calibration.eager)
+    if ratio <= DISTURBED_RATIO or mann_whitney_u(beside.samples, calibration.eager)[1] >= DISTURBED_P:
+        return None
+    return (f"[reference_disturbed] the eager reference took {beside.median * 1e3:.3f} ms beside the solution and "
+            f"{median(calibration.eager) * 1e3:.3f} ms beside the reference itself ({ratio:.2f}x): "
+            "something slowed the reference while it was timed")

@@ -154,7 +154,7 @@ def test_forged_files_and_descriptors_change_nothing(adversarial_run):
     doc = json.loads((adversarial_run.directory / "run.json").read_text())
     assert doc["format"] == "kbench-run" and doc["state"] == "complete"
     forged = next(e for e in doc["evaluations"] if e["solution"] == "forges_files")
-    assert forged["status"] == "incorrect"
+    assert forged["status"] == "runtime_error" and "broke the protocol" in forged["message"]
 
 
 def test_fallback_inside_try_except_is_flagged_statically():

@@ -1,11 +1,12 @@
 """The `suspect` status: which findings make a passing row untrustworthy, and what such a row shows."""
 
-from kbench.evaluation import SUSPECT_CODES, disturbed_warning, with_suspicion
+from kbench.evaluation import SUSPECT_CODES, with_suspicion
 from kbench.leaderboard import fast_p, summarize
 from kbench.records import EAGER, Evaluation, Measurement, Status
+from kbench.timing import Calibration, disturbed_warning
 
 
-def _row(warnings=(), status=Status.CORRECT, solution="fast", device="cuda", eager=None):
+def _row(warnings=(), status=Status.CORRECT, solution="fast", device="cuda", eager=None):  # noqa: D401
     timing = Measurement((0.001,) * 10)
     return Evaluation(problem="p", solution=solution, status=status, device=device, size="full", timing=timing,
                       eager_timing=eager or Measurement((0.004,) * 10), speedup_vs_eager=4.0, speedup_vs_compile=2.0,
@@ -31,13 +32,13 @@ def test_failing_rows_and_reference_rows_stay_as_they_are():
     assert with_suspicion(_row(["[escaped_timer] x"], solution=EAGER)).status == Status.CORRECT
 
 
-def test_a_reference_slowed_beside_the_candidate_is_caught_on_cuda_only():
-    alone = Measurement(tuple(0.002 + i * 1e-6 for i in range(20)))
+def test_a_reference_slowed_beside_the_solution_is_caught_against_its_calibration_neighbour():
+    calm = Calibration((0.0001,) * 10, tuple(0.002 + i * 1e-6 for i in range(10)))
     slowed = Measurement(tuple(0.003 + i * 1e-6 for i in range(20)))
-    assert disturbed_warning(slowed, alone).startswith("[reference_disturbed]")
-    assert disturbed_warning(alone, alone) is None
-    assert with_suspicion(_row(eager=slowed), alone).status == Status.SUSPECT
-    assert with_suspicion(_row(eager=slowed, device="cpu"), alone).status == Status.CORRECT
+    steady = Measurement(tuple(0.002 + i * 1e-6 for i in range(20)))
+    assert disturbed_warning(slowed, calm).startswith("[reference_disturbed]")
+    assert disturbed_warning(steady, calm) is None
+    assert disturbed_warning(slowed, Calibration((0.0001,) * 10)) is None  # nothing to compare with
 
 
 def test_a_suspect_row_counts_as_failing_in_fast_p_and_the_geomean():

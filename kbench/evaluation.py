@@ -64,7 +64,7 @@ def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[str] = ())
     found = list(extra)
     if timing is not None and (few := few_samples_warning(timing, plan.config.timing)):
         found.append(few)
-    if timing is not None and plan.device == "cuda":
+    if timing is not None and plan.device == "cuda" and not timing.judge_samples:  # a candidate's: the judge checks
         warning = escaped_work_warning(timing)
         if warning:
             found.append(warning)

@@ -262,8 +262,11 @@ def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict
     result["extra"]["protocol"] = figures
     if (warning := timing.timer_mismatch_warning(measured["solution"], calibration)) is not None:
         result["warnings"].append(warning)
-    if device == "cuda" and (warning := timing.disturbed_warning(measured["eager"], calibration)) is not None:
-        result["warnings"].append(warning)  # on the CPU the freeze covers it, and the noise there is larger
+    if device == "cuda":  # on the CPU the freeze covers a disturbed reference, and the noise there is larger
+        for warning in (timing.escaped_work_warning(measured["solution"], calibration.host_gap_p50),
+                        timing.disturbed_warning(measured["eager"], calibration)):
+            if warning is not None:
+                result["warnings"].append(warning)
     phases.mark("timing")
     announce("timed")  # the parent may now start the next child (kbench.isolation.WarmStarts)
     source = Path(job["solution"]["path"]).read_text()
@@ -282,6 +285,7 @@ def _calibrate(job: dict[str, Any], session: Session, reference: Any, init: list
     timer = make_timer(job["device"])
     gaps: list[float] = []
     eager: list[float] = []
+    host_gaps: list[float] = []
     start = _perf_counter()
     low, high = CALIBRATION_SAMPLES
     while len(gaps) < high and (len(gaps) < low or _perf_counter() - start < CALIBRATION_S):
@@ -290,7 +294,9 @@ def _calibrate(job: dict[str, Any], session: Session, reference: Any, init: list
         eager.append(timer.sample(lambda: reference(*values))[0])
         sample = session.sample()
         gaps.append((sample.judge or 0.0) - sample.timed)
-    return timing.Calibration(tuple(gaps[CALIBRATION_DISCARD:]), tuple(eager[CALIBRATION_DISCARD:]))
+        host_gaps.append(sample.wall - sample.timed)
+    keep = slice(CALIBRATION_DISCARD, None)
+    return timing.Calibration(tuple(gaps[keep]), tuple(eager[keep]), tuple(host_gaps[keep]))
 
 
 def _trials(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],

@@ -192,12 +192,14 @@ HOST_EXCESS_ABS_S = 100e-6
 HOST_EXCESS_REL = 0.5
 
 
-def escaped_work_warning(m: Measurement) -> str | None:
-    """A warning when the host clock saw much more time than the events did (e.g. a side stream)."""
+def escaped_work_warning(m: Measurement, baseline_s: float = 0.0) -> str | None:
+    """A warning when the host clock saw much more time than the events did (e.g. a side stream). `baseline_s` is the
+    excess a call without escaped work shows (for a candidate: its calibration's, which includes the GPU's switch
+    between the judge's and the candidate's contexts)."""
     if not m.host_samples:
         return None
     timed, wall = m.median, median(m.host_samples)
-    excess = wall - timed
+    excess = wall - timed - baseline_s
     if excess > HOST_EXCESS_ABS_S and excess > HOST_EXCESS_REL * timed:
         return (
             f"[escaped_timer] host time {wall * 1e3:.3f} ms exceeds event time {timed * 1e3:.3f} ms: "
@@ -219,6 +221,11 @@ class Calibration:
 
     overhead: tuple[float, ...]  # judge round trip minus reported time, per calibration round
     eager: tuple[float, ...] = ()  # the judge's eager samples in the same rounds (a trusted neighbour)
+    host_gap: tuple[float, ...] = ()  # the candidate's host window minus its event time, per calibration round
+
+    @property
+    def host_gap_p50(self) -> float:
+        return quantile(self.host_gap, 0.5) if self.host_gap else 0.0
 
     @property
     def p50(self) -> float:

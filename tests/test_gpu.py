@@ -67,7 +67,6 @@ def test_an_illegal_address_fails_one_evaluation_not_the_run(tmp_path):
 CUDA_CASES = {
     "empty_output": (Status.INCORRECT, set()),
     "caches_output": (Status.INCORRECT, set()),
-    "side_stream": (Status.SUSPECT, {"escaped_timer", "new_stream"}),
     "pytorch_only": (Status.CORRECT, {"no_custom_kernel"}),
     "patches_timers": (Status.SUSPECT, {"monkey_patch", "clock_patched"}),
     "racy": (Status.CORRECT, {"non_deterministic"}),
@@ -77,7 +76,7 @@ CUDA_CASES = {
 
 def test_adversarial_verdicts_on_cuda(tmp_path):
     problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "adversarial")
-    solutions = {"tiny": [s for s in solutions["tiny"] if s.name in CUDA_CASES]}
+    solutions = {"tiny": [s for s in solutions["tiny"] if s.name in CUDA_CASES or s.name == "side_stream"]}
     store = execute(_config(tmp_path, compile_baseline=False, atol=2e-2, rtol=2e-2), problems, solutions, Path.cwd())
     rows = {e.solution: e for e in store.evaluations}
     for name, (status, flags) in CUDA_CASES.items():
@@ -86,6 +85,10 @@ def test_adversarial_verdicts_on_cuda(tmp_path):
     patched, honest = rows["patches_timers"], rows["pytorch_only"]
     assert patched.timing.median > honest.timing.median / 3  # the fake Event's 0 ms was not used
     assert rows["pytorch_only"].extra["kernels"]["own_share"] == 0
+    # Microseconds of work on a side stream hide in the noise of a microsecond problem: the class is caught on the
+    # millisecond problem (test_attack_classes_on_cuda); here it is flagged statically and never reported faster.
+    side = rows["side_stream"]
+    assert "new_stream" in side.flags and (side.speedup_vs_eager is None or side.speedup_vs_eager <= HONEST_SPEEDUP)
 
 
 def test_shipped_solutions_spend_their_time_in_their_own_kernels_and_raise_no_flags(tmp_path, build_cache):
@@ -125,7 +128,7 @@ MAY_BE_SUSPECT = {"busy_thread", "busy_python_thread", "launches_from_thread"}  
 
 def test_attack_classes_on_cuda(tmp_path):
     problems, solutions = select(["timed"], None, FIXTURES / "problems", FIXTURES / "adversarial")
-    store = execute(_config(tmp_path, compile_baseline=False), problems, solutions, Path.cwd())
+    store = execute(_config(tmp_path, compile_baseline=False, kernel_profile=False), problems, solutions, Path.cwd())
     rows = {e.solution: e for e in store.evaluations}
     for name, (status, flags) in CUDA_TIMED_CASES.items():
         row = rows[name]

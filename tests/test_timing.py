@@ -175,3 +175,9 @@ def test_the_slack_grows_with_the_calibrations_spread_and_the_time():
     assert tight.slack(0.010) == pytest.approx(TIMER_SLACK_ABS_S + TIMER_SLACK_REL * 0.010)
     m = _measured([0.001] * 10, [0.0025] * 10)
     assert timer_mismatch_warning(m, loose) is None  # a noisy machine: the same gap is within its jitter
+
+
+def test_escaped_work_is_measured_above_what_a_clean_call_shows():
+    m = Measurement((0.0001,) * 10, (0.0003,) * 10)  # host 0.2 ms above the events
+    assert escaped_work_warning(m) is not None
+    assert escaped_work_warning(m, baseline_s=0.00019) is None  # a GPU context switch every call costs as much

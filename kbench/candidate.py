@@ -62,10 +62,10 @@ class Harness:
 
     # ---- commands ----------------------------------------------------------------------------------
 
-    def calibrate(self, cmd: protocol.Calibrate, math: MathFlags) -> dict[str, Any]:
+    def calibrate(self, cmd: protocol.Calibrate) -> dict[str, Any]:
         """Still kbench's own process: the reference, built here, is what the judge's calibration samples time."""
         self.device = cmd.device
-        apply_math_flags(math)
+        apply_math_flags(MathFlags(**cmd.math))
         torch.set_grad_enabled(False)
         self.expected = procstate.snapshot()
         self.timer = make_timer(cmd.device)
@@ -177,14 +177,13 @@ class Harness:
         return values
 
 
-def main(conn: Any, math: dict[str, Any]) -> None:
+def main(conn: Any) -> None:
     """The spawn target: own process group (the judge freezes it), commands in, JSON replies out, until Finish."""
     os.setpgid(0, 0)
     _die_with_parent()
     harness = Harness()
-    flags = MathFlags(**math)
     handlers: dict[type, Callable[[Any], dict[str, Any]]] = {
-        protocol.Calibrate: lambda c: harness.calibrate(c, flags),
+        protocol.Calibrate: harness.calibrate,
         protocol.Load: harness.load, protocol.Build: harness.build, protocol.Bind: harness.bind,
         protocol.Call: lambda c: harness.call(), protocol.Sample: lambda c: harness.sample(),
         protocol.Profile: harness.profile, protocol.Finish: lambda c: harness.finish(),

@@ -45,14 +45,18 @@ class CandidateProcess:
     """The solution's process as the judge sees it: spawned with a pipe, frozen (SIGSTOP to its process group) except
     while it answers a command, and killed with its group at the end."""
 
-    def __init__(self, math: dict[str, Any], announce: Announce, target: Callable[..., None] = candidate.main) -> None:
+    def __init__(self, target: Callable[..., None] = candidate.main) -> None:
+        """Spawn it: it imports Python, torch and kbench, and touches no GPU until its first command."""
         ctx = torch_mp.get_context("spawn")
         self.conn, child_end = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=target, args=(child_end, math), name="kbench-candidate")
+        self.proc = ctx.Process(target=target, args=(child_end,), name="kbench-candidate")
         self.proc.start()
         child_end.close()
         self.pgid = self.proc.pid  # the candidate makes itself a group leader first thing
-        announce("group", pgid=self.pgid)  # so the parent kills it too if this judge is killed
+
+    def announce(self, announce: Announce) -> None:
+        """Tell the parent the candidate's process group, so that it is killed too if this judge is killed."""
+        announce("group", pgid=self.pgid)
 
     def _signal(self, sig: int) -> None:
         try:
@@ -148,8 +152,8 @@ class Session:
         self.inputs = [self.shared_copy(x) for x in inputs]
         state = {k: self.shared_copy(v.detach()) for k, v in reference.state_dict().items()}
         problem = job["problem"]
-        self.ask(protocol.Calibrate(self.device, problem["path"], problem.get("overrides", {}), init, state,
-                                    self.inputs, self.buffers[self.name]))
+        self.ask(protocol.Calibrate(self.device, job["math"], problem["path"], problem.get("overrides", {}), init,
+                                    state, self.inputs, self.buffers[self.name]))
 
     def load(self, path: str, env: dict[str, str]) -> dict[str, Any]:
         return self.ask(protocol.Load(path, env)).figures
@@ -216,11 +220,13 @@ class Session:
         return dict(self.ask(protocol.Profile(trust.PROFILED_CALLS, source)).figures.get("kernels", {}))
 
 
-def evaluate(job: dict[str, Any], announce: Announce) -> dict[str, Any]:
-    """The `evaluate` mode of the worker: this process is the judge; the solution runs in a candidate it spawns."""
+def evaluate(job: dict[str, Any], announce: Announce, cand: CandidateProcess | None = None) -> dict[str, Any]:
+    """The `evaluate` mode of the worker: this process is the judge; the solution runs in a candidate it spawned
+    (ahead of the job, when the worker was started ahead)."""
     apply_math_flags(MathFlags(**job["math"]))
     torch.set_grad_enabled(False)
-    cand = CandidateProcess(job["math"], announce)
+    cand = cand or CandidateProcess()
+    cand.announce(announce)
     try:
         return _evaluate(job, Session(cand, job["device"]), announce)
     finally:

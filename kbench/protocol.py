@@ -31,6 +31,7 @@ class Calibrate:
     through the whole sample path and learn what a round trip costs beyond the timed window, on this machine now."""
 
     device: str
+    math: dict[str, bool]
     path: str
     overrides: dict[str, Any]
     init: list[Any]

@@ -30,13 +30,14 @@ from kbench.verdicts import Verdict, short
 
 _perf_counter = time.perf_counter
 _announce: Any = lambda event, **fields: None  # main() points it at the result pipe: a progress event for the parent
+_spare: Any = None  # a candidate process spawned while this worker waited for its job (--warm)
 
 
 def evaluate(job: dict[str, Any]) -> dict[str, Any]:
     """A solution's evaluation: this process becomes its judge (kbench.judge), the solution runs in a child of it."""
     from kbench import judge
 
-    return judge.evaluate(job, _announce)
+    return judge.evaluate(job, _announce, _spare)
 
 
 def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
@@ -150,10 +151,15 @@ def main() -> None:
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--warm", action="store_true", help="started ahead of its job: import what evaluations use first")
     args = parser.parse_args()
-    if args.warm:
-        import torch.profiler  # noqa: F401  (the kernel-share check)
-        import torch.utils.cpp_extension  # noqa: F401  (what solutions load their kernels with)
+    global _spare
+    if args.warm:  # an evaluation's candidate imports torch while the job is not here yet
+        from kbench.judge import CandidateProcess
+
+        _spare = CandidateProcess()
     job = json.loads(sys.stdin.read())
+    if _spare is not None and job.get("mode") != "evaluate":
+        _spare.kill()
+        _spare = None
     os.environ.update(job.get("env", {}))  # what differs between jobs (kbench.isolation.JOB_ENV)
     out = os.fdopen(args.result_fd, "w")
 

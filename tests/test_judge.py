@@ -17,7 +17,7 @@ TINY = FIXTURES / "problems" / "tiny" / "model.py"
 
 
 def _job(solution="good"):
-    return {"problem": {"path": str(TINY), "overrides": {"batch_size": 8, "features": 16}}, "device": "cpu",
+    return {"math": MATH, "problem": {"path": str(TINY), "overrides": {"batch_size": 8, "features": 16}}, "device": "cpu",
             "seed": 3, "solution": {"path": str(FIXTURES / "solutions" / "tiny" / f"{solution}.py")}}
 
 
@@ -25,7 +25,9 @@ def _job(solution="good"):
 def session():
     torch.set_grad_enabled(False)
     groups = []
-    cand = judge.CandidateProcess(MATH, lambda event, **fields: groups.append((event, fields)))
+    cand = judge.CandidateProcess()
+    cand.announce(lambda event, **fields: groups.append((event, fields)))
+    assert groups == [("group", {"pgid": cand.proc.pid})]
     yield judge.Session(cand, "cpu")
     cand.kill()
     torch.set_grad_enabled(True)
@@ -64,7 +66,7 @@ def test_the_candidate_is_frozen_between_requests(session):
 
 def test_calibration_measures_the_round_trip_beyond_the_reported_time():
     problem, reference, init, make = _reference()
-    cand = judge.CandidateProcess(MATH, lambda *a, **k: None)
+    cand = judge.CandidateProcess()
     try:
         calibration = judge._calibrate({**_job(), "device": "cpu"}, judge.Session(cand, "cpu"), reference, init, make,
                                        make(1), reference(*make(1)))
@@ -92,7 +94,7 @@ def test_a_load_error_is_the_candidates_verdict(session):
     (judge_targets.dies_mid_reply, "crashed", "exited with code 7"),
 ])
 def test_a_candidate_that_lies_or_dies_gets_a_verdict_and_no_hang(target, status, words):
-    cand = judge.CandidateProcess(MATH, lambda *a, **k: None, target=target)
+    cand = judge.CandidateProcess(target=target)
     start = time.monotonic()
     try:
         with pytest.raises(Verdict) as caught:

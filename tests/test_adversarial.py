@@ -38,6 +38,7 @@ TIMED_CASES = {
     "float64_at_import": (Status.SUSPECT, {"state_changed"}),
     "float64_left_by_a_call": (Status.SUSPECT, {"state_changed"}),
     "cuts_threads": (Status.SUSPECT, {"state_changed"}),
+    "cuts_interop_threads": (Status.SUSPECT, {"state_changed"}),
     "flushes_denormals": (Status.SUSPECT, {"state_changed"}),
     "subclass_output": (Status.INCORRECT, set()),
     "lazy_output": (Status.INCORRECT, set()),

@@ -181,3 +181,12 @@ def test_escaped_work_is_measured_above_what_a_clean_call_shows():
     m = Measurement((0.0001,) * 10, (0.0003,) * 10)  # host 0.2 ms above the events
     assert escaped_work_warning(m) is not None
     assert escaped_work_warning(m, baseline_s=0.00019) is None  # a GPU context switch every call costs as much
+
+
+def test_the_cpu_check_only_catches_gross_fakes():
+    calibration = Calibration((0.0004,) * 10)
+    thread_pools = _measured([0.0013] * 10, [0.0022] * 10)  # an honest extension: 0.5 ms more than the calibration
+    assert timer_mismatch_warning(thread_pools, calibration, cpu=True) is None
+    assert timer_mismatch_warning(thread_pools, calibration) is not None  # a GPU row with that gap is flagged
+    halved = _measured([0.001] * 10, [0.0035] * 10)  # reports 1 ms of a 3.1 ms call: more than 2 x 1 ms + 1 ms
+    assert timer_mismatch_warning(halved, calibration, cpu=True) is not None

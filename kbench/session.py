@@ -1,0 +1,202 @@
+"""The judge's handle on the candidate: its process (spawned, frozen, killed) and the buffers shared with it.
+
+On CUDA every buffer shared with the candidate comes from a private memory pool, so the IPC mappings it receives
+hold nothing of the judge's but those buffers. See kbench.judge for how an evaluation uses them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.multiprocessing as torch_mp
+
+from kbench import candidate, protocol, timing, trust
+from kbench.verdicts import Verdict
+
+_perf_counter = time.perf_counter
+_tensor_type = torch.Tensor
+Announce = Callable[..., None]
+
+
+class CandidateProcess:
+    """The solution's process as the judge sees it: spawned with a pipe, frozen (SIGSTOP to its process group) except
+    while it answers a command, and killed with its group at the end."""
+
+    def __init__(self, target: Callable[..., None] = candidate.main) -> None:
+        """Spawn it: it imports Python, torch and kbench, and touches no GPU until its first command."""
+        ctx = torch_mp.get_context("spawn")
+        self.conn, child_end = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=target, args=(child_end,), name="kbench-candidate")
+        self.proc.start()
+        child_end.close()
+        self.pgid = self.proc.pid  # the candidate makes itself a group leader first thing
+
+    def announce(self, announce: Announce) -> None:
+        """Tell the parent the candidate's process group, so that it is killed too if this judge is killed."""
+        announce("group", pgid=self.pgid)
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def request(self, command: Any) -> tuple[protocol.Reply, float]:
+        """Send one command, wait for its reply; the reply and the judge's clock over the round trip."""
+        self._signal(signal.SIGCONT)
+        start = _perf_counter()
+        try:
+            self.conn.send(command)
+            data = self.conn.recv_bytes(protocol.MAX_REPLY_BYTES)
+        except (EOFError, OSError) as exc:
+            raise Verdict(*self._death(exc)) from None
+        seconds = _perf_counter() - start
+        self._signal(signal.SIGSTOP)
+        try:
+            return protocol.decode(data), seconds
+        except protocol.ProtocolError as exc:
+            raise Verdict("runtime_error", f"the solution's process broke the protocol: {exc}") from None
+
+    def _exitcode(self, wait_s: float) -> int | None:
+        """The candidate's exit code once it has ended, polled without blocking: multiprocessing's own join trusts a
+        pipe the candidate can write to, and would then block for good in waitpid."""
+        deadline = _perf_counter() + wait_s
+        while True:
+            code = self.proc.exitcode  # waitpid(WNOHANG)
+            if code is not None or _perf_counter() >= deadline:
+                return code
+            time.sleep(0.01)
+
+    def _death(self, exc: BaseException) -> tuple[str, str]:
+        code = self._exitcode(2.0)
+        if code is None:
+            return "runtime_error", f"the solution's process broke the protocol ({type(exc).__name__}: {exc})"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return "crashed", f"the solution's process was killed by {name}"
+        return "crashed", f"the solution's process exited with code {code} before answering"
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+        try:
+            os.kill(self.proc.pid, signal.SIGKILL)  # in case it never made its own group
+        except ProcessLookupError:
+            pass
+        self._exitcode(5.0)
+        self.conn.close()
+
+
+class Session:
+    """The buffers the judge shares with the candidate and the calls it asks for. On CUDA every shared buffer comes
+    from a private memory pool, so the IPC mappings the candidate gets hold nothing of the judge's but those buffers."""
+
+    def __init__(self, cand: CandidateProcess, device: str) -> None:
+        self.cand = cand
+        self.device = device
+        self.pool = torch.cuda.MemPool() if device == "cuda" and hasattr(torch.cuda, "MemPool") else None
+        self.buffers: dict[str, list[Any]] = {}  # output buffers per model name
+        self.name = ""
+        self.inputs: list[Any] = []
+        self.values: tuple[Any, ...] = ()
+
+    def _shared(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        if self.pool is not None:
+            with torch.cuda.use_mem_pool(self.pool):
+                return make()
+        return make().share_memory_() if self.device == "cpu" else make()
+
+    def shared_copy(self, x: Any) -> Any:
+        if not isinstance(x, _tensor_type):
+            return x
+        buf = self._shared(lambda: torch.empty_like(x))
+        buf.copy_(x)
+        return buf
+
+    def ask(self, command: Any) -> protocol.Reply:
+        reply, _ = self.cand.request(command)
+        if not reply.ok:
+            raise Verdict(reply.status, reply.message)
+        return reply
+
+    def start_calibration(self, job: dict[str, Any], reference: Any, init: list[Any], inputs: list[Any],
+                          outputs: Any) -> None:
+        """The reference itself, built in the candidate's process before the solution is imported (see _calibrate)."""
+        self.name = "calibration"
+        self.buffers[self.name] = self._output_buffers(outputs)
+        self.inputs = [self.shared_copy(x) for x in inputs]
+        state = {k: self.shared_copy(v.detach()) for k, v in reference.state_dict().items()}
+        problem = job["problem"]
+        self.ask(protocol.Calibrate(self.device, job["math"], problem["path"], problem.get("overrides", {}), init,
+                                    state, self.inputs, self.buffers[self.name]))
+
+    def load(self, path: str, env: dict[str, str]) -> dict[str, Any]:
+        return self.ask(protocol.Load(path, env)).figures
+
+    def build(self, name: str, reference: Any, init: list[Any], seed: int) -> int:
+        state = {k: self.shared_copy(v.detach()) for k, v in reference.state_dict().items()}
+        reply = self.ask(protocol.Build(name, init, state, seed, self.device))
+        return int(reply.figures.get("copied", 0))
+
+    def _output_buffers(self, outputs: Any) -> list[Any]:
+        outs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+        return [self._shared(lambda o=o: torch.empty(o.shape, dtype=o.dtype, device=o.device))
+                if isinstance(o, _tensor_type) else None for o in outs]
+
+    def bind(self, name: str, inputs: list[Any], outputs: Any = None) -> None:
+        """Model `name` on fresh shared copies of `inputs`; output buffers shaped like `outputs` (kept per name)."""
+        if outputs is not None:
+            self.buffers[name] = self._output_buffers(outputs)
+        self.name, self.inputs = name, [self.shared_copy(x) for x in inputs]
+        self.ask(protocol.Bind(name, self.inputs, self.buffers[name]))
+
+    def refill(self, values: list[Any]) -> None:
+        """New values in the bound input buffers (same shapes, dtypes and pointers); new buffers if the shapes differ."""
+        same = len(values) == len(self.inputs) and all(
+            (isinstance(v, _tensor_type) and isinstance(b, _tensor_type) and v.shape == b.shape and v.dtype == b.dtype)
+            or (not isinstance(v, _tensor_type) and not isinstance(b, _tensor_type) and v == b)
+            for v, b in zip(values, self.inputs))
+        if not same:
+            self.bind(self.name, values)
+            return
+        for v, b in zip(values, self.inputs):
+            if isinstance(v, _tensor_type):
+                b.copy_(v)
+        timing.synchronize(self.device)  # the values are in memory before the candidate reads them
+
+    def outputs(self) -> list[Any]:
+        """The latest delivered outputs: the judge's buffers, with the plain numbers from the reply in their places."""
+        values = iter(self.values)
+        return [b if b is not None else next(values, None) for b in self.buffers[self.name]]
+
+    def call(self) -> list[Any]:
+        self.values = self.ask(protocol.Call()).values
+        return self.outputs()
+
+    def call_with(self, *args: Any) -> list[Any]:
+        """A candidate callable for correctness.run_trials: its arguments' values in, in-place changes copied back,
+        and the outputs cloned (the buffers are overwritten by the next call)."""
+        self.refill(list(args))
+        out = [o.clone() if isinstance(o, _tensor_type) else o for o in self.call()]
+        for a, b in zip(args, self.inputs):
+            if isinstance(a, _tensor_type):
+                a.copy_(b)
+        return out
+
+    def sample(self) -> timing.Sampled:
+        reply, seconds = self.cand.request(protocol.Sample())
+        if not reply.ok:
+            raise Verdict(reply.status, reply.message)
+        self.values = reply.values
+        return timing.Sampled(reply.timed_s, reply.wall_s, seconds)
+
+    def profile(self, inputs: list[Any], source: str) -> dict[str, Any]:
+        self.refill(inputs)
+        return dict(self.ask(protocol.Profile(trust.PROFILED_CALLS, source)).figures.get("kernels", {}))

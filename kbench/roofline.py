@@ -291,6 +291,24 @@ def percent_of_floor(solution_s: float, fl: Floor) -> float:
     return fl.seconds / solution_s * 100 if solution_s > 0 else math.inf
 
 
+def below_floor(solution_s: float, fl: Floor | None, tolerance: float = FLOOR_TOLERANCE) -> str | None:
+    """Why a median is below the floor, or None. `tolerance` is the fraction below the floor that still passes (the
+    measured ceilings are best efforts, not exact limits). A compute-bound floor holds for its flops_kind only: a
+    solution that computes in lower precision can go below it honestly."""
+    if fl is None or solution_s >= fl.seconds * (1 - tolerance):
+        return None
+    return (f"faster than the hardware floor: {solution_s * 1e3:.3f} ms < {fl.seconds * 1e3:.3f} ms "
+            f"({fl.describe()}) — check for work escaping the timer or skipped work")
+
+
+def far_ahead(solution_s: float, eager_s: float | None, max_speedup: float = MAX_SPEEDUP) -> str | None:
+    """Why a median is far below eager's (a heuristic: worth a look, not a verdict), or None."""
+    if eager_s is None:
+        return None
+    speedup = eager_s / solution_s if solution_s > 0 else math.inf
+    return f"{speedup:.1f}x faster than eager: review before trusting" if speedup > max_speedup else None
+
+
 def plausibility(
     solution_s: float,
     eager_s: float | None,
@@ -298,20 +316,6 @@ def plausibility(
     max_speedup: float = MAX_SPEEDUP,
     tolerance: float = FLOOR_TOLERANCE,
 ) -> list[str]:
-    """Warnings for a solution median that is too fast to believe: below the floor, or far below eager.
-
-    `tolerance` is the fraction below the floor that still passes (the measured ceilings are best
-    efforts, not exact limits). A compute-bound floor holds for its flops_kind only: a solution that
-    computes in lower precision can go below it honestly.
-    """
-    warnings: list[str] = []
-    if fl is not None and solution_s < fl.seconds * (1 - tolerance):
-        warnings.append(
-            f"faster than the hardware floor: {solution_s * 1e3:.3f} ms < {fl.seconds * 1e3:.3f} ms "
-            f"({fl.describe()}) — check for work escaping the timer or skipped work"
-        )
-    if eager_s is not None:
-        speedup = eager_s / solution_s if solution_s > 0 else math.inf
-        if speedup > max_speedup:
-            warnings.append(f"{speedup:.1f}x faster than eager: review before trusting")
-    return warnings
+    """Warnings for a solution median that is too fast to believe: below the floor, or far below eager."""
+    found = (below_floor(solution_s, fl, tolerance), far_ahead(solution_s, eager_s, max_speedup))
+    return [w for w in found if w is not None]

@@ -132,17 +132,19 @@ class Session:
         self.name = "calibration"
         self.buffers[self.name] = self._output_buffers(outputs)
         self.inputs = [self.shared_copy(x) for x in inputs]
-        state = {k: self.shared_copy(v.detach()) for k, v in reference.state_dict().items()}
         problem = job["problem"]
         self.ask(protocol.Calibrate(self.device, job["math"], problem["path"], problem.get("overrides", {}), init,
-                                    state, self.inputs, self.buffers[self.name]))
+                                    self._shared_state(reference), self.inputs, self.buffers[self.name]))
 
     def load(self, path: str, env: dict[str, str]) -> dict[str, Any]:
         return self.ask(protocol.Load(path, env)).figures
 
+    def _shared_state(self, reference: Any) -> dict[str, Any]:
+        """Copies of the reference's weights to hand over: the candidate never maps the reference's own tensors."""
+        return {k: self.shared_copy(v.detach()) for k, v in reference.state_dict().items()}
+
     def build(self, name: str, reference: Any, init: list[Any], seed: int) -> int:
-        state = {k: self.shared_copy(v.detach()) for k, v in reference.state_dict().items()}
-        reply = self.ask(protocol.Build(name, init, state, seed, self.device))
+        reply = self.ask(protocol.Build(name, init, self._shared_state(reference), seed, self.device))
         return int(reply.figures.get("copied", 0))
 
     def _output_buffers(self, outputs: Any) -> list[Any]:

@@ -28,6 +28,8 @@ from kbench.verdicts import Verdict, short
 
 _tensor_type, _strided = torch.Tensor, torch.strided
 _manual_seed = torch.manual_seed
+_memory_allocated, _max_memory_allocated = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
+_reset_peak = torch.cuda.reset_peak_memory_stats
 _synchronize = timing.synchronize
 _PR_SET_PDEATHSIG = 1
 
@@ -80,6 +82,9 @@ class Harness:
         from kbench.loading import load_solution
 
         os.environ.update(cmd.env)
+        self.model = lambda *args: None  # the calibration's reference goes, and the memory its calls cached
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
         self.guarded = trust.snapshot_attributes()
         self.module, info = load_solution(cmd.path)
         self._restore("import")
@@ -104,13 +109,19 @@ class Harness:
         return {"status": "ok"}
 
     def call(self) -> dict[str, Any]:
+        """One untimed call; on CUDA with the peak of memory it allocated beyond what was allocated before it."""
         self._before_call()
+        cuda = self.device == "cuda"
+        if cuda:
+            before = _memory_allocated()
+            _reset_peak()
         try:
             out = self.model(*self.inputs)
             _synchronize(self.device)
         except BaseException as exc:  # noqa: BLE001
             raise Verdict("runtime_error", f"the solution raised {short(exc)}") from exc
-        return {"status": "ok", "values": self._deliver(out)}
+        figures = {"peak_bytes": max(_max_memory_allocated() - before, 0)} if cuda else {}
+        return {"status": "ok", "values": self._deliver(out), "figures": figures}
 
     def sample(self) -> dict[str, Any]:
         self._before_call()
@@ -120,12 +131,13 @@ class Harness:
             timed, wall = self.timer.sample(lambda: held.append(self.model(*self.inputs)))
         except BaseException as exc:  # noqa: BLE001
             raise Verdict("runtime_error", f"the solution raised {short(exc)} in a timed call") from exc
-        return {"status": "ok", "timed_s": timed, "wall_s": wall, "values": self._deliver(held[0])}
+        return {"status": "ok", "timed_s": timed, "wall_s": wall, "issue_s": self.timer.last_issue,
+                "values": self._deliver(held[0])}
 
     def profile(self, cmd: protocol.Profile) -> dict[str, Any]:
         self._before_call()
-        # Fresh copies per call, made before the profile starts: the copies are not the solution's time.
-        arg_sets = [[x.clone() if isinstance(x, _tensor_type) else x for x in self.inputs] for _ in range(cmd.calls)]
+        # The bound inputs for every call, no copies (the profile names kernels; values do not matter, memory does).
+        arg_sets = [self.inputs] * cmd.calls
         share = trust.own_kernel_share(self.model, arg_sets, cmd.source)
         return {"status": "ok", "figures": {"kernels": share}}
 

@@ -13,7 +13,7 @@ from kbench.records import (
     COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
     trials_from_json,
 )
-from kbench.timing import escaped_work_warning, few_samples_warning
+from kbench.timing import escaped_work_warning, few_samples_warning, launch_bound_warning
 
 # Findings that mean the timing cannot be trusted: a row that passes with one of them is `suspect`, keeps its raw
 # samples, and shows no speedup. Other findings (static checks, more than 10x faster than eager) stay warnings.
@@ -67,6 +67,8 @@ def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[str] = ())
         warning = escaped_work_warning(timing)
         if warning:
             found.append(warning)
+    if timing is not None and plan.device == "cuda" and (launch := launch_bound_warning(timing)):
+        found.append(launch)
     return tuple(found)
 
 
@@ -86,7 +88,8 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
     eager = _measurement(result["timing"])
     rows = [Evaluation(solution=EAGER, status=Status.CORRECT, timing=eager, eager_timing=eager, speedup_vs_eager=1.0,
                        warnings=_warnings(plan, eager, result.get("warnings", ())),
-                       extra={"output": result["output"], **({"floor": result["floor"]} if "floor" in result else {})}, **common)]
+                       extra={"output": result["output"], **result.get("extra", {}),
+                              **({"floor": result["floor"]} if "floor" in result else {})}, **common)]
     compiled = result.get("compiled")
     if compiled is not None:
         timing = _measurement(compiled.get("timing"))

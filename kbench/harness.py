@@ -21,6 +21,8 @@ _perf_counter = time.perf_counter
 _manual_seed = torch.manual_seed
 _synchronize = timing.synchronize
 _tensor_type = torch.Tensor
+_memory_allocated, _max_memory_allocated = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
+_reset_peak = torch.cuda.reset_peak_memory_stats
 
 
 def set_sizes(module: ModuleType, values: dict[str, Any]) -> None:
@@ -76,8 +78,19 @@ def make_timer(device: str) -> timing.Timer:
     return timing.CudaEventTimer(torch.device("cuda")) if device == "cuda" else timing.HostTimer()
 
 
-def guarded(device: str, what: str, fn: Callable[[], Any]) -> Any:
-    """Run fn, turning an exception (including an asynchronous CUDA fault) into a runtime_error."""
+def out_of_memory(exc: BaseException) -> bool:
+    """A failure to allocate (GPU or host), as torch reports it."""
+    text = str(exc)
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text or "can't allocate memory" in text
+
+
+def guarded(device: str, what: str, fn: Callable[[], Any], judge_work: str = "") -> Any:
+    """Run fn, turning an exception (including an asynchronous CUDA fault) into a runtime_error of `what`.
+
+    With `judge_work` (the judge's own work: inputs, the reference, comparisons), running out of memory is the
+    harness's failure, never the solution's: `not_run` with `[check_skipped]` and the reason. A Verdict (the
+    candidate's failures, reported by its process) passes through unchanged.
+    """
     try:
         out = fn()
         _synchronize(device)
@@ -85,7 +98,27 @@ def guarded(device: str, what: str, fn: Callable[[], Any]) -> Any:
     except Verdict:
         raise
     except BaseException as exc:  # noqa: BLE001 - SystemExit from a solution is its failure too
+        if judge_work and out_of_memory(exc):
+            _free_cached(device)
+            raise Verdict("not_run", f"[check_skipped] {judge_work} could not run: the judge ran out of memory "
+                                     f"({short(exc)}); the solution was not judged") from exc
         raise Verdict("runtime_error", f"{what} raised {short(exc)}") from exc
+
+
+def _free_cached(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def with_peak(device: str, fn: Callable[[], Any]) -> tuple[Any, int | None]:
+    """fn() and, on CUDA, the peak of memory it allocated beyond what was allocated before it (bytes)."""
+    if device != "cuda":
+        return fn(), None
+    before = _memory_allocated()
+    _reset_peak()
+    out = fn()
+    _synchronize(device)
+    return out, max(_max_memory_allocated() - before, 0)
 
 
 class Phases:

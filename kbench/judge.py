@@ -20,7 +20,7 @@ import torch
 from kbench import correctness, protocol, timing, trust
 from kbench.harness import (
     Phases, apply_math_flags, build_reference, guarded, input_maker, load_problem, make_timer,
-    set_sizes,
+    set_sizes, with_peak,
 )
 from kbench.records import MathFlags, TimingPolicy
 from kbench.session import Announce, CandidateProcess, Session
@@ -58,12 +58,14 @@ def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict
     reference, init = build_reference(problem, seed, device)
     make = input_maker(problem, device)
     probe_inputs = make(seed)
-    probe = guarded(device, "the reference", partial(reference, *probe_inputs))
+    probe, ref_peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *probe_inputs)),
+                              judge_work="the reference's first call")
     calibration = _calibrate(job, session, reference, init, make, probe_inputs, probe)
     info = session.load(job["solution"]["path"], job.get("env", {}))
     copied = session.build("main", reference, init, seed)
     session.bind("main", probe_inputs, probe)
     del probe, probe_inputs
+    _free_cached(device)
     result: dict[str, Any] = {"compile": info, "warnings": [],
                               "extra": {"state_dict_tensors_copied": copied, "phases": phases.seconds}}
     phases.mark("load")
@@ -84,20 +86,63 @@ def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict
     measured, figures = _time(job, session, reference, make, calibration)
     result["timing"], result["eager_timing"] = measured["solution"].to_json(), measured["eager"].to_json()
     result["extra"]["protocol"] = figures
-    if (warning := timing.timer_mismatch_warning(measured["solution"], calibration, cpu=device == "cpu")) is not None:
-        result["warnings"].append(warning)
-    if device == "cuda":  # on the CPU the freeze covers a disturbed reference, and the noise there is larger
-        for warning in (timing.escaped_work_warning(measured["solution"], calibration.host_gap_p50),
-                        timing.disturbed_warning(measured["eager"], calibration)):
-            if warning is not None:
-                result["warnings"].append(warning)
+    result["warnings"] += _timing_warnings(device, measured, calibration)
     phases.mark("timing")
     announce("timed")  # the parent may now start the next child (kbench.isolation.WarmStarts)
-    source = Path(job["solution"]["path"]).read_text()
-    trust.trust_checks(job, reference, session.call_with, make, result, phases.mark,
-                       kernel_share=lambda inputs: session.profile(inputs, source))
-    _finish(session, result)
+    _trust(job, session, reference, make, result, phases)
+    result["extra"]["peak_bytes"] = {"solution": session.peak_bytes, "reference": ref_peak}
+    if (warning := memory_warning(session.peak_bytes, ref_peak)) is not None:
+        result["warnings"].append(warning)
     return {**result, "status": "correct", "message": ""}
+
+
+def _timing_warnings(device: str, measured: dict[str, Any], calibration: timing.Calibration) -> list[str]:
+    found = [timing.timer_mismatch_warning(measured["solution"], calibration, cpu=device == "cpu")]
+    if device == "cuda":  # on the CPU the freeze covers a disturbed reference, and the noise there is larger
+        found += [timing.escaped_work_warning(measured["solution"], calibration.host_gap_p50),
+                  timing.disturbed_warning(measured["eager"], calibration)]
+    return [w for w in found if w is not None]
+
+
+def _trust(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],
+           result: dict[str, Any], phases: Phases) -> None:
+    """Checks beyond the verdict: determinism and the kernel profile with the candidate, then, with the candidate
+    ended and every shared buffer freed, the float64 oracle (the evaluation's largest use of memory)."""
+    device, seed = job["device"], job["seed"] + 1
+    keep = session.copied_outputs
+    first, ref_first, warning = guarded(device, "the reference", lambda: trust.determinism(
+        keep, lambda x: session.call_on(x)[0], reference, make, seed, device), judge_work="the determinism check")
+    if warning is not None:
+        result["warnings"].append(warning)
+    phases.mark("trust_determinism")
+    if trust.wants_kernel_profile(job):
+        source = Path(job["solution"]["path"]).read_text()
+        trust.kernel_profile(lambda: session.profile(make(seed), source), result)
+        phases.mark("trust_profile")
+    _finish(session, result)
+    session.release()
+    tf32 = MathFlags(**job["math"]).allows_tf32
+    trust.accuracy(reference, make(seed), first, ref_first, device, tf32, result)
+    phases.mark("trust_fp64")
+
+
+MEMORY_WARN_FACTOR = 4.0  # a solution whose calls need this many times the reference's memory, and
+MEMORY_WARN_FLOOR = 256 << 20  # at least this much more, is flagged
+
+
+def memory_warning(solution: int, reference: int | None) -> str | None:
+    """`[memory]` when a solution's calls need far more GPU memory than the reference's (peaks above what was
+    allocated before each call)."""
+    if reference is None or solution <= max(MEMORY_WARN_FACTOR * reference, reference + MEMORY_WARN_FLOOR):
+        return None
+    return (f"[memory] a call of the solution allocates up to {solution / 2**20:.0f} MiB, the reference's "
+            f"{reference / 2**20:.0f} MiB")
+
+
+def _free_cached(device: str) -> None:
+    """Hand the judge's cached, unused blocks back to the device: the candidate's process cannot use them."""
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _calibrate(job: dict[str, Any], session: Session, reference: Any, init: list[Any], make: Callable[[int], list[Any]],
@@ -125,9 +170,14 @@ def _calibrate(job: dict[str, Any], session: Session, reference: Any, init: list
 
 def _trials(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],
             seeds: list[int]) -> tuple[list[Any], list[str]]:
+    """Correctness trials: the candidate's outputs stay in the shared buffers and are compared there, chunk by chunk,
+    with the reference's output on the judge's own copy of the inputs (no clone of kbench's own)."""
     device = job["device"]
-    return guarded(device, "the reference", lambda: correctness.run_trials(
-        make, session.call_with, reference, seeds, job["atol"], job["rtol"], sync=lambda: timing.synchronize(device)))
+    found = guarded(device, "the reference", lambda: correctness.run_trials(
+        make, session.call_on, reference, seeds, job["atol"], job["rtol"], sync=lambda: timing.synchronize(device)),
+        judge_work="the correctness trials")
+    _free_cached(device)
+    return found
 
 
 def _other_sizes(job: dict[str, Any], problem: Any, session: Session, result: dict[str, Any]) -> str:
@@ -142,7 +192,8 @@ def _other_sizes(job: dict[str, Any], problem: Any, session: Session, result: di
         reference, init = build_reference(problem, seed, device)
         make = input_maker(problem, device)
         probe_inputs = make(seed)
-        probe = guarded(device, "the reference", partial(reference, *probe_inputs))
+        probe = guarded(device, "the reference", partial(reference, *probe_inputs),
+                        judge_work=f"the reference's first call at size {other['name']}")
         name = f"size {other['name']}"
         try:
             session.build(name, reference, init, seed)
@@ -171,15 +222,16 @@ def _time(job: dict[str, Any], session: Session, reference: Any, make: Callable[
 
     def before(index: int) -> None:
         start = _perf_counter()
+        state["inputs"] = state["ref"] = None  # the last round's go before this round's are made
         state["inputs"] = make(base + index + 1)
         session.refill(state["inputs"])
         state["refresh_s"] += _perf_counter() - start
 
     def eager() -> timing.Sampled:
         held: list[Any] = []
-        sample = timer.sample(lambda: held.append(reference(*state["inputs"])))
+        timed, wall = timer.sample(lambda: held.append(reference(*state["inputs"])))
         state["ref"] = held[0]
-        return timing.Sampled(*sample)
+        return timing.Sampled(timed, wall, None, timer.last_issue)
 
     def check(index: int) -> None:
         start = _perf_counter()
@@ -195,7 +247,8 @@ def _time(job: dict[str, Any], session: Session, reference: Any, make: Callable[
             check(index)
 
     measured = guarded(device, "timing", lambda: timing.measure_rounds(
-        {"solution": session.sample, "eager": eager}, policy, before_round=before, after_round=after))
+        {"solution": session.sample, "eager": eager}, policy, before_round=before, after_round=after),
+        judge_work="timing (the judge's inputs, reference calls and rechecks)")
     rounds = len(measured["solution"].samples)
     if state["checked"] != rounds - 1:
         check(rounds - 1)

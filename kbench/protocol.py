@@ -104,6 +104,7 @@ class Reply:
     message: str = ""
     timed_s: float = 0.0
     wall_s: float = 0.0
+    issue_s: float = 0.0  # host seconds to issue the timed call (launch-bound when close to timed_s)
     values: tuple[Any, ...] = ()  # non-tensor outputs (numbers), in output order
     figures: dict[str, Any] = field(default_factory=dict)  # load/build details, kernel share, findings
 
@@ -156,4 +157,5 @@ def decode(data: bytes) -> Reply:
     values, figures = obj.get("values", []), obj.get("figures", {})
     if not isinstance(values, list) or not _plain(values) or not isinstance(figures, dict) or not _plain(figures):
         raise ProtocolError("a reply whose values or figures are not plain JSON")
-    return Reply(status, message[:4000], _seconds(obj, "timed_s"), _seconds(obj, "wall_s"), tuple(values), figures)
+    return Reply(status, message[:4000], _seconds(obj, "timed_s"), _seconds(obj, "wall_s"), _seconds(obj, "issue_s"),
+                 tuple(values), figures)

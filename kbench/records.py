@@ -135,6 +135,7 @@ class Measurement:
     host_samples: tuple[float, ...] = ()
     stop_reason: str = ""
     judge_samples: tuple[float, ...] = ()  # the judge's clock over each round trip, for a call timed in another process
+    issue_samples: tuple[float, ...] = ()  # host seconds to issue each call's work (CUDA; see timing.CudaEventTimer)
 
     @property
     def median(self) -> float:
@@ -149,12 +150,14 @@ class Measurement:
         out["host_samples"] = list(self.host_samples)
         if self.judge_samples:
             out["judge_samples"] = list(self.judge_samples)
+        if self.issue_samples:
+            out["issue_samples"] = list(self.issue_samples)
         return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Measurement:
         return cls(tuple(data["samples"]), tuple(data.get("host_samples", ())), data.get("stop_reason", ""),
-                   tuple(data.get("judge_samples", ())))
+                   tuple(data.get("judge_samples", ())), tuple(data.get("issue_samples", ())))
 
 
 @dataclass(frozen=True)

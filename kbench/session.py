@@ -15,12 +15,19 @@ from typing import Any
 import torch
 import torch.multiprocessing as torch_mp
 
-from kbench import candidate, protocol, timing, trust
+from kbench import candidate, correctness, protocol, timing, trust
 from kbench.verdicts import Verdict
 
 _perf_counter = time.perf_counter
 _tensor_type = torch.Tensor
 Announce = Callable[..., None]
+
+
+def _same_kind(value: Any, buffer: Any) -> bool:
+    """Can `buffer` take `value`: tensors of one shape, dtype and device, or equal plain values."""
+    if isinstance(value, _tensor_type) and isinstance(buffer, _tensor_type):
+        return value.shape == buffer.shape and value.dtype == buffer.dtype and value.device == buffer.device
+    return not isinstance(value, _tensor_type) and not isinstance(buffer, _tensor_type) and value == buffer
 
 
 class CandidateProcess:
@@ -106,6 +113,7 @@ class Session:
         self.name = ""
         self.inputs: list[Any] = []
         self.values: tuple[Any, ...] = ()
+        self.peak_bytes = 0  # the solution's largest peak of GPU memory over a call (as its process reports it)
 
     def _shared(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         if self.pool is not None:
@@ -148,30 +156,41 @@ class Session:
         return int(reply.figures.get("copied", 0))
 
     def _output_buffers(self, outputs: Any) -> list[Any]:
+        """Shared buffers shaped like `outputs`: the current model's own when they match (no second set in memory)."""
         outs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+        current = self.buffers.get(self.name, [])
+        if len(current) == len(outs) and all(_same_kind(o, b) if b is not None else not isinstance(o, _tensor_type)
+                                             for o, b in zip(outs, current)):
+            return current
         return [self._shared(lambda o=o: torch.empty(o.shape, dtype=o.dtype, device=o.device))
                 if isinstance(o, _tensor_type) else None for o in outs]
 
     def bind(self, name: str, inputs: list[Any], outputs: Any = None) -> None:
-        """Model `name` on fresh shared copies of `inputs`; output buffers shaped like `outputs` (kept per name)."""
+        """Model `name` on shared copies of `inputs` (the current buffers when they match); output buffers shaped like
+        `outputs` (kept per name)."""
         if outputs is not None:
             self.buffers[name] = self._output_buffers(outputs)
-        self.name, self.inputs = name, [self.shared_copy(x) for x in inputs]
+        if len(inputs) == len(self.inputs) and all(_same_kind(v, b) for v, b in zip(inputs, self.inputs)):
+            self._copy_in(inputs)
+        else:
+            self.inputs = []  # the old buffers go before the new ones are made
+            self.inputs = [self.shared_copy(x) for x in inputs]
+        self.name = name
         self.ask(protocol.Bind(name, self.inputs, self.buffers[name]))
+        self.buffers = {k: v for k, v in self.buffers.items() if k != "calibration" or name == "calibration"}
 
-    def refill(self, values: list[Any]) -> None:
-        """New values in the bound input buffers (same shapes, dtypes and pointers); new buffers if the shapes differ."""
-        same = len(values) == len(self.inputs) and all(
-            (isinstance(v, _tensor_type) and isinstance(b, _tensor_type) and v.shape == b.shape and v.dtype == b.dtype)
-            or (not isinstance(v, _tensor_type) and not isinstance(b, _tensor_type) and v == b)
-            for v, b in zip(values, self.inputs))
-        if not same:
-            self.bind(self.name, values)
-            return
+    def _copy_in(self, values: list[Any]) -> None:
         for v, b in zip(values, self.inputs):
             if isinstance(v, _tensor_type):
                 b.copy_(v)
         timing.synchronize(self.device)  # the values are in memory before the candidate reads them
+
+    def refill(self, values: list[Any]) -> None:
+        """New values in the bound input buffers (same shapes, dtypes and pointers); new buffers if the shapes differ."""
+        if len(values) == len(self.inputs) and all(_same_kind(v, b) for v, b in zip(values, self.inputs)):
+            self._copy_in(values)
+        else:
+            self.bind(self.name, values)
 
     def outputs(self) -> list[Any]:
         """The latest delivered outputs: the judge's buffers, with the plain numbers from the reply in their places."""
@@ -179,25 +198,39 @@ class Session:
         return [b if b is not None else next(values, None) for b in self.buffers[self.name]]
 
     def call(self) -> list[Any]:
-        self.values = self.ask(protocol.Call()).values
+        reply = self.ask(protocol.Call())
+        self.values = reply.values
+        peak = reply.figures.get("peak_bytes")
+        if isinstance(peak, int) and not isinstance(peak, bool) and peak >= 0:
+            self.peak_bytes = max(self.peak_bytes, peak)
         return self.outputs()
 
-    def call_with(self, *args: Any) -> list[Any]:
-        """A candidate callable for correctness.run_trials: its arguments' values in, in-place changes copied back,
-        and the outputs cloned (the buffers are overwritten by the next call)."""
-        self.refill(list(args))
-        out = [o.clone() if isinstance(o, _tensor_type) else o for o in self.call()]
-        for a, b in zip(args, self.inputs):
-            if isinstance(a, _tensor_type):
-                a.copy_(b)
-        return out
+    def call_on(self, inputs: list[Any]) -> tuple[list[Any], bool]:
+        """A correctness.CandidateCall: `inputs`' values into the shared buffers, one call; the outputs (the shared
+        buffers themselves, valid until the next call) and whether the solution changed its input buffers."""
+        self.refill(inputs)
+        out = self.call()
+        return out, not correctness.inputs_unchanged(inputs, self.inputs)
+
+    def copied_outputs(self, inputs: list[Any]) -> list[Any]:
+        """One call's outputs as the judge's own copies (the shared buffers are overwritten by the next call)."""
+        out, _ = self.call_on(inputs)
+        return [o.clone() if isinstance(o, _tensor_type) else o for o in out]
+
+    def release(self) -> None:
+        """End the candidate and free every shared buffer (before the judge's memory-hungry float64 oracle)."""
+        self.cand.kill()
+        self.buffers, self.inputs = {}, []
+        if self.device == "cuda":
+            self.pool = None
+            torch.cuda.empty_cache()
 
     def sample(self) -> timing.Sampled:
         reply, seconds = self.cand.request(protocol.Sample())
         if not reply.ok:
             raise Verdict(reply.status, reply.message)
         self.values = reply.values
-        return timing.Sampled(reply.timed_s, reply.wall_s, seconds)
+        return timing.Sampled(reply.timed_s, reply.wall_s, seconds, reply.issue_s)
 
     def profile(self, inputs: list[Any], source: str) -> dict[str, Any]:
         self.refill(inputs)

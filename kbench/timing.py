@@ -36,6 +36,8 @@ def synchronize(device: str) -> None:
 
 
 class Timer(Protocol):
+    last_issue: float  # host seconds the last sample's call took to return (to issue its work, on a GPU)
+
     def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
         """Run fn once; return (timed seconds, host wall seconds over the same window)."""
 
@@ -45,11 +47,13 @@ class HostTimer:
 
     def __init__(self, clock: Clock = _perf_counter) -> None:
         self._clock = clock
+        self.last_issue = 0.0
 
     def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
         start = self._clock()
         fn()
         elapsed = self._clock() - start
+        self.last_issue = elapsed
         return elapsed, elapsed
 
 
@@ -58,11 +62,14 @@ class CudaEventTimer:
 
     Per sample: synchronize; overwrite a buffer twice the L2 size (so no input or weight is served
     from L2); record start; call; record end; synchronize. Only the call lies between the events.
+    The host clock is read before the start event, after the end event is recorded (`last_issue`: how long the
+    host took to issue the call's work) and after the synchronize (the wall time).
     """
 
     def __init__(self, device: object, clock: Clock = _perf_counter) -> None:
         self._device = device
         self._clock = clock
+        self.last_issue = 0.0
         l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
         self._flush = torch.empty(max(L2_FLUSH_FACTOR * l2_bytes // 4, 1 << 20), dtype=torch.float32, device=device)
 
@@ -74,8 +81,10 @@ class CudaEventTimer:
         start.record()
         fn()
         end.record()
+        issued = self._clock()
         _cuda_synchronize(self._device)
         host = self._clock() - host_start
+        self.last_issue = issued - host_start
         return _elapsed_time(start, end) / 1e3, host
 
 
@@ -86,6 +95,7 @@ class Sampled(NamedTuple):
     timed: float
     wall: float
     judge: float | None = None
+    issue: float | None = None  # host seconds to issue the call (see CudaEventTimer)
 
 
 Sampler = Callable[[], Sampled]
@@ -93,7 +103,11 @@ Sampler = Callable[[], Sampled]
 
 def local_sampler(fn: Callable[[], object], timer: Timer) -> Sampler:
     """A sampler that times fn in this process."""
-    return lambda: Sampled(*timer.sample(fn))
+    def sample() -> Sampled:
+        timed, wall = timer.sample(fn)
+        return Sampled(timed, wall, None, timer.last_issue)
+
+    return sample
 
 
 def _warm(sample: Sampler, policy: TimingPolicy, clock: Clock) -> int:
@@ -175,8 +189,9 @@ def measure_rounds(
 
 def _measurement(taken: list[Sampled], reason: str) -> Measurement:
     judge = tuple(s.judge for s in taken if s.judge is not None)
+    issue = tuple(s.issue for s in taken if s.issue is not None)
     return Measurement(tuple(s.timed for s in taken), tuple(s.wall for s in taken), reason,
-                       judge if len(judge) == len(taken) else ())
+                       judge if len(judge) == len(taken) else (), issue if len(issue) == len(taken) else ())
 
 
 def few_samples_warning(m: Measurement, policy: TimingPolicy) -> str | None:
@@ -281,3 +296,19 @@ def disturbed_warning(beside: Measurement, calibration: Calibration) -> str | No
     return (f"[reference_disturbed] the eager reference took {beside.median * 1e3:.3f} ms beside the solution and "
             f"{median(calibration.eager) * 1e3:.3f} ms beside the reference itself ({ratio:.2f}x): "
             "something slowed the reference while it was timed")
+
+
+# Issuing a call's work takes the host this share of the GPU time or more: the GPU waits on launches, and the time
+# measures the host's launch overhead (Python, dispatch, driver) as much as the kernels.
+LAUNCH_BOUND_SHARE = 0.8
+
+
+def launch_bound_warning(m: Measurement) -> str | None:
+    """`[launch_bound]` when the host's time to issue a call comes close to the call's GPU time."""
+    if not m.issue_samples or not m.samples:
+        return None
+    issue = median(m.issue_samples)
+    if issue < LAUNCH_BOUND_SHARE * m.median:
+        return None
+    return (f"[launch_bound] the host takes {issue * 1e3:.3f} ms to issue a call whose GPU time is {m.median * 1e3:.3f} ms: "
+            "launch overhead dominates (fewer, larger kernels or a CUDA graph would help)")

@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from kbench import correctness
-from kbench.records import MathFlags
 from kbench.timing import synchronize
 
 _where, _isfinite = torch.where, torch.isfinite  # bound before any solution is imported
@@ -54,26 +53,83 @@ PROFILED_CALLS = 3
 
 
 NONDETERMINISM_FACTOR = 10.0  # a solution may vary as much as this times the reference (cuDNN is not bitwise stable)
+FP64_HEADROOM = 0.9  # the float64 oracle runs only when its estimated memory fits in this share of what is free
+FP64_OUTPUT_COPIES = 3  # float64 outputs alive at once in the oracle: the exact one, the model's last layer, a chunk's
 
 
-def _two_calls(model: Any, inputs: list[Any], device: str) -> tuple[Any, float]:
-    """Call twice on clones of the same inputs; the first output and the largest difference between the two."""
-    first = model(*correctness.clone_inputs(inputs))
+def _twice(call: Callable[[list[Any]], Any], keep: Callable[[list[Any]], Any], make: Callable[[int], list[Any]],
+           seed: int, device: str) -> tuple[Any, float]:
+    """Two calls on the same input values, drawn afresh from `seed` each time (no copy of them is kept): the first
+    call's output (through `keep`, which must return outputs the second call does not overwrite) and the largest
+    difference between the two."""
+    first = keep(make(seed))
     synchronize(device)
-    second = model(*correctness.clone_inputs(inputs))
+    second = call(make(seed))
     synchronize(device)
-    return first, 0.0 if correctness.identical(first, second) else correctness.max_abs_diff(first, second)
+    diff = 0.0 if correctness.identical(first, second) else correctness.max_abs_diff(first, second)
+    return first, diff
 
 
-def _optional(result: dict[str, Any], what: str, check: Any) -> Any:
-    """Run a check of the harness's own (not of the solution); if it cannot run, say so and go on."""
-    try:
-        return check()
-    except Exception as exc:  # e.g. float64 of a large problem out of GPU memory
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        result["warnings"].append(f"[check_skipped] {what} could not run: {type(exc).__name__}: {str(exc)[:200]}")
+def determinism(keep: Callable[[list[Any]], Any], call: Callable[[list[Any]], Any], reference: Any,
+                make: Callable[[int], list[Any]], seed: int, device: str) -> tuple[Any, Any, str | None]:
+    """The candidate twice and the reference twice on the same inputs. Returns the candidate's and the reference's
+    first outputs (for the float64 oracle) and `[non_deterministic]` when the candidate varies far more than the
+    reference does. `keep(inputs)` calls the candidate and returns outputs of the caller's own; `call(inputs)` may
+    return outputs that the next call overwrites."""
+    first, diff = _twice(call, keep, make, seed, device)
+    ref_first, ref_diff = _twice(lambda x: reference(*x), lambda x: reference(*x), make, seed, device)
+    if diff <= NONDETERMINISM_FACTOR * ref_diff:
+        return first, ref_first, None
+    return first, ref_first, (f"[non_deterministic] two calls on the same inputs differ by up to {diff:.3g} "
+                              f"(the reference: {ref_diff:.3g}): a race?")
+
+
+def skipped(what: str, exc: BaseException) -> str:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return f"[check_skipped] {what} could not run: {type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _tensor_bytes(values: Any) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+def fp64_memory_estimate(reference: Any, inputs: list[Any], outputs: Any) -> int:
+    """Bytes the float64 oracle needs beyond what is allocated: float64 copies of the model and the floating inputs,
+    and float64 outputs (the exact one, the model's last layer, a chunk's working set)."""
+    floating = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    model = _tensor_bytes(list(reference.parameters()) + list(reference.buffers()))
+    outs = outputs if isinstance(outputs, (tuple, list)) else [outputs]
+    numel = sum(o.numel() for o in outs if isinstance(o, torch.Tensor))
+    return 2 * (_tensor_bytes(floating) + model) + 8 * FP64_OUTPUT_COPIES * numel
+
+
+def free_bytes(device: str) -> int | None:
+    """Memory this process can still allocate on `device` (free on the GPU plus its allocator's unused cache)."""
+    if device != "cuda":
         return None
+    free, _ = torch.cuda.mem_get_info()
+    return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
+
+
+def accuracy(reference: Any, inputs: list[Any], candidate_out: Any, ref_out: Any, device: str, tf32: bool,
+             result: dict[str, Any]) -> None:
+    """The float64 oracle, run only when it fits in the free memory: `result["accuracy"]` and `[low_accuracy]`, or
+    `[check_skipped]` with the reason. Never a failure of the solution's."""
+    need, free = fp64_memory_estimate(reference, inputs, ref_out), free_bytes(device)
+    if free is not None and need > FP64_HEADROOM * free:
+        result["warnings"].append(f"[check_skipped] float64 accuracy needs about {need / 1e9:.1f} GB and "
+                                  f"{free / 1e9:.1f} GB is free on the GPU")
+        return
+    try:
+        acc = accuracy_against_fp64(reference, inputs, candidate_out, ref_out, device, tf32)
+    except Exception as exc:  # a harness check out of memory (the estimate is rough) or a model without float64
+        result["warnings"].append(skipped("float64 accuracy", exc))
+        return
+    result["accuracy"] = acc
+    warning = accuracy_warning(acc)
+    if warning:
+        result["warnings"].append(warning)
 
 
 def wants_kernel_profile(job: dict[str, Any]) -> bool:
@@ -81,41 +137,16 @@ def wants_kernel_profile(job: dict[str, Any]) -> bool:
     return job["device"] == "cuda" and job.get("kernel_profile", True)
 
 
-def trust_checks(job: dict[str, Any], reference: Any, candidate: Any, make: Any, result: dict[str, Any],
-                 mark: Callable[[str], Any] = lambda name: None,
-                 kernel_share: Callable[[list[Any]], dict[str, Any]] | None = None) -> None:
-    """Checks beyond the verdict: determinism, accuracy against float64, own-kernel share of GPU time.
-
-    `candidate(*inputs)` returns outputs it no longer touches (the judge's clones of what the candidate delivered).
-    `kernel_share(inputs)` profiles the candidate where it runs (its own process). `mark(name)` is called after
-    each check, so the caller can time them.
-    """
-    device = job["device"]
-    inputs = make(job["seed"] + 1)
-    first, diff = _two_calls(candidate, inputs, device)
-    _, ref_diff = _two_calls(reference, inputs, device)
-    if diff > NONDETERMINISM_FACTOR * ref_diff:
-        result["warnings"].append(
-            f"[non_deterministic] two calls on the same inputs differ by up to {diff:.3g} "
-            f"(the reference: {ref_diff:.3g}): a race?"
-        )
-    mark("trust_determinism")
-    tf32 = "math" in job and MathFlags(**job["math"]).allows_tf32
-    acc = _optional(result, "float64 accuracy", lambda: accuracy_against_fp64(reference, inputs, first, device, tf32))
-    if acc is not None:
-        result["accuracy"] = acc
-        warning = accuracy_warning(acc)
-        if warning:
-            result["warnings"].append(warning)
-    del first
-    mark("trust_fp64")
-    if wants_kernel_profile(job) and kernel_share is not None:
-        share = _optional(result, "kernel profile", lambda: kernel_share(inputs))
-        if share is not None:
-            result["kernels"] = share
-        if share is not None and share["own_s"] == 0:
-            result["warnings"].append("[no_custom_kernel] none of the GPU time is spent in the solution's own kernels")
-        mark("trust_profile")
+def kernel_profile(kernel_share: Callable[[], dict[str, Any]], result: dict[str, Any]) -> None:
+    """`result["kernels"]` from the candidate's profile, `[no_custom_kernel]` when none of its GPU time is its own."""
+    try:
+        share = kernel_share()
+    except Exception as exc:  # the profiler is a harness check: if it cannot run, say so and go on
+        result["warnings"].append(skipped("kernel profile", exc))
+        return
+    result["kernels"] = share
+    if share.get("own_s") == 0:
+        result["warnings"].append("[no_custom_kernel] none of the GPU time is spent in the solution's own kernels")
 
 
 def accuracy_warning(acc: dict[str, float]) -> str | None:
@@ -138,28 +169,32 @@ def round_to_tf32(t: torch.Tensor) -> torch.Tensor:
     return _where(_isfinite(t.float()), rounded.view(torch.float32), t.float())
 
 
-def accuracy_against_fp64(reference: Any, inputs: list[Any], candidate_out: Any, device: str,
+def accuracy_against_fp64(reference: Any, inputs: list[Any], candidate_out: Any, ref_out: Any, device: str,
                           tf32: bool = False) -> dict[str, float]:
-    """Max abs error against the reference run in float64: of the reference as run, of the solution and, with
-    tf32, of the float64 reference fed TF32-rounded inputs and parameters (what TF32 arithmetic must cost)."""
-    ref_out = reference(*correctness.clone_inputs(inputs))
+    """Max abs error against the reference run in float64: of the reference as run (`ref_out`, its output on
+    `inputs`), of the solution and, with tf32, of the float64 reference fed TF32-rounded inputs and parameters (what
+    TF32 arithmetic must cost). Each float64 copy is freed as soon as it is used; comparisons go a chunk at a time."""
     ref64 = copy.deepcopy(reference).double()
-    inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-    exact = ref64(*inputs64)
+    exact = ref64(*[_double(x) for x in inputs])
     synchronize(device)
-    errors = {"reference": correctness.max_abs_diff(ref_out, exact), "solution": correctness.max_abs_diff(candidate_out, exact)}
-    del ref_out
+    errors = {"reference": correctness.max_abs_diff(ref_out, exact),
+              "solution": correctness.max_abs_diff(candidate_out, exact)}
     if tf32:
         with torch.no_grad():
             for p in list(ref64.parameters()) + list(ref64.buffers()):
                 if p.is_floating_point():
                     p.copy_(round_to_tf32(p).double())
-        rounded = [round_to_tf32(x).double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                   for x in inputs]
-        errors["tf32"] = correctness.max_abs_diff(ref64(*rounded), exact)
+        rounded = ref64(*[round_to_tf32(x).double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                          for x in inputs])
+        errors["tf32"] = correctness.max_abs_diff(rounded, exact)
         synchronize(device)
+        del rounded
     del ref64, exact
     return errors
+
+
+def _double(x: Any) -> Any:
+    return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
 
 # __global__ [qualifiers] void [qualifiers] name( -- __launch_bounds__ may stand before or after the return type.

@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from kbench import correctness, timing
+from kbench import correctness, timing, trust
 from kbench.harness import (
-    apply_math_flags, build_reference, describe_output, guarded, input_maker, load_problem, make_timer,
+    apply_math_flags, build_reference, describe_output, guarded, input_maker, load_problem, make_timer, with_peak,
 )
 from kbench.loading import load_solution
 from kbench.records import MathFlags, TimingPolicy
@@ -43,7 +43,8 @@ def evaluate(job: dict[str, Any]) -> dict[str, Any]:
 def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
     """The eager reference timed (and, if asked, torch.compile of it, checked against eager and timed).
 
-    Each timed round gets its own copies of the inputs, made before the round: only the call is timed.
+    Each model gets inputs drawn afresh before every round, as the judge does beside a solution (the same values for
+    both models, and no copy of kbench's own): only the call is timed.
     """
     device, seed = job["device"], job["seed"]
     policy = TimingPolicy(**job["timing"])
@@ -52,16 +53,10 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
     with torch.no_grad():
         reference, _ = build_reference(problem, seed, device)
         make = input_maker(problem, device)
-        inputs = make(seed)
-        out = guarded(device, "the reference", lambda: reference(*correctness.clone_inputs(inputs)))
-        other = guarded(device, "the reference", lambda: reference(*make(seed + 1)))
-        try:
-            findings, figures = correctness.degenerate_findings(out, other, job["atol"], job["rtol"])
-        except Exception as exc:  # a harness check, e.g. float64 copies of a huge output out of memory
-            findings, figures = [f"[check_skipped] degenerate check could not run: {type(exc).__name__}: {str(exc)[:200]}"], {}
-        result: dict[str, Any] = {"status": "correct", "message": "", "output": {**describe_output(out), **figures},
-                                  "warnings": findings}
-        del other, out
+        out, peak = guarded(device, "the reference", lambda: with_peak(device, lambda: reference(*make(seed))))
+        result: dict[str, Any] = {"status": "correct", "message": "", "output": describe_output(out), "warnings": []}
+        _degenerate_check(job, reference, make, out, result)
+        del out
         models = {"eager": reference}
         compiled: dict[str, Any] | None = None
         if job.get("compile_baseline"):
@@ -69,25 +64,40 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
             if compiled["status"] == "correct":
                 models["compiled"] = compiled.pop("model")
         timer = make_timer(device)
-        copies: dict[str, list[Any]] = {}
+        inputs: dict[str, list[Any] | None] = {}
 
         def fresh(index: int) -> None:
             for name in models:
-                copies[name] = correctness.clone_inputs(inputs)
+                inputs[name] = None  # the last round's go before this round's are drawn
+                inputs[name] = make(seed + 1000 + index)
             timing.synchronize(device)
 
-        samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*copies[n]), timer) for name, model in models.items()}
+        samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timer) for name, model in models.items()}
         measured = guarded(device, "timing", lambda: timing.measure_rounds(samplers, policy, before_round=fresh))
+        inputs.clear()
         _announce("timed")
     result["timing"] = measured["eager"].to_json()
+    result["extra"] = {"peak_bytes": {"reference": peak}}
     if device == "cuda" and job.get("ceilings_dir"):
-        result["floor"] = hardware_floor(job, reference, inputs)
+        result["floor"] = hardware_floor(job, reference, make(seed))
     if compiled is not None:
         if "compiled" in measured:
             compiled["timing"] = measured["compiled"].to_json()
             compiled["eager_timing"] = result["timing"]
         result["compiled"] = compiled
     return result
+
+
+def _degenerate_check(job: dict[str, Any], reference: Any, make: Any, out: Any, result: dict[str, Any]) -> None:
+    """Can this problem tell right from wrong (`correctness.degenerate_findings`)? A harness check: if it cannot run
+    (out of memory, say), `[check_skipped]` with the reason."""
+    try:
+        other = reference(*make(job["seed"] + 1))
+        findings, figures = correctness.degenerate_findings(out, other, job["atol"], job["rtol"])
+    except Exception as exc:  # noqa: BLE001 - the harness's own check; the reference's row still stands
+        findings, figures = [trust.skipped("the degenerate-output check", exc)], {}
+    result["warnings"] += findings
+    result["output"].update(figures)
 
 
 def check_problem(job: dict[str, Any]) -> dict[str, Any]:
@@ -119,7 +129,7 @@ def _check_compiled(job: dict[str, Any], reference: Any, make: Any, device: str)
     model = torch.compile(reference)
     seeds = [job["seed"] + 1 + i for i in range(job["trials"])]
     try:
-        trials, _ = correctness.run_trials(make, model, reference, seeds, job["atol"], job["rtol"],
+        trials, _ = correctness.run_trials(make, correctness.on_copies(model), reference, seeds, job["atol"], job["rtol"],
                                            sync=lambda: timing.synchronize(device))
         timing.synchronize(device)
     except Exception as exc:  # inductor needs a working compiler toolchain; report, don't fail the problem

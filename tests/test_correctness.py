@@ -2,7 +2,11 @@ import math
 
 import torch
 
-from kbench.correctness import compare, inputs_unchanged, run_trials
+import pytest
+from torch.profiler import ProfilerActivity, profile
+
+from kbench import correctness
+from kbench.correctness import compare, inputs_unchanged, on_copies, run_trials
 
 
 def test_equal_and_close_outputs_pass_with_error_figures():
@@ -68,7 +72,7 @@ def test_trials_run_candidate_first_on_separate_clones_with_fresh_seeds():
         assert x.abs().sum() > 0
         return torch.ones(4)
 
-    trials, warnings = run_trials(make, candidate, reference, [1, 2, 3], 1e-6, 1e-6)
+    trials, warnings = run_trials(make, on_copies(candidate), reference, [1, 2, 3], 1e-6, 1e-6)
     assert order == ["candidate", "reference"] * 3
     assert all(t.passed for t in trials) and [t.seed for t in trials] == [1, 2, 3]
     assert not torch.equal(seen[0], seen[1])
@@ -76,7 +80,8 @@ def test_trials_run_candidate_first_on_separate_clones_with_fresh_seeds():
 
 
 def test_trials_stop_at_the_first_failure():
-    trials, _ = run_trials(lambda s: [torch.ones(2) * s], lambda x: x if x[0] < 2 else -x, lambda x: x, [1, 2, 3], 0, 0)
+    trials, _ = run_trials(lambda s: [torch.ones(2) * s], on_copies(lambda x: x if x[0] < 2 else -x), lambda x: x,
+                           [1, 2, 3], 0, 0)
     assert [t.passed for t in trials] == [True, False]
 
 
@@ -84,3 +89,64 @@ def test_inputs_unchanged_treats_nan_as_equal():
     a = torch.tensor([float("nan"), 1.0])
     assert inputs_unchanged([a], [a.clone()])
     assert not inputs_unchanged([a], [torch.tensor([float("nan"), 2.0])])
+
+
+def _awkward_pair(n=50_000):
+    """A reference and a candidate with mismatches, NaNs and infinities scattered over the whole range."""
+    torch.manual_seed(3)
+    ref = torch.randn(n)
+    ref[::997] = float("nan")
+    ref[5::1009] = float("inf")
+    cand = ref + 1e-5 * torch.randn(n)
+    cand[123], cand[n - 7], cand[4_000] = 1.0e3, -5.0, float("nan")  # the NaN where the reference is finite
+    return cand.reshape(50, -1), ref.reshape(50, -1)
+
+
+@pytest.mark.parametrize("budget", [1 << 12, 1 << 16, 1 << 20])
+def test_a_chunked_comparison_gives_the_figures_of_a_whole_one(budget):
+    cand, ref = _awkward_pair()
+    whole_ok, whole = compare(cand, ref, 1e-3, 1e-3, budget_bytes=1 << 34)
+    ok, fig = compare(cand, ref, 1e-3, 1e-3, budget_bytes=budget)
+    assert whole["chunks"] == 1 and fig["chunks"] == -(-cand.numel() // correctness.chunk_elements(budget)) > 1
+    assert ok == whole_ok is False
+    assert {k: fig[k] for k in ("mismatched", "numel", "max_abs_err", "message")} == \
+        {k: whole[k] for k in ("mismatched", "numel", "max_abs_err", "message")}
+    assert fig["mismatched"] == 3 and fig["max_abs_err"] == float("inf")
+
+
+def test_a_non_contiguous_reference_is_compared_element_for_element():
+    ref = torch.randn(64, 48).t()  # a transposed view
+    cand = ref.contiguous().clone()
+    cand[3, 5] += 1.0
+    ok, fig = compare(cand, ref, 1e-3, 0, budget_bytes=1 << 12)
+    assert not ok and fig["mismatched"] == 1 and fig["max_abs_err"] == pytest.approx(1.0)
+
+
+def _largest_allocation(fn):
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    return max(e.cpu_memory_usage for e in prof.events())
+
+
+def test_comparison_memory_is_bounded_by_its_budget():
+    """Every allocation the comparison makes fits in the budget: float64 exists only per chunk, never per output."""
+    cand, ref = torch.rand(1 << 20), torch.rand(1 << 20)
+    budget = 1 << 20  # 1 MiB for an output of 4 MiB (8 MiB in float64)
+    assert _largest_allocation(lambda: compare(cand, ref, 1e-2, 1e-2, budget_bytes=budget)) <= budget
+    assert _largest_allocation(lambda: compare(cand, ref, 1e-2, 1e-2, budget_bytes=1 << 34)) >= 8 * ref.numel()
+
+
+def test_the_budget_follows_the_environment_and_sizes_every_check(monkeypatch):
+    monkeypatch.setenv(correctness.BUDGET_ENV, str(1 << 16))
+    assert correctness.memory_budget("cpu") == 1 << 16
+    cand, ref = _awkward_pair()
+    assert compare(cand, ref, 1e-3, 1e-3)[1]["chunks"] > 1
+    a = torch.rand(1 << 18)
+    b = a.clone()
+    b[-1] += 0.5
+    assert _largest_allocation(lambda: correctness.max_abs_diff(a, b)) <= 1 << 16
+    assert correctness.max_abs_diff(a, b) == pytest.approx(0.5)
+    assert not correctness.identical(a, b) and correctness.identical(a, a.clone())
+    assert not inputs_unchanged([a], [b])
+    monkeypatch.delenv(correctness.BUDGET_ENV)
+    assert correctness.memory_budget("cpu") == correctness.CHUNK_BYTES_MAX // 4

@@ -18,23 +18,60 @@ class NoDouble(nn.Module):
         raise RuntimeError("CUDA out of memory (simulated)")
 
 
-def test_an_accuracy_check_that_cannot_run_is_skipped_with_a_warning(tmp_path):
-    solution = tmp_path / "s.py"
-    solution.write_text("# no kernels\n")
-    job = {"device": "cpu", "seed": 0, "solution": {"path": str(solution)}}
+def _run_trust(model, candidate, make, result, tf32=False):
+    """What the judge does after timing, with a candidate of this process: determinism, then the float64 oracle."""
+    first, ref_first, warning = trust.determinism(lambda x: candidate(*x), lambda x: candidate(*x), model, make, 1, "cpu")
+    if warning is not None:
+        result["warnings"].append(warning)
+    trust.accuracy(model, make(1), first, ref_first, "cpu", tf32, result)
+
+
+class Twice(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def test_an_accuracy_check_that_cannot_run_is_skipped_with_a_warning():
     result = {"warnings": []}
-    trust.trust_checks(job, NoDouble(), lambda x: x * 2, lambda seed: [torch.rand(8)], result)
+    _run_trust(NoDouble(), lambda x: x * 2, lambda seed: [torch.rand(8)], result)
     assert "accuracy" not in result
     assert result["warnings"] == ["[check_skipped] float64 accuracy could not run: RuntimeError: CUDA out of memory (simulated)"]
 
 
-def test_accuracy_and_determinism_of_an_honest_candidate(tmp_path):
-    job = {"device": "cpu", "seed": 0, "solution": {"path": str(tmp_path / "unused.py")}}
+def test_the_float64_oracle_is_skipped_when_its_estimate_exceeds_the_free_memory(monkeypatch):
+    model = nn.Linear(1024, 1024)
+    inputs = [torch.rand(256, 1024)]
+    out = model(*inputs)
+    need = trust.fp64_memory_estimate(model, inputs, out)
+    assert need == 2 * 4 * (256 * 1024 + 1024 * 1024 + 1024) + 8 * trust.FP64_OUTPUT_COPIES * out.numel()
+    monkeypatch.setattr(trust, "free_bytes", lambda device: int(need * trust.FP64_HEADROOM) - 1)
+    result = {"warnings": []}
+    trust.accuracy(model, inputs, out, out, "cuda", False, result)
+    assert "accuracy" not in result and result["warnings"][0].startswith("[check_skipped] float64 accuracy needs about")
+    monkeypatch.setattr(trust, "free_bytes", lambda device: int(need / trust.FP64_HEADROOM) + 1)
+    result = {"warnings": []}
+    trust.accuracy(model, inputs, out, out, "cpu", False, result)
+    assert result["warnings"] == [] and result["accuracy"]["solution"] == result["accuracy"]["reference"] < 1e-6
+
+
+def test_accuracy_and_determinism_of_an_honest_candidate():
     result = {"warnings": []}
     model = nn.Linear(8, 8)
-    trust.trust_checks(job, model, lambda x: model(x), lambda seed: [torch.rand(4, 8)], result)
+    _run_trust(model, lambda x: model(x), lambda seed: (torch.manual_seed(seed), [torch.rand(4, 8)])[1], result)
     assert result["warnings"] == []
     assert result["accuracy"]["solution"] == result["accuracy"]["reference"] < 1e-6
+
+
+def test_a_candidate_that_differs_between_two_calls_on_the_same_inputs_is_flagged():
+    calls = []
+
+    def racy(x):
+        calls.append(1)
+        return x * 2 + (1e-3 if len(calls) % 2 == 0 else 0.0)  # every second call is off
+
+    result = {"warnings": []}
+    _run_trust(Twice(), racy, lambda seed: (torch.manual_seed(seed), [torch.rand(16)])[1], result)
+    assert [w.split("]")[0] for w in result["warnings"]] == ["[non_deterministic"]
 
 
 def test_round_to_tf32_keeps_ten_mantissa_bits_rounding_to_nearest():
@@ -51,10 +88,8 @@ def test_round_to_tf32_keeps_ten_mantissa_bits_rounding_to_nearest():
 def _flags(candidate_of, tf32):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 64), nn.Tanh())
-    job = {"device": "cpu", "seed": 0, "solution": {"path": "unused.py"},
-           "math": {"cudnn_tf32": tf32, "matmul_tf32": False}}
     result = {"warnings": []}
-    trust.trust_checks(job, model, candidate_of(model), lambda seed: [torch.rand(32, 64)], result)
+    _run_trust(model, candidate_of(model), lambda seed: (torch.manual_seed(seed), [torch.rand(32, 64)])[1], result, tf32)
     return result
 
 

@@ -185,6 +185,7 @@ def baseline_command(
     max_time: Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per problem.")] = 10.0,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds before one child is killed.")] = 900.0,
     results_dir: Annotated[Path, typer.Option(help="Where runs and baselines/ are written.")] = Path("results"),
+    resume: Annotated[Optional[str], typer.Option(help="Finish an interrupted baseline run (its id or directory); pass the same problems.")] = None,
     problems_dir: ProblemsDir = Path("problems"),
 ) -> None:
     """Time only the references (eager and torch.compile) of a problem suite and store them as a baseline.
@@ -194,6 +195,8 @@ def baseline_command(
       kbench baseline
 
       kbench baseline --problems-dir ~/KernelBench/level1 --name level1-h100
+
+      kbench baseline --problems-dir ~/KernelBench/level1 --name level1-h100 --resume 20261123-101500-ab12
     """
     from kbench.records import RunConfig, TimingPolicy
     from kbench.report import results_frame, to_terminal
@@ -202,7 +205,7 @@ def baseline_command(
     config = RunConfig(device=device, size=size, compile_baseline=not no_compile_baseline, timeout_s=timeout,
                        timing=TimingPolicy(max_time_s=max_time), results_dir=results_dir)
     try:
-        store, target = baseline(config, problem or [], problems_dir, name, _progress)
+        store, target = baseline(config, problem or [], problems_dir, name, _progress, resume)
     except KbenchError as exc:
         raise _fail(exc) from None
     typer.echo(to_terminal(results_frame(store.evaluations)))

@@ -18,7 +18,7 @@ FORMATS = ("table", "md", "csv", "json")
 
 COLUMNS = [
     "problem", "solution", "status", "size", "median_ms", "eager_ms", "vs_eager", "vs_compile", "floor_pct",
-    "n", "ci_pct", "max_abs_err", "compile_s", "notes",
+    "n", "ci_pct", "max_abs_err", "peak_mib", "compile_s", "notes",
 ]
 NOTE_CHARS = 120
 
@@ -44,9 +44,17 @@ def _row(e: Evaluation) -> dict[str, object]:
     row["vs_compile"] = e.speedup_vs_compile
     row["max_abs_err"] = e.max_abs_err
     row["floor_pct"] = e.extra.get("percent_of_floor")
+    row["peak_mib"] = peak_bytes(e) / 2**20 if peak_bytes(e) is not None else None
     if e.compile is not None:
         row["compile_s"] = e.compile.seconds
     return row
+
+
+def peak_bytes(e: Evaluation) -> int | None:
+    """The most GPU memory one call of the row's model allocated beyond what was allocated before it."""
+    peaks = e.extra.get("peak_bytes") or {}
+    value = peaks.get("solution") if "solution" in peaks else peaks.get("reference")
+    return value if isinstance(value, int) else None
 
 
 def results_frame(evaluations: Sequence[Evaluation]) -> pd.DataFrame:
@@ -55,7 +63,7 @@ def results_frame(evaluations: Sequence[Evaluation]) -> pd.DataFrame:
 
 RESULT_FORMATS = {
     "median_ms": "{:.3f}", "eager_ms": "{:.3f}", "vs_eager": "{:.2f}x", "vs_compile": "{:.2f}x",
-    "ci_pct": "±{:.1f}%", "floor_pct": "{:.0f}%", "max_abs_err": "{:.1e}", "compile_s": "{:.1f}", "n": "{:.0f}",
+    "ci_pct": "±{:.1f}%", "floor_pct": "{:.0f}%", "max_abs_err": "{:.1e}", "peak_mib": "{:.0f}", "compile_s": "{:.1f}", "n": "{:.0f}",
 }
 COMPARISON_FORMATS = {"before_ms": "{:.3f}", "after_ms": "{:.3f}", "ratio": "{:.3f}", "p_value": "{:.2g}"}
 

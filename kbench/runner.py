@@ -243,16 +243,19 @@ def _as_ref(ref: str) -> str:
 
 
 def baseline(config: RunConfig, problem_refs: Sequence[str], problems_dir: Path, name: str | None,
-             progress: Progress = lambda _: None) -> tuple[RunStore, Path]:
-    """`kbench baseline`: time only the references (eager and torch.compile) and store the run as a baseline."""
+             progress: Progress = lambda _: None, resume: str | None = None) -> tuple[RunStore, Path]:
+    """`kbench baseline`: time only the references (eager and torch.compile) and store the run as a baseline.
+
+    With `resume` (an interrupted baseline run), only the problems it does not hold yet are timed."""
     import re
     import shutil
 
     from kbench.discovery import choose_problems
-    from kbench.storage import BASELINES, RUN_FILE
+    from kbench.storage import BASELINES, RUN_FILE, resolve
 
+    previous = resolve(resume, config.results_dir) if resume else None
     problems, broken = choose_problems(problem_refs, problems_dir)
-    store = execute(config, problems, {}, Path.cwd(), progress, broken)
+    store = execute(config, problems, {}, Path.cwd(), progress, broken, previous)
     env = store.header["environment"]
     label = name or ((env.get("gpu") or {}).get("name") or "cpu")
     target = config.results_dir / BASELINES / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', label).strip('-').lower()}.json"

@@ -1,0 +1,114 @@
+"""Only the call lies inside the timed interval, in every process that times one: an instrumented timer records every
+tensor operation dispatched between its markers (a one-operation problem, so anything else is kbench's own)."""
+
+import dataclasses
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kbench import candidate, correctness, judge, protocol, timing, worker
+from kbench.harness import build_reference, input_maker, load_problem
+from kbench.records import MathFlags, TimingPolicy
+from tests.conftest import FIXTURES
+
+PROBLEM = FIXTURES / "problems" / "one_op" / "model.py"
+SOLUTION = FIXTURES / "solutions" / "one_op" / "honest.py"
+THE_CALL = ["mul.Tensor"]  # what the problem's forward dispatches, and all that may be timed
+POLICY = TimingPolicy(warmup_calls=2, warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=0.2)
+
+
+class Recorder(TorchDispatchMode):
+    def __init__(self, ops: list[str]) -> None:
+        super().__init__()
+        self.ops = ops
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(f"{func.overloadpacket.__name__}.{func._overloadname}")
+        return func(*args, **(kwargs or {}))
+
+
+class CountingTimer:
+    """A Timer whose markers record what is dispatched between them (and report a fixed time)."""
+
+    def __init__(self) -> None:
+        self.windows: list[list[str]] = []
+        self.last_issue = 0.0
+
+    def sample(self, fn):
+        ops: list[str] = []
+        with Recorder(ops):
+            fn()
+        self.windows.append(ops)
+        return 1e-3, 1e-3
+
+
+@pytest.fixture
+def timers(monkeypatch):
+    made: list[CountingTimer] = []
+
+    def make(device):
+        made.append(CountingTimer())
+        return made[-1]
+
+    for module in (worker, judge, candidate):
+        monkeypatch.setattr(module, "make_timer", make)
+    yield made
+    torch.set_grad_enabled(True)
+
+
+def _job(mode):
+    return {"mode": mode, "device": "cpu", "seed": 5, "trials": 2, "atol": 1e-5, "rtol": 1e-5, "token": "t",
+            "problem": {"name": "one_op", "path": str(PROBLEM), "overrides": {}}, "other_sizes": [],
+            "math": dataclasses.asdict(MathFlags()), "timing": dataclasses.asdict(POLICY),
+            "solution": {"name": "honest", "path": str(SOLUTION)}, "compile_baseline": False}
+
+
+def _windows(made):
+    return [w for t in made for w in t.windows]
+
+
+def test_the_instrument_sees_work_of_the_harness_inside_the_markers():
+    """The check below can fail: a sampler that copied the inputs inside its window would show the copy."""
+    timer = CountingTimer()
+    x, w = torch.rand(4, 8), torch.rand(8)
+    timing.local_sampler(lambda: torch.mul(*correctness.clone_inputs([x]), w), timer)()
+    assert timer.windows == [["clone.default", "mul.Tensor"]]
+
+
+def test_the_reference_process_times_the_call_and_nothing_else(timers):
+    result = worker.evaluate_reference(_job("reference"))
+    assert result["status"] == "correct" and len(result["timing"]["samples"]) >= POLICY.min_samples
+    windows = _windows(timers)
+    assert len(windows) >= POLICY.min_samples + POLICY.warmup_calls
+    assert all(w == THE_CALL for w in windows), windows
+
+
+def test_the_judge_times_the_eager_reference_and_nothing_else(timers):
+    """The judge's eager samples, in calibration and beside the solution (the solution is timed in its own process)."""
+    result = judge.evaluate(_job("evaluate"), lambda event, **fields: None)
+    assert result["status"] == "correct", result.get("message")
+    windows = _windows(timers)
+    rounds = result["extra"]["protocol"]["rounds"]
+    assert len(windows) >= rounds + judge.CALIBRATION_SAMPLES[0]
+    assert all(w == THE_CALL for w in windows), windows
+
+
+def test_the_candidate_times_the_solutions_call_and_nothing_else(timers):
+    """The candidate's Sample command, run here in-process: its timer window holds the solution's call alone; the
+    outputs are copied into the judge's buffers after the window."""
+    torch.set_grad_enabled(False)
+    problem = load_problem(_job("evaluate"))
+    reference, init = build_reference(problem, 5, "cpu")
+    inputs = input_maker(problem, "cpu")(1)
+    out = torch.empty(16, 8)
+    harness = candidate.Harness()
+    harness.calibrate(protocol.Calibrate("cpu", dataclasses.asdict(MathFlags()), str(PROBLEM), {}, init,
+                                         reference.state_dict(), inputs, [out]))
+    harness.load(protocol.Load(str(SOLUTION), {}))
+    harness.build(protocol.Build("main", init, reference.state_dict(), 5, "cpu"))
+    harness.bind(protocol.Bind("main", inputs, [out]))
+    replies = [harness.sample() for _ in range(3)]
+    assert all(r["status"] == "ok" for r in replies)
+    assert torch.equal(out, reference(*inputs))  # the delivered output, copied outside the window
+    assert timers[-1].windows == [THE_CALL] * 3

@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-PHASES = ("load", "trials", "other_sizes", "timing", "trust_determinism", "trust_fp64", "trust_profile")
+PHASES = ("calibration", "load", "trials", "other_sizes", "timing", "trust_determinism", "trust_fp64", "trust_profile")
 PROTOCOL = ("rounds", "rechecked", "refresh_s", "recheck_s", "calibration_p50_s")
 REFERENCE_ROWS = ("eager", "torch.compile")
 

@@ -30,6 +30,8 @@ _clamp_min = torch.clamp_min
 _div = torch.div
 _full_like = torch.full_like
 _where = torch.where
+_stack = torch.stack
+_tensor = torch.tensor
 _nan_to_num = torch.nan_to_num
 _tensor_type = torch.Tensor
 _float64 = torch.float64
@@ -84,11 +86,12 @@ def _chunks(t: torch.Tensor, size: int) -> Any:
 
 
 class Figures:
-    """Running totals of an elementwise comparison, accumulated chunk by chunk."""
+    """Running totals of an elementwise comparison, accumulated chunk by chunk on the chunks' device: the host reads
+    them once, when the comparison is done (`to_dict`), not once per chunk."""
 
     def __init__(self) -> None:
-        self.numel = self.mismatched = self.chunks = 0
-        self.max_abs_err = self.max_rel_err = 0.0
+        self.numel = self.chunks = 0
+        self._parts: list[torch.Tensor] = []  # per chunk: [mismatched, max abs err, max rel err, infinite error]
 
     def add(self, c: torch.Tensor | float, r: torch.Tensor, atol: float, rtol: float) -> None:
         """One chunk: r a float64 tensor, c a float64 tensor of the same shape (or one number for all of r)."""
@@ -97,29 +100,37 @@ class Figures:
         if n == 0:
             return
         c = c if isinstance(c, _tensor_type) else _full_like(r, c)
-        finite_c, finite_r = _isfinite(c), _isfinite(r)
-        both_finite = _logical_and(finite_c, finite_r)
+        # Non-finite pairs match when both are NaN or both the same infinity; a non-finite candidate where the
+        # reference is finite is an infinite error.
+        same_nonfinite = _logical_or(_eq(c, r), _logical_and(_isnan(c), _isnan(r)))
+        infinite = _logical_and(_isfinite(r), _logical_not(_isfinite(c))).any()
         diff = _abs(_sub(c, r))
-        close = _logical_and(both_finite, _le(diff, atol + rtol * _abs(r)))
-        same_nonfinite = _logical_and(
-            _logical_and(_logical_not(finite_c), _logical_not(finite_r)),
-            _logical_or(_logical_and(_isnan(c), _isnan(r)), _eq(c, r)),
-        )
+        finite = _isfinite(diff)  # both finite (float64 of float32 values cannot overflow)
+        abs_r = _abs(r)
+        close = _logical_and(finite, _le(diff, abs_r * rtol + atol))
+        good = _logical_or(close, _logical_and(_logical_not(finite), same_nonfinite))
+        masked = _where(finite, diff, 0.0)
+        rel = _div(masked, _clamp_min(abs_r, 1e-12))
         self.numel += n
-        self.mismatched += int(n - _count_nonzero(_logical_or(close, same_nonfinite)).item())
-        # Error figures over finite pairs; a non-finite candidate where the reference is finite is infinite error.
-        if bool(_logical_and(finite_r, _logical_not(finite_c)).any()):
-            self.max_abs_err = self.max_rel_err = float("inf")
-            return
-        if bool(both_finite.any()):
-            finite_diff = diff[both_finite]
-            rel = _div(finite_diff, _clamp_min(_abs(r[both_finite]), 1e-12))
-            self.max_abs_err = max(self.max_abs_err, float(_max(finite_diff).item()))
-            self.max_rel_err = max(self.max_rel_err, float(_max(rel).item()))
+        self._parts.append(_stack([(n - _count_nonzero(good)).to(_float64), _max(masked), _max(rel),
+                                   infinite.to(_float64)]))
+
+    @property
+    def mismatched(self) -> int:
+        return self.to_dict()["mismatched"]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err, "mismatched": self.mismatched,
-                "numel": self.numel, "chunks": self.chunks}
+        if not self._parts:
+            return {"max_abs_err": 0.0, "max_rel_err": 0.0, "mismatched": 0, "numel": self.numel, "chunks": self.chunks}
+        parts = _stack(self._parts)
+        mismatched, max_abs, max_rel, infinite = (parts[:, 0].sum(), parts[:, 1].max(), parts[:, 2].max(),
+                                                  parts[:, 3].max())
+        mismatched, max_abs, max_rel, infinite = _stack([mismatched, max_abs, max_rel, infinite]).tolist()  # one sync
+        self._parts = [_tensor([mismatched, max_abs, max_rel, infinite], dtype=_float64, device=parts.device)]
+        if infinite:
+            max_abs = max_rel = float("inf")
+        return {"max_abs_err": max_abs, "max_rel_err": max_rel, "mismatched": int(mismatched), "numel": self.numel,
+                "chunks": self.chunks}
 
 
 def compare(candidate: Any, reference: Any, atol: float, rtol: float,
@@ -152,12 +163,12 @@ def compare(candidate: Any, reference: Any, atol: float, rtol: float,
         for cc, rc in zip(_chunks(c, size), _chunks(r, size)):
             figures.add(cc.to(_float64), rc.to(_float64), atol, rtol)
     out = figures.to_dict()
-    if figures.mismatched:
+    if out["mismatched"]:
         out["message"] = (
-            f"{figures.mismatched} of {figures.numel} elements outside atol={atol:g}, rtol={rtol:g}"
-            f" (max abs err {figures.max_abs_err:.3g})"
+            f"{out['mismatched']} of {out['numel']} elements outside atol={atol:g}, rtol={rtol:g}"
+            f" (max abs err {out['max_abs_err']:.3g})"
         )
-    return figures.mismatched == 0, out
+    return out["mismatched"] == 0, out
 
 
 def _close_numbers(c: Any, r: Any, atol: float, rtol: float) -> bool:
@@ -281,15 +292,14 @@ def identical(a: Any, b: Any) -> bool:
 
 def _moments(t: torch.Tensor, size: int) -> tuple[float, float, float]:
     """Mean, standard deviation and share of exact zeros of a tensor, in float64 a chunk at a time."""
-    total = squares = zeros = 0.0
-    for chunk in _chunks(t, size):
-        c = chunk.to(_float64)
-        total += float(c.sum().item())
-        squares += float((c * c).sum().item())
-        zeros += float(_count_nonzero(_eq(c, 0)).item())
     n = t.numel()
     if n == 0:
         return 0.0, 0.0, 0.0
+    sums = []
+    for chunk in _chunks(t, size):
+        c = chunk.to(_float64)
+        sums.append(_stack([c.sum(), (c * c).sum(), _count_nonzero(_eq(c, 0)).to(_float64)]))
+    total, squares, zeros = _stack(sums).sum(0).tolist()  # one sync
     mean = total / n
     var = max(squares - n * mean * mean, 0.0) / (n - 1) if n > 1 else 0.0
     return mean, var ** 0.5, zeros / n
@@ -308,10 +318,10 @@ def degenerate_findings(first: Any, second: Any, atol: float, rtol: float) -> tu
     for chunk in _chunks(out1, size):
         constant.add(mean, chunk.to(_float64), atol, rtol)
     seeds_ok = out1.shape == out2.shape and compare(out2, out1, atol, rtol)[0]
-    n = max(constant.numel, 1)
-    figures = {"constant_pass_share": 1 - constant.mismatched / n, "zero_share": zero_share, "output_std": std}
+    n, mismatched = max(constant.numel, 1), constant.mismatched
+    figures = {"constant_pass_share": 1 - mismatched / n, "zero_share": zero_share, "output_std": std}
     findings = []
-    if constant.numel and constant.mismatched == 0:
+    if constant.numel and mismatched == 0:
         findings.append(f"[degenerate_constant] a constant tensor (the output's mean) passes at atol={atol:g}, rtol={rtol:g}")
     if seeds_ok:
         findings.append("[degenerate_inputs] outputs for two different input seeds agree within the tolerance")

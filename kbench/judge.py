@@ -61,6 +61,7 @@ def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict
     probe, ref_peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *probe_inputs)),
                               judge_work="the reference's first call")
     calibration = _calibrate(job, session, reference, init, make, probe_inputs, probe)
+    phases.mark("calibration")
     info = session.load(job["solution"]["path"], job.get("env", {}))
     copied = session.build("main", reference, init, seed)
     session.bind("main", probe_inputs, probe)
@@ -115,8 +116,8 @@ def _trust(job: dict[str, Any], session: Session, reference: Any, make: Callable
     if warning is not None:
         result["warnings"].append(warning)
     phases.mark("trust_determinism")
-    if trust.wants_kernel_profile(job):
-        source = Path(job["solution"]["path"]).read_text()
+    source = Path(job["solution"]["path"]).read_text()
+    if trust.wants_kernel_profile(job) and trust.declared_kernels(source):  # else no GPU time can be its own
         trust.kernel_profile(lambda: session.profile(make(seed), source), result)
         phases.mark("trust_profile")
     _finish(session, result)
@@ -246,8 +247,12 @@ def _time(job: dict[str, Any], session: Session, reference: Any, make: Callable[
         if cheap or index in forced or rng.random() < RECHECK_SHARE:
             check(index)
 
+    # Eager first in every round, as in calibration: the judge's sample follows its own input refresh and the
+    # candidate's follows the judge's sample. Alternating would put the judge's sample right after the candidate's
+    # call in every other round, which on the H100 made it bimodal (about 3% apart), so that its median wandered and
+    # sampling ran to --max-time.
     measured = guarded(device, "timing", lambda: timing.measure_rounds(
-        {"solution": session.sample, "eager": eager}, policy, before_round=before, after_round=after),
+        {"eager": eager, "solution": session.sample}, policy, before_round=before, after_round=after, alternate=False),
         judge_work="timing (the judge's inputs, reference calls and rechecks)")
     rounds = len(measured["solution"].samples)
     if state["checked"] != rounds - 1:

@@ -156,11 +156,12 @@ def measure_rounds(
     clock: Clock = _perf_counter,
     before_round: Callable[[int], object] = _no_hook,
     after_round: Callable[[int], object] = _no_hook,
+    alternate: bool = True,
 ) -> dict[str, Measurement]:
     """Sample several callables in alternating rounds, so that drift (clocks, heat) hits all alike.
 
     Each round takes one sample of every sampler, in forward order on even rounds and reverse order
-    on odd ones. `before_round(i)` runs before round i (fresh inputs: round -1 before the warm-up) and
+    on odd ones (`alternate=False`: forward order in every round, so each sampler always follows the same one). `before_round(i)` runs before round i (fresh inputs: round -1 before the warm-up) and
     `after_round(i)` after it (output checks); both lie outside every timed interval. Sampling stops
     when every sampler has converged (see `converged`) or when the loop has run for `max_time_s`,
     whichever comes first; at least one round always runs.
@@ -173,7 +174,7 @@ def measure_rounds(
     start, rounds = clock(), 0
     while True:
         before_round(rounds)
-        for name in names if rounds % 2 == 0 else reversed(names):
+        for name in names if rounds % 2 == 0 or not alternate else reversed(names):
             taken[name].append(samplers[name]())
         after_round(rounds)
         rounds += 1

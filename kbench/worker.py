@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
     with torch.no_grad():
         reference, _ = build_reference(problem, seed, device)
         make = input_maker(problem, device)
-        out, peak = guarded(device, "the reference", lambda: with_peak(device, lambda: reference(*make(seed))))
+        out, peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *make(seed))))
         result: dict[str, Any] = {"status": "correct", "message": "", "output": describe_output(out), "warnings": []}
         _degenerate_check(job, reference, make, out, result)
         del out

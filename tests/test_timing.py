@@ -2,6 +2,7 @@
 
 import pytest
 
+from kbench import timing
 from kbench.records import Measurement, TimingPolicy
 from kbench.timing import (
     TIMER_SLACK_ABS_S, TIMER_SLACK_REL, Calibration, HostTimer, Sampled, converged, escaped_work_warning,
@@ -20,9 +21,11 @@ class FakeClock:
 class FakeTimer:
     """Each callable 'takes' the next duration from its script; the clock advances by it."""
 
-    def __init__(self, clock: FakeClock, scripts: dict[str, list[float]], host_extra: float = 0.0) -> None:
-        self.clock, self.scripts, self.host_extra = clock, scripts, host_extra
+    def __init__(self, clock: FakeClock, scripts: dict[str, list[float]], host_extra: float = 0.0,
+                 issue_share: float = 0.1) -> None:
+        self.clock, self.scripts, self.host_extra, self.issue_share = clock, scripts, host_extra, issue_share
         self.calls: list[str] = []
+        self.last_issue = 0.0
 
     def sample(self, fn):
         name = fn()
@@ -30,6 +33,7 @@ class FakeTimer:
         script = self.scripts[name]
         duration = script[(len([c for c in self.calls if c == name]) - 1) % len(script)]
         self.clock.now += duration + self.host_extra
+        self.last_issue = self.issue_share * duration
         return duration, duration + self.host_extra
 
 
@@ -190,3 +194,28 @@ def test_the_cpu_check_only_catches_gross_fakes():
     assert timer_mismatch_warning(thread_pools, calibration) is not None  # a GPU row with that gap is flagged
     halved = _measured([0.001] * 10, [0.0035] * 10)  # reports 1 ms of a 3.1 ms call: more than 2 x 1 ms + 1 ms
     assert timer_mismatch_warning(halved, calibration, cpu=True) is not None
+
+
+def test_issue_times_are_kept_and_a_call_the_host_cannot_issue_faster_than_the_gpu_runs_is_launch_bound():
+    policy = TimingPolicy(warmup_calls=1, warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=1.0)
+    clock = FakeClock()
+    busy = timing.measure_interleaved(fns("a"), FakeTimer(clock, {"a": [1e-3]}, issue_share=0.1), policy, clock)["a"]
+    assert busy.issue_samples == (1e-4,) * len(busy.samples)
+    assert timing.launch_bound_warning(busy) is None
+    bound = timing.measure_interleaved(fns("a"), FakeTimer(clock, {"a": [1e-3]}, issue_share=0.9), policy, clock)["a"]
+    warning = timing.launch_bound_warning(bound)
+    assert warning == ("[launch_bound] the host takes 0.900 ms to issue a call whose GPU time is 1.000 ms: launch "
+                       "overhead dominates (fewer, larger kernels or a CUDA graph would help)")
+    assert Measurement.from_json(bound.to_json()).issue_samples == bound.issue_samples
+
+
+def test_rounds_can_keep_one_order_so_each_sampler_always_follows_the_same_one():
+    policy = TimingPolicy(warmup_calls=1, warmup_s=0.0, min_samples=4, min_time_s=0.0, max_time_s=1.0)
+    clock = FakeClock()
+    timer = FakeTimer(clock, {"a": [1e-3], "b": [1e-3]})
+    timing.measure_interleaved(fns("a", "b"), timer, policy, clock)
+    assert timer.calls[2:6] == ["a", "b", "b", "a"]  # after the warm-ups: alternating
+    timer = FakeTimer(clock, {"a": [1e-3], "b": [1e-3]})
+    timing.measure_rounds({n: timing.local_sampler(f, timer) for n, f in fns("a", "b").items()}, policy, clock,
+                          alternate=False)
+    assert timer.calls[2:8] == ["a", "b"] * 3

@@ -42,6 +42,12 @@ def _die_with_parent() -> None:
         pass
 
 
+def warm_cuda() -> None:
+    """Create this process's CUDA context (a first allocation), if there is a GPU."""
+    if torch.cuda.is_available():
+        torch.empty(1, device="cuda")
+
+
 def _flatten(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
@@ -188,10 +194,15 @@ class Harness:
         return values
 
 
-def main(conn: Any) -> None:
-    """The spawn target: own process group (the judge freezes it), commands in, JSON replies out, until Finish."""
+def main(conn: Any, init_cuda: bool = False) -> None:
+    """The spawn target: own process group (the judge freezes it), commands in, JSON replies out, until Finish.
+
+    With `init_cuda` (spawned ahead of a CUDA job) the CUDA context is made now, while nobody is timed, rather than
+    on the first command."""
     os.setpgid(0, 0)
     _die_with_parent()
+    if init_cuda:
+        warm_cuda()
     harness = Harness()
     handlers: dict[type, Callable[[Any], dict[str, Any]]] = {
         protocol.Calibrate: harness.calibrate,

@@ -161,6 +161,7 @@ def _calibrate(job: dict[str, Any], session: Session, reference: Any, init: list
     while len(gaps) < high and (len(gaps) < low or _perf_counter() - start < CALIBRATION_S):
         values = make(job["seed"] - 1 - len(gaps))
         session.refill(values)
+        timing.settle(job["device"])
         eager.append(timer.sample(lambda: reference(*values))[0])
         sample = session.sample()
         gaps.append((sample.judge or 0.0) - sample.timed)
@@ -226,6 +227,7 @@ def _time(job: dict[str, Any], session: Session, reference: Any, make: Callable[
         state["inputs"] = state["ref"] = None  # the last round's go before this round's are made
         state["inputs"] = make(base + index + 1)
         session.refill(state["inputs"])
+        timing.settle(device)
         state["refresh_s"] += _perf_counter() - start
 
     def eager() -> timing.Sampled:

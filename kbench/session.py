@@ -34,11 +34,13 @@ class CandidateProcess:
     """The solution's process as the judge sees it: spawned with a pipe, frozen (SIGSTOP to its process group) except
     while it answers a command, and killed with its group at the end."""
 
-    def __init__(self, target: Callable[..., None] = candidate.main) -> None:
-        """Spawn it: it imports Python, torch and kbench, and touches no GPU until its first command."""
+    def __init__(self, target: Callable[..., None] = candidate.main, init_cuda: bool = False) -> None:
+        """Spawn it: it imports Python, torch and kbench, and (with `init_cuda`, for a worker started ahead of its
+        CUDA job) creates its CUDA context before its first command."""
         ctx = torch_mp.get_context("spawn")
         self.conn, child_end = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=target, args=(child_end,), name="kbench-candidate")
+        args = (child_end, True) if init_cuda else (child_end,)
+        self.proc = ctx.Process(target=target, args=args, name="kbench-candidate")
         self.proc.start()
         child_end.close()
         self.pgid = self.proc.pid  # the candidate makes itself a group leader first thing

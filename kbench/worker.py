@@ -71,7 +71,7 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
             for name in models:
                 inputs[name] = None  # the last round's go before this round's are drawn
                 inputs[name] = make(seed + 1000 + index)
-            timing.synchronize(device)
+            timing.settle(device)
 
         samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timer) for name, model in models.items()}
         measured = guarded(device, "timing", lambda: timing.measure_rounds(samplers, policy, before_round=fresh))
@@ -163,10 +163,12 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true", help="started ahead of its job: import what evaluations use first")
     args = parser.parse_args()
     global _spare
-    if args.warm:  # an evaluation's candidate imports torch while the job is not here yet
+    if args.warm:  # a CUDA run's child: its candidate and both CUDA contexts start while the job is not here yet
+        from kbench.candidate import warm_cuda
         from kbench.judge import CandidateProcess
 
-        _spare = CandidateProcess()
+        _spare = CandidateProcess(init_cuda=True)
+        warm_cuda()
     job = json.loads(sys.stdin.read())
     if _spare is not None and job.get("mode") != "evaluate":
         _spare.kill()

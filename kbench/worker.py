@@ -22,7 +22,7 @@ import torch
 
 from kbench import correctness, timing, trust
 from kbench.harness import (
-    apply_math_flags, build_reference, describe_output, guarded, input_maker, load_problem, make_timer, with_peak,
+    Phases, apply_math_flags, build_reference, describe_output, guarded, input_maker, load_problem, make_timer, with_peak,
 )
 from kbench.loading import load_solution
 from kbench.records import MathFlags, TimingPolicy
@@ -50,20 +50,25 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
     device, seed = job["device"], job["seed"]
     policy = TimingPolicy(**job["timing"])
     apply_math_flags(MathFlags(**job["math"]))
+    phases = Phases()
     problem = load_problem(job)
     with torch.no_grad():
         reference, _ = build_reference(problem, seed, device)
         make = input_maker(problem, device)
         out, peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *make(seed))))
-        result: dict[str, Any] = {"status": "correct", "message": "", "output": describe_output(out), "warnings": []}
+        result: dict[str, Any] = {"status": "correct", "message": "", "output": describe_output(out), "warnings": [],
+                                  "extra": {"phases": phases.seconds}}
+        phases.mark("setup")
         _degenerate_check(job, reference, make, out, result)
         del out
+        phases.mark("degenerate_check")
         models = {"eager": reference}
         compiled: dict[str, Any] | None = None
         if job.get("compile_baseline"):
             compiled = _check_compiled(job, reference, make, device)
             if compiled["status"] == "correct":
                 models["compiled"] = compiled.pop("model")
+            phases.mark("compile")
         timer = make_timer(device)
         inputs: dict[str, list[Any] | None] = {}
 
@@ -76,11 +81,13 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
         samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timer) for name, model in models.items()}
         measured = guarded(device, "timing", lambda: timing.measure_rounds(samplers, policy, before_round=fresh))
         inputs.clear()
+        phases.mark("timing")
         _announce("timed")
     result["timing"] = measured["eager"].to_json()
-    result["extra"] = {"peak_bytes": {"reference": peak}}
+    result["extra"]["peak_bytes"] = {"reference": peak}
     if device == "cuda" and job.get("ceilings_dir"):
         result["floor"] = hardware_floor(job, reference, make(seed))
+        phases.mark("floor")
     if compiled is not None:
         if "compiled" in measured:
             compiled["timing"] = measured["compiled"].to_json()

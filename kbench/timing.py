@@ -301,8 +301,13 @@ DISTURBED_P = 0.01
 def disturbed_warning(beside: Measurement, calibration: Calibration) -> str | None:
     """`[reference_disturbed]` when the eager reference ran much and significantly slower beside the solution than
     beside the calibration candidate, under the same protocol: work of the solution's (GPU work it queued before its
-    process was frozen, say) reached the reference's timed calls."""
-    if not beside.samples or not calibration.eager:
+    process was frozen, say) reached the reference's timed calls.
+
+    Not for a launch-bound reference (`launch_bound_warning`): its time is the judge's host issuing launches, which
+    varied by up to 1.8x between processes and phases on the H100 for honest copies of level-3 models (the frozen
+    candidate cannot use the CPU, and GPU work it left behind would lengthen the GPU time, making the calls no
+    longer launch-bound)."""
+    if not beside.samples or not calibration.eager or launch_bound_warning(beside) is not None:
         return None
     ratio = beside.median / median(calibration.eager)
     if ratio <= DISTURBED_RATIO or mann_whitney_u(beside.samples, calibration.eager)[1] >= DISTURBED_P:

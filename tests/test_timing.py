@@ -219,3 +219,14 @@ def test_rounds_can_keep_one_order_so_each_sampler_always_follows_the_same_one()
     timing.measure_rounds({n: timing.local_sampler(f, timer) for n, f in fns("a", "b").items()}, policy, clock,
                           alternate=False)
     assert timer.calls[2:8] == ["a", "b"] * 3
+
+
+def test_a_launch_bound_reference_is_not_called_disturbed():
+    """Its time is the judge's host issuing launches, which varies between phases; GPU work left behind by the
+    candidate would lengthen the GPU time and end the launch-bound state, so the check still applies then."""
+    calibration = Calibration((1e-5,) * 10, eager=(1e-3,) * 10)
+    slow = (1.5e-3,) * 20
+    gpu_bound = Measurement(slow, slow, issue_samples=(0.2e-3,) * 20)
+    assert timing.disturbed_warning(gpu_bound, calibration).startswith("[reference_disturbed]")
+    host_bound = Measurement(slow, slow, issue_samples=(1.4e-3,) * 20)
+    assert timing.disturbed_warning(host_bound, calibration) is None

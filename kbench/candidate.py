@@ -15,19 +15,19 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from kbench import procstate, protocol, timing, trust
-from kbench.harness import apply_math_flags, make_timer, set_sizes
+from kbench.harness import apply_math_flags, construct, make_timer, set_sizes
 from kbench.loading import import_path
 from kbench.records import MathFlags
 from kbench.verdicts import Verdict, short
 
 _tensor_type, _strided = torch.Tensor, torch.strided
-_manual_seed = torch.manual_seed
 _memory_allocated, _max_memory_allocated = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
 _reset_peak = torch.cuda.reset_peak_memory_stats
 _synchronize = timing.synchronize
@@ -79,7 +79,7 @@ class Harness:
         self.timer = make_timer(cmd.device)
         problem = import_path("kbench_calibration_problem", cmd.path)
         set_sizes(problem, cmd.overrides)
-        model = problem.Model(*cmd.init).to(cmd.device)
+        model = construct(lambda: problem.Model(*cmd.init), 0, cmd.device)  # the judge's weights replace its own
         model.load_state_dict(cmd.state)
         self.model, self.inputs, self.outputs = model, list(cmd.inputs), list(cmd.outputs)
         return {"status": "ok"}
@@ -98,9 +98,8 @@ class Harness:
 
     def build(self, cmd: protocol.Build) -> dict[str, Any]:
         self._restore("the import" if not self.models else f"model {len(self.models)}")
-        _manual_seed(cmd.seed)
         try:
-            model = self.module.ModelNew(*cmd.init).to(cmd.device)
+            model = construct(lambda: self.module.ModelNew(*cmd.init), cmd.seed, cmd.device)
             own = model.state_dict()
             shared = {k: v for k, v in cmd.state.items() if k in own and own[k].shape == v.shape}
             model.load_state_dict(shared, strict=False)
@@ -194,13 +193,34 @@ class Harness:
         return values
 
 
-def main(conn: Any, init_cuda: bool = False) -> None:
-    """The spawn target: own process group (the judge freezes it), commands in, JSON replies out, until Finish.
+def _only_own_descriptors(conn: Any) -> None:
+    """A forked candidate inherits every descriptor of its worker: keep stdout, stderr and the judge's pipe, nothing
+    else (the worker's result pipe, its stdin), whatever opened them."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 - the process's stdin, never closed
+    keep = {0, 1, 2, conn.fileno()}
+    try:
+        found = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        found = list(range(3, 1024))
+    for fd in found:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
-    With `init_cuda` (spawned ahead of a CUDA job) the CUDA context is made now, while nobody is timed, rather than
-    on the first command."""
+
+def main(conn: Any, init_cuda: bool = False, forked: bool = False) -> None:
+    """The process's target: own process group (the judge freezes it), commands in, JSON replies out, until Finish.
+
+    With `init_cuda` (started ahead of a CUDA job) the CUDA context is made now, while nobody is timed, rather than
+    on the first command. A `forked` candidate first closes what it inherited (`_only_own_descriptors`)."""
     os.setpgid(0, 0)
     _die_with_parent()
+    if forked:
+        _only_own_descriptors(conn)
     if init_cuda:
         warm_cuda()
     harness = Harness()

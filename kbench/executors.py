@@ -30,11 +30,10 @@ class Executor:
 
 
 def local_executor(device: str, gpu_count: int) -> Executor:
-    """Children on this machine. On CUDA each slot keeps its next child started ahead (isolation.WarmStarts)."""
+    """Children on this machine, forked by a zygote per slot; on CUDA each slot keeps its next child started ahead
+    (isolation.WarmStarts)."""
     slots = tuple(gpu_slots(device, gpu_count, visible_devices()))
-    if device != "cuda":
-        return Executor("local", slots, isolation.run_child, pins=True)
-    warm = isolation.WarmStarts()
+    warm = isolation.WarmStarts(ahead=device == "cuda")
     return Executor("local", slots, warm, pins=True, close=warm.close)
 
 

@@ -43,11 +43,26 @@ def apply_math_flags(flags: MathFlags) -> None:
     torch.backends.cuda.matmul.allow_tf32 = flags.matmul_tf32
 
 
-def build_reference(problem: ModuleType, seed: int, device: str) -> tuple[Any, list[Any]]:
-    """The reference model, seeded before its constructor as KernelBench does, and the constructor's arguments."""
-    init = list(problem.get_init_inputs())
+def construct(make: Callable[[], Any], seed: int, device: str) -> Any:
+    """make() seeded (as KernelBench seeds before a constructor), on `device`. On CUDA it runs with the GPU as the
+    default device, so a model of gigabytes of weights initialises in milliseconds there rather than in seconds on
+    the CPU (the judge hands its weights to the candidate's models, so both sides hold the same values either way);
+    a constructor that cannot run that way runs again, seeded again, on the CPU and is moved."""
+    if device != "cpu":
+        _manual_seed(seed)
+        try:
+            with torch.device(device):
+                return make().to(device)
+        except Exception:  # noqa: BLE001 - e.g. numpy or an explicit CPU tensor inside the constructor
+            pass
     _manual_seed(seed)
-    return problem.Model(*init).to(device), init
+    return make().to(device)
+
+
+def build_reference(problem: ModuleType, seed: int, device: str) -> tuple[Any, list[Any]]:
+    """The reference model, seeded before its constructor, and the constructor's arguments."""
+    init = list(problem.get_init_inputs())
+    return construct(lambda: problem.Model(*init), seed, device), init
 
 
 def _to(x: Any, device: str) -> Any:
@@ -58,7 +73,7 @@ def input_maker(problem: ModuleType, device: str) -> Callable[[int], list[Any]]:
     """make(seed) -> the problem's inputs on `device`. On CUDA, get_inputs() runs with the GPU as the default device,
     so multi-GB inputs are drawn there in milliseconds rather than on the CPU; a problem whose get_inputs() cannot
     run that way is drawn on the CPU and moved."""
-    on_device = [device == "cuda"]
+    on_device = [device != "cpu"]
 
     def make(seed: int) -> list[Any]:
         _manual_seed(seed)

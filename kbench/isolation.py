@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbench.zygote import ForkedWorker, Zygote, ZygoteError
+
 LOG_TAIL_CHARS = 20_000
 _live: set[int] = set()  # process groups of running children, killed if the parent is interrupted
 _live_lock = threading.Lock()
@@ -101,7 +103,8 @@ class _Child:
     thread-spawning solution) outlives the evaluation.
     """
 
-    def __init__(self, env: dict[str, str] | None, warm: bool = False) -> None:
+    def __init__(self, env: dict[str, str] | None, warm: bool = False, zygote: Zygote | None = None) -> None:
+        """Start `python -m kbench.worker`, or have `zygote` fork one (kbench.zygote): the same worker, imports done."""
         read_fd, write_fd = os.pipe()
         self.chunks: list[bytes] = []
         self.groups: list[int] = []  # further process groups the child reported (a judge's candidate)
@@ -110,10 +113,8 @@ class _Child:
         self.reader = threading.Thread(target=_drain, args=(read_fd, self.chunks, self._event), daemon=True)
         self.reader.start()
         self.log = tempfile.TemporaryFile()
-        command = [sys.executable, "-m", "kbench.worker", "--result-fd", str(write_fd)] + (["--warm"] if warm else [])
         try:
-            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
-                                         pass_fds=(write_fd,), start_new_session=True, env=env)
+            self.proc = self._fork(zygote, write_fd, warm) if zygote is not None else self._spawn(env, write_fd, warm)
         except BaseException:
             self.log.close()
             raise
@@ -121,6 +122,22 @@ class _Child:
             os.close(write_fd)  # the reader sees EOF if the child never started
         with _live_lock:
             _live.add(self.proc.pid)
+
+    def _spawn(self, env: dict[str, str] | None, write_fd: int, warm: bool) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-m", "kbench.worker", "--result-fd", str(write_fd)] + (["--warm"] if warm else [])
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
+                                pass_fds=(write_fd,), start_new_session=True, env=env)
+
+    def _fork(self, zygote: Zygote, write_fd: int, warm: bool) -> ForkedWorker:
+        stdin_r, stdin_w = os.pipe()
+        try:
+            pid = zygote.fork(stdin_r, self.log.fileno(), write_fd, warm)
+        except BaseException:
+            os.close(stdin_w)
+            raise
+        finally:
+            os.close(stdin_r)
+        return ForkedWorker(zygote, pid, os.fdopen(stdin_w, "wb"))
 
     def _event(self, line: bytes) -> None:
         """A progress line from the worker (`{"token", "event"}`, e.g. "timed" when its timing is over)."""
@@ -193,24 +210,54 @@ def run_child(job: dict[str, Any], timeout_s: float, env: dict[str, str] | None 
 
 
 class WarmStarts:
-    """A launcher like `run_child` that keeps one child started ahead for the next job with the same environment.
+    """A launcher like `run_child` for a run's evaluations: each job gets a fresh worker, forked by a zygote that
+    imported torch and kbench once for every worker with the same environment (kbench.zygote).
 
-    The next job's child is started as soon as the running job reports that its timing is over (or when the job
-    ends, if it never times), so it imports Python, torch and kbench (a few seconds of CPU) during the trust checks
-    rather than during anybody's timing on this slot. It touches no GPU before it has its job, and each job still
-    gets a fresh process. For CUDA runs only: on the CPU, the spare's imports would share the timed cores.
+    With `ahead` (CUDA runs) one worker is forked ahead for the next job as soon as the running job reports that its
+    timing is over (or when the job ends, if it never times), so that it and its candidate create their CUDA contexts
+    during the trust checks rather than during anybody's timing on this slot. On the CPU a worker is forked when its
+    job comes (a spare's start-up would share the timed cores). If a zygote cannot start, workers start the slow way
+    (`python -m kbench.worker`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, ahead: bool = True) -> None:
+        self.ahead = ahead
         self._spares: dict[tuple[tuple[str, str], ...], _Child] = {}
+        self._zygotes: dict[tuple[tuple[str, str], ...], Zygote | None] = {}
         self._lock = threading.Lock()
         self._closed = False
 
+    def _zygote(self, key: tuple[tuple[str, str], ...], env: dict[str, str]) -> Zygote | None:
+        with self._lock:
+            if key not in self._zygotes and not self._closed:
+                self._zygotes[key] = Zygote(env)
+            zygote = self._zygotes.get(key)
+        return zygote if zygote is not None and zygote.alive() else None
+
+    def _child(self, key: tuple[tuple[str, str], ...], env: dict[str, str]) -> _Child:
+        zygote = self._zygote(key, env)
+        if zygote is not None:
+            try:
+                return _Child(env, warm=self.ahead, zygote=zygote)
+            except ZygoteError as exc:
+                print(f"[warning] kbench's zygote failed ({exc}); workers start without it", file=sys.stderr)
+                with self._lock:
+                    self._zygotes[key] = None
+                zygote.close()
+        return _Child(env, warm=self.ahead)
+
     def _start_spare(self, key: tuple[tuple[str, str], ...], env: dict[str, str]) -> None:
+        if not self.ahead:
+            return
         with self._lock:
             if self._closed or key in self._spares:
                 return
-            self._spares[key] = _Child(env, warm=True)
+        child = self._child(key, env)
+        with self._lock:
+            if self._closed or key in self._spares:
+                child.discard()
+                return
+            self._spares[key] = child
 
     def __call__(self, job: dict[str, Any], timeout_s: float, env: dict[str, str]) -> ChildOutcome:
         shared = {k: v for k, v in env.items() if k not in JOB_ENV}
@@ -220,7 +267,7 @@ class WarmStarts:
         if child is None or child.proc.poll() is not None:  # none yet, or it died waiting
             if child is not None:
                 child.discard()
-            child = _Child(shared, warm=True)
+            child = self._child(key, shared)
         job = {**job, "env": {k: env[k] for k in JOB_ENV if k in env}}
         outcome = child.run(job, timeout_s, on_event=lambda name: name == "timed" and self._start_spare(key, shared))
         self._start_spare(key, shared)  # the job ended without timing (a failure, a reference job)
@@ -232,12 +279,15 @@ class WarmStarts:
             return sum(child.proc.poll() is None for child in self._spares.values())
 
     def close(self) -> None:
-        """Kill the children still waiting for a job."""
+        """Kill the children still waiting for a job, and the zygotes."""
         with self._lock:
             self._closed = True
             spares, self._spares = list(self._spares.values()), {}
+            zygotes, self._zygotes = [z for z in self._zygotes.values() if z is not None], {}
         for child in spares:
             child.discard()
+        for zygote in zygotes:
+            zygote.close()
 
 
 def _drain(fd: int, chunks: list[bytes], on_line: Callable[[bytes], Any]) -> None:

@@ -117,8 +117,11 @@ def _trust(job: dict[str, Any], session: Session, reference: Any, make: Callable
         result["warnings"].append(warning)
     phases.mark("trust_determinism")
     source = Path(job["solution"]["path"]).read_text()
-    if trust.wants_kernel_profile(job) and trust.declared_kernels(source):  # else no GPU time can be its own
-        trust.kernel_profile(lambda: session.profile(make(seed), source), result)
+    if trust.wants_kernel_profile(job):
+        if trust.declared_kernels(source):
+            trust.kernel_profile(lambda: session.profile(make(seed), source), result)
+        else:
+            trust.no_declared_kernels(result)
         phases.mark("trust_profile")
     _finish(session, result)
     session.release()

@@ -34,13 +34,14 @@ class CandidateProcess:
     """The solution's process as the judge sees it: spawned with a pipe, frozen (SIGSTOP to its process group) except
     while it answers a command, and killed with its group at the end."""
 
-    def __init__(self, target: Callable[..., None] = candidate.main, init_cuda: bool = False) -> None:
-        """Spawn it: it imports Python, torch and kbench, and (with `init_cuda`, for a worker started ahead of its
-        CUDA job) creates its CUDA context before its first command."""
-        ctx = torch_mp.get_context("spawn")
+    def __init__(self, target: Callable[..., None] = candidate.main, init_cuda: bool = False, fork: bool = False) -> None:
+        """Start it: spawned, it imports Python, torch and kbench; forked (`fork`, from a worker the zygote forked, before
+        the worker has a job or a CUDA context), it has them already and keeps no descriptor of the worker's but its
+        pipe, stdout and stderr. With `init_cuda` (a worker started ahead of its CUDA job) it creates its CUDA context
+        before its first command."""
+        ctx = torch_mp.get_context("fork" if fork else "spawn")
         self.conn, child_end = ctx.Pipe(duplex=True)
-        args = (child_end, True) if init_cuda else (child_end,)
-        self.proc = ctx.Process(target=target, args=args, name="kbench-candidate")
+        self.proc = ctx.Process(target=target, args=(child_end, init_cuda, fork), name="kbench-candidate")
         self.proc.start()
         child_end.close()
         self.pgid = self.proc.pid  # the candidate makes itself a group leader first thing

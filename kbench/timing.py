@@ -330,4 +330,5 @@ def launch_bound_warning(m: Measurement) -> str | None:
     if issue < LAUNCH_BOUND_SHARE * m.median:
         return None
     return (f"[launch_bound] the host takes {issue * 1e3:.3f} ms to issue a call whose GPU time is {m.median * 1e3:.3f} ms: "
-            "launch overhead dominates (fewer, larger kernels or a CUDA graph would help)")
+            "launch overhead dominates, and the time follows the host CPU's speed (fewer, larger kernels or a CUDA "
+            "graph would help)")

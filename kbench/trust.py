@@ -149,6 +149,13 @@ def kernel_profile(kernel_share: Callable[[], dict[str, Any]], result: dict[str,
         result["warnings"].append("[no_custom_kernel] none of the GPU time is spent in the solution's own kernels")
 
 
+def no_declared_kernels(result: dict[str, Any]) -> None:
+    """A source that declares no __global__ kernel: the profile could attribute none of its GPU time to it, so it is
+    not run (the static check `no_custom_kernel` speaks for a source with no kernel of any kind)."""
+    result["kernels"] = {"profiled": False, "reason": "the source declares no __global__ kernel",
+                         "kernels_declared": [], "own_share": None}
+
+
 def accuracy_warning(acc: dict[str, float]) -> str | None:
     """The [low_accuracy] flag: far less accurate than the reference, and than TF32 where the run allows it."""
     allowed = ACCURACY_FLAG_FACTOR * acc["reference"]

@@ -174,22 +174,33 @@ MODES = {"evaluate": evaluate, "reference": evaluate_reference, "build": build, 
 def main() -> None:
     parser = argparse.ArgumentParser(description="kbench evaluation child (internal)")
     parser.add_argument("--result-fd", type=int, required=True)
-    parser.add_argument("--warm", action="store_true", help="started ahead of its job: import what evaluations use first")
+    parser.add_argument("--warm", action="store_true", help="started ahead of its job: make the CUDA contexts first")
     args = parser.parse_args()
+    serve(args.result_fd, args.warm)
+
+
+def serve(result_fd: int, warm: bool, forked: bool = False) -> None:
+    """Take one job from stdin, write its result to result_fd, exit.
+
+    A worker forked by the zygote (kbench.zygote) forks its candidate now, before it has a job or a CUDA context
+    (the candidate inherits nothing of a job); a worker started ahead of a CUDA job (`warm`) spawns it now. Either way
+    with `warm` both make their CUDA contexts before the job arrives."""
     global _spare
-    if args.warm:  # a CUDA run's child: its candidate and both CUDA contexts start while the job is not here yet
+    if forked or warm:
         from kbench.candidate import warm_cuda
         from kbench.judge import CandidateProcess
 
-        _spare = CandidateProcess(init_cuda=True)
-        warm_cuda()
-        _warm_flop_counter()
+        _spare = CandidateProcess(init_cuda=warm, fork=forked)
+        if warm:
+            warm_cuda()
+    if warm and not forked:
+        _warm_flop_counter()  # a forked worker has it from the zygote
     job = json.loads(sys.stdin.read())
     if _spare is not None and job.get("mode") != "evaluate":
         _spare.kill()
         _spare = None
     os.environ.update(job.get("env", {}))  # what differs between jobs (kbench.isolation.JOB_ENV)
-    out = os.fdopen(args.result_fd, "w")
+    out = os.fdopen(result_fd, "w")
 
     def announce(event: str, **fields: Any) -> None:
         out.write(json.dumps({**fields, "token": job["token"], "event": event}) + "\n")

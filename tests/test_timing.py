@@ -205,7 +205,8 @@ def test_issue_times_are_kept_and_a_call_the_host_cannot_issue_faster_than_the_g
     bound = timing.measure_interleaved(fns("a"), FakeTimer(clock, {"a": [1e-3]}, issue_share=0.9), policy, clock)["a"]
     warning = timing.launch_bound_warning(bound)
     assert warning == ("[launch_bound] the host takes 0.900 ms to issue a call whose GPU time is 1.000 ms: launch "
-                       "overhead dominates (fewer, larger kernels or a CUDA graph would help)")
+                       "overhead dominates, and the time follows the host CPU's speed (fewer, larger kernels or a "
+                       "CUDA graph would help)")
     assert Measurement.from_json(bound.to_json()).issue_samples == bound.issue_samples
 
 

@@ -1,0 +1,134 @@
+"""Workers forked by the zygote: the same outcomes as workers started with subprocess, nothing inherited that a
+solution could use, and a run that goes on when the zygote is gone."""
+
+import json
+import os
+import signal
+import time
+
+from kbench import isolation
+from tests.conftest import FIXTURES
+from tests.test_warm_starts import _job
+
+GOOD = FIXTURES / "solutions" / "tiny" / "good.py"
+TINY = FIXTURES / "problems" / "tiny" / "model.py"
+
+# Prepended to a correct solution: at import, in the candidate's process, it records every descriptor it holds.
+LISTS_FDS = '''import json, os, sys
+_fds = {}
+for _name in os.listdir("/proc/self/fd"):
+    try:
+        _fds[_name] = os.readlink(f"/proc/self/fd/{_name}")
+    except OSError:
+        pass
+with open(os.environ["KBENCH_TEST_FDS"], "w") as _f:
+    json.dump({"fds": _fds, "stdin": sys.stdin.read()}, _f)
+'''
+
+
+def _launcher(ahead=False):
+    return isolation.WarmStarts(ahead=ahead)
+
+
+def _problem_job(tmp_path, text):
+    problem = tmp_path / "problem.py"
+    problem.write_text(text + TINY.read_text())
+    job = _job(GOOD)
+    job["problem"] = {**job["problem"], "path": str(problem)}
+    return job
+
+
+def test_forked_workers_give_fresh_processes_and_the_same_results_as_spawned_ones(tmp_path):
+    solution = tmp_path / "pid.py"
+    solution.write_text('import os\nprint("pid", os.getpid(), os.getppid(), flush=True)\n' + GOOD.read_text())
+    env = isolation.worker_path_env()
+    spawned = isolation.run_child(_job(solution), 60, env)
+    warm = _launcher()
+    try:
+        forked = [warm(_job(solution), 60, env) for _ in range(3)]
+    finally:
+        warm.close()
+    assert spawned.result["status"] == "correct"
+    assert [o.result["status"] for o in forked] == ["correct"] * 3, [o.log for o in forked]
+    assert forked[0].result.keys() == spawned.result.keys()
+    pids = [line.split()[1] for o in forked for line in o.log.splitlines() if line.startswith("pid ")]
+    assert len(set(pids)) == 3
+
+
+def test_a_forked_candidate_holds_no_descriptor_of_its_worker(tmp_path, monkeypatch):
+    report = tmp_path / "fds.json"
+    monkeypatch.setenv("KBENCH_TEST_FDS", str(report))
+    solution = tmp_path / "lists_fds.py"
+    solution.write_text(LISTS_FDS + GOOD.read_text())
+    warm = _launcher(ahead=True)  # the candidate forked before the job, as on CUDA
+    try:
+        outcome = warm(_job(solution), 60, isolation.worker_path_env())
+    finally:
+        warm.close()
+    assert outcome.result["status"] == "correct", outcome.log
+    seen = json.loads(report.read_text())
+    assert seen["stdin"] == ""  # not the worker's job pipe
+    fds = seen["fds"]
+    assert fds["0"] == "/dev/null"
+    # stdout and stderr (the evaluation's log), the judge's socket, and what the listing itself opened: no pipe of
+    # the worker's (its result pipe, its job pipe), no zygote socket
+    others = {fd: target for fd, target in fds.items() if fd not in ("0", "1", "2")}
+    assert sum(t.startswith("socket:") for t in others.values()) == 1, fds
+    assert not any(t.startswith("pipe:") for t in others.values()), fds
+
+
+def test_a_worker_killed_by_a_signal_is_reported_as_crashed(tmp_path):
+    job = _problem_job(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGABRT)\n")
+    warm = _launcher()
+    try:
+        outcome = warm(job, 60, isolation.worker_path_env())
+    finally:
+        warm.close()
+    assert outcome.failure is not None and outcome.failure[0] == "crashed"
+    assert "SIGABRT" in outcome.failure[1]
+
+
+def test_a_worker_past_its_time_is_killed_with_its_group(tmp_path):
+    job = _problem_job(tmp_path, "import os, subprocess, time\nprint('sleeper', subprocess.Popen(['sleep', '60']).pid, "
+                                 "flush=True)\ntime.sleep(60)\n")
+    warm = _launcher()
+    start = time.monotonic()
+    try:
+        outcome = warm(job, 3, isolation.worker_path_env())
+    finally:
+        warm.close()
+    assert outcome.timed_out and time.monotonic() - start < 30
+    sleeper = int(next(line.split()[1] for line in outcome.log.splitlines() if line.startswith("sleeper")))
+    time.sleep(0.2)
+    try:
+        os.kill(sleeper, 0)
+        with open(f"/proc/{sleeper}/stat") as f:
+            alive = f.read().split()[2] != "Z"
+    except ProcessLookupError:
+        alive = False
+    assert not alive  # the worker's grandchild went with its process group
+
+
+def test_the_run_goes_on_when_its_zygote_is_gone(tmp_path, capfd):
+    env = isolation.worker_path_env()
+    warm = _launcher()
+    try:
+        assert warm(_job(GOOD), 60, env).result["status"] == "correct"
+        (zygote,) = [z for z in warm._zygotes.values() if z is not None]
+        os.killpg(zygote.proc.pid, signal.SIGKILL)
+        zygote.proc.wait()
+        outcome = warm(_job(GOOD), 60, env)
+    finally:
+        warm.close()
+    assert outcome.result is not None and outcome.result["status"] == "correct", outcome.log
+
+
+def test_close_ends_the_zygote_and_the_spare(tmp_path):
+    warm = _launcher(ahead=True)
+    warm(_job(GOOD), 60, isolation.worker_path_env())
+    zygotes = [z for z in warm._zygotes.values() if z is not None]
+    spares = list(warm._spares.values())
+    warm.close()
+    assert zygotes and spares
+    assert all(z.proc.poll() is not None for z in zygotes)
+    assert all(child.proc.poll() is not None for child in spares)

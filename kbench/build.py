@@ -51,6 +51,12 @@ def child_env(ctx: BuildContext, solution: SolutionSpec | None, max_jobs: int) -
     return env
 
 
+def zygote_env(cuda_home: Path | None) -> dict[str, str]:
+    """What every child of a run shares (`child_env` without the per-job variables). It needs no probe, so the run's
+    zygote can start importing while the machine is probed."""
+    return isolation.shared_env({**isolation.worker_path_env(), **toolkit.build_env(None, cuda_home, "", 1)})
+
+
 _COMPILER_ERROR = re.compile(r"(?:^|\s)(?:fatal )?error\b\s*:?", re.IGNORECASE)
 
 

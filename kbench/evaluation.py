@@ -13,7 +13,7 @@ from kbench.records import (
     COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
     trials_from_json,
 )
-from kbench.timing import escaped_work_warning, few_samples_warning, launch_bound_warning
+from kbench.timing_checks import escaped_work_warning, few_samples_warning, launch_bound_warning
 
 # Findings that mean the timing cannot be trusted: a row that passes with one of them is `suspect`, keeps its raw
 # samples, and shows no speedup. Other findings (static checks, more than 10x faster than eager) stay warnings.

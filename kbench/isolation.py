@@ -92,7 +92,7 @@ def _parse(data: bytes, token: str) -> dict[str, Any] | None:
 
 # Variables that differ between jobs of one run. A child started ahead of its job gets them with the job, so one
 # started child serves any solution (the worker sets them before it loads anything).
-JOB_ENV = ("TORCH_EXTENSIONS_DIR",)
+JOB_ENV = ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS")
 
 
 class _Child:
@@ -209,6 +209,24 @@ def run_child(job: dict[str, Any], timeout_s: float, env: dict[str, str] | None 
     return _Child(env).run(job, timeout_s)
 
 
+def run_forked(zygote: Zygote | None, job: dict[str, Any], timeout_s: float, env: dict[str, str]) -> ChildOutcome:
+    """`run_child`, with the worker forked by `zygote` (started with `env`) while it is up; else started the slow
+    way. The job's own variables (JOB_ENV) come with the job."""
+    if zygote is not None and zygote.alive():
+        try:
+            child = _Child(env, zygote=zygote)
+        except ZygoteError:
+            pass
+        else:
+            return child.run({**job, "env": {k: env[k] for k in JOB_ENV if k in env}}, timeout_s)
+    return run_child(job, timeout_s, env)
+
+
+def shared_env(env: dict[str, str]) -> dict[str, str]:
+    """What a zygote is started with: the environment without the per-job variables."""
+    return {k: v for k, v in env.items() if k not in JOB_ENV}
+
+
 class WarmStarts:
     """A launcher like `run_child` for a run's evaluations: each job gets a fresh worker, forked by a zygote that
     imported torch and kbench once for every worker with the same environment (kbench.zygote).
@@ -226,6 +244,12 @@ class WarmStarts:
         self._zygotes: dict[tuple[tuple[str, str], ...], Zygote | None] = {}
         self._lock = threading.Lock()
         self._closed = False
+
+    def adopt(self, zygote: Zygote, env: dict[str, str]) -> None:
+        """Use an already started zygote (the run's probe's) for the jobs whose shared environment is `env`; the
+        launcher closes it with the others."""
+        with self._lock:
+            self._zygotes.setdefault(tuple(sorted(shared_env(env).items())), zygote)
 
     def _zygote(self, key: tuple[tuple[str, str], ...], env: dict[str, str]) -> Zygote | None:
         with self._lock:
@@ -260,7 +284,7 @@ class WarmStarts:
             self._spares[key] = child
 
     def __call__(self, job: dict[str, Any], timeout_s: float, env: dict[str, str]) -> ChildOutcome:
-        shared = {k: v for k, v in env.items() if k not in JOB_ENV}
+        shared = shared_env(env)
         key = tuple(sorted(shared.items()))
         with self._lock:
             child = self._spares.pop(key, None)

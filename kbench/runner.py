@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kbench import isolation, toolkit
-from kbench.build import BuildContext, BuildResult, build_all
+from kbench.build import BuildContext, BuildResult, build_all, zygote_env
 from kbench.environment import git_info, host_info
 from kbench.errors import Interrupted, KbenchError, UsageError
 from kbench.evaluation import (
@@ -20,13 +20,16 @@ from kbench.executors import make_executor
 from kbench.pool import Slot, run_on_slots
 from kbench.records import COMPILED, EAGER, Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status
 from kbench.storage import RunStore
+from kbench.zygote import Zygote
 
 Progress = Callable[[str], None]
 PROBE_TIMEOUT_S = 120
 
 
-def probe_environment() -> dict[str, Any]:
-    outcome = isolation.run_child({"mode": "probe"}, PROBE_TIMEOUT_S, isolation.worker_path_env())
+def probe_environment(zygote: Zygote | None = None) -> dict[str, Any]:
+    """The machine as a worker sees it (torch, GPUs); from a worker forked by `zygote` when one is given."""
+    env = zygote_env(toolkit.find_cuda_home()) if zygote is not None else isolation.worker_path_env()
+    outcome = isolation.run_forked(zygote, {"mode": "probe"}, PROBE_TIMEOUT_S, env)
     if outcome.result is None or "environment" not in outcome.result:
         status, message = outcome.failure or ("crashed", outcome.result.get("message", "") if outcome.result else "")
         raise KbenchError(f"Cannot start a kbench worker ({status}: {message}). Is torch installed in this Python?")
@@ -105,9 +108,17 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
     holds are not run again. `env` is the machine's probe, when the caller has it already. `selection`
     (what was asked for) is stored so that a resume finishes the same problems and solutions.
     """
+    early = None
     if env is None:
         progress("probing the machine ...")
-        env = probe_environment()
+        # The run's zygote starts now (its imports overlap the probe) and forks the probe's worker.
+        early = Zygote(zygote_env(toolkit.find_cuda_home())) if config.executor == "local" else None
+        try:
+            env = probe_environment(early)
+        except BaseException:
+            if early is not None:
+                early.close()
+            raise
     resumed = RunStore.resume(resume) if resume is not None else None
     if resumed is not None:
         config = _resumable_config(resumed, env)
@@ -116,7 +127,12 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
     gpu = env.get("gpu") or {}
     ctx = build_context(env, config.cache_dir, config.timeout_s, config.jobs)
     cuda_home, arch = ctx.cuda_home, ctx.arch
-    executor = make_executor(config.executor, device, gpu.get("count", 0), config.address, config.parallel)
+    try:
+        executor = make_executor(config.executor, device, gpu.get("count", 0), config.address, config.parallel, early)
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
     plan = Plan(config, device, size, env, ctx, executor)
     header = {
         "environment": {**env, "cuda_home": str(cuda_home) if cuda_home else None, "arch_list": arch, **host_info()},

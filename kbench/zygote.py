@@ -65,7 +65,8 @@ class ForkedWorker:
 class Zygote:
     """The parent's handle on one zygote: fork requests in, fork and exit reports out (a reader thread)."""
 
-    def __init__(self, env: dict[str, str] | None) -> None:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
         self.sock, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = tempfile.TemporaryFile()
         try:

@@ -5,7 +5,7 @@ import os
 import time
 
 from kbench import isolation
-from kbench.build import BuildContext, child_env
+from kbench.build import BuildContext, child_env, zygote_env
 from kbench.records import MathFlags, SolutionSpec, TimingPolicy
 from tests.conftest import FIXTURES
 
@@ -124,7 +124,10 @@ def test_reference_and_solution_children_differ_only_by_the_per_job_env(tmp_path
     path, _ = _solution(tmp_path / "a")
     solution = SolutionSpec(name="checks_env", problem="tiny", path=path, devices=("cpu",))
     reference, candidate = child_env(ctx, None, 1), child_env(ctx, solution, 1)
-    assert {k for k in reference.keys() | candidate.keys() if reference.get(k) != candidate.get(k)} == set(isolation.JOB_ENV)
+    differ = {k for k in reference.keys() | candidate.keys() if reference.get(k) != candidate.get(k)}
+    assert differ == {"TORCH_EXTENSIONS_DIR"} and differ <= set(isolation.JOB_ENV)
+    # and what they share is known before the probe: the run's first zygote serves both
+    assert isolation.shared_env(reference) == isolation.shared_env(candidate) == zygote_env(ctx.cuda_home)
 
 
 def test_the_reference_child_reports_the_end_of_its_timing(tmp_path):

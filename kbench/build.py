@@ -10,10 +10,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kbench import isolation, toolkit
 from kbench.pool import drain
 from kbench.records import CompileInfo, SolutionSpec
+
+Launch = Callable[[dict[str, Any], float, dict[str, str]], isolation.ChildOutcome]
 
 BUILD_LOG_CHARS = 20_000
 
@@ -74,7 +77,7 @@ def needs_build(solution: SolutionSpec) -> bool:
     return b"cpp_extension" in solution.path.read_bytes()
 
 
-def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int) -> BuildResult:
+def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int, launch: Launch = isolation.run_child) -> BuildResult:
     """Import the solution in a child so its load_inline calls compile into the cache directory.
 
     A file lock per cache key keeps two kbench processes from building the same extension at once.
@@ -89,7 +92,7 @@ def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int) -> Build
         built_before = (directory / toolkit.BUILT_MARKER).exists()
         started = time.time()
         job = {"mode": "build", "solution": {"name": solution.name, "path": str(solution.path)}}
-        outcome = isolation.run_child(job, ctx.timeout_s, child_env(ctx, solution, max_jobs))
+        outcome = launch(job, ctx.timeout_s, child_env(ctx, solution, max_jobs))
         # ninja rebuilds even a cached extension when torch's headers are newer (a fresh install): not cached then.
         cached = built_before and not any(p.stat().st_mtime >= started for p in directory.rglob("*.so"))
     log = outcome.log[-BUILD_LOG_CHARS:]
@@ -111,8 +114,10 @@ def build_all(
     ctx: BuildContext,
     solutions: Sequence[SolutionSpec],
     progress: Callable[[BuildResult, int, int], None] | None = None,
+    launch: Launch = isolation.run_child,
 ) -> dict[Path, BuildResult]:
-    """Build independent solutions in parallel; compiler threads are split between the jobs."""
+    """Build independent solutions in parallel; compiler threads are split between the jobs. `launch` starts each
+    build's child (a run passes its executor's, whose workers are forked with everything imported)."""
     if not solutions:
         return {}
     jobs = max(1, min(ctx.jobs or (os.cpu_count() or 1), len(solutions)))
@@ -127,5 +132,5 @@ def build_all(
             progress(result, len(results), len(solutions))
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        drain([pool.submit(build_one, ctx, s, max_jobs) for s in solutions], finished)
+        drain([pool.submit(build_one, ctx, s, max_jobs, launch) for s in solutions], finished)
     return results

@@ -189,7 +189,8 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
     if chosen:
         progress(f"building {len(chosen)} solution(s) into {plan.build.cache_dir} ...")
 
-    builds = build_all(plan.build, chosen, build_progress(progress))
+    local = plan.executor.name == "local"  # its workers are forked with everything imported
+    builds = build_all(plan.build, chosen, build_progress(progress), plan.executor.launch if local else isolation.run_child)
     slots = list(plan.executor.slots)
     if len(slots) > 1 or plan.executor.name != "local":
         progress(f"evaluating {len(slots)} at once ({plan.executor.name}; one evaluation per GPU): {', '.join(map(str, slots))}")

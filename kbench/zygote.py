@@ -145,8 +145,14 @@ class Zygote:
 # ---- the zygote's side ------------------------------------------------------------------------------------------
 
 def _prepare() -> None:
-    """What every worker would otherwise import and set up on its own (no GPU is touched)."""
+    """What every worker would otherwise import (no GPU is touched)."""
     from kbench import candidate, judge, session, worker  # noqa: F401 - imported for the forks
+
+
+def _warm() -> None:
+    """The FLOP counter's set-up (seconds), done once the requests waiting at start are served: the run's first worker
+    (its probe) need not wait for it; the reference's workers, which count FLOPs, get it from here."""
+    from kbench import worker
 
     worker._warm_flop_counter()
 
@@ -196,8 +202,13 @@ def main() -> None:
     os.set_blocking(wake[1], False)
     signal.set_wakeup_fd(wake[1])
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    warmed = False
     while True:
-        ready, _, _ = select.select([sock, wake[0]], [], [])
+        ready, _, _ = select.select([sock, wake[0]], [], [], None if warmed else 0)
+        if not ready and not warmed:
+            _warm()
+            warmed = True
+            continue
         if wake[0] in ready:
             os.read(wake[0], 4096)
         _reap(sock)

@@ -251,6 +251,7 @@ def run_trials(
                 max_rel_err=fig.get("max_rel_err"),
                 mismatched=fig.get("mismatched"),
                 numel=fig.get("numel"),
+                chunks=fig.get("chunks"),
                 message=fig.get("message", ""),
             )
         )

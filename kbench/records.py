@@ -170,6 +170,7 @@ class TrialResult:
     max_rel_err: float | None = None
     mismatched: int | None = None
     numel: int | None = None
+    chunks: int | None = None  # pieces the comparison took the output in, to stay within its memory budget
     message: str = ""
 
 

@@ -123,7 +123,7 @@ def run_command(
     """
     from kbench.records import MathFlags, RunConfig, TimingPolicy
     from kbench.report import results_frame, to_terminal
-    from kbench.runner import run
+    from kbench.runner import not_correct, run
 
     config = RunConfig(
         device=device, size=size, trials=trials, atol=atol, rtol=rtol, math=MathFlags.from_tf32(not no_tf32),
@@ -137,6 +137,11 @@ def run_command(
         raise _fail(exc) from None
     typer.echo(to_terminal(results_frame(store.evaluations)))
     typer.echo(f"\nresults: {store.directory}")
+    failed = not_correct(store.evaluations)
+    if failed:
+        typer.echo(f"{len(failed)} of {len(store.evaluations)} row(s) not correct "
+                   f"({', '.join(sorted({e.status.value for e in failed}))}): exit 1", err=True)
+        raise typer.Exit(1)
 
 
 @app.command("build")

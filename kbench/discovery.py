@@ -10,6 +10,7 @@ from typing import Any
 
 from kbench.errors import DiscoveryError
 from kbench.records import ProblemSpec, SolutionSpec
+from kbench.verdicts import NO_MODELNEW, syntax_error
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -171,15 +172,42 @@ def solution_devices(tree: ast.Module, path: Path) -> tuple[str, ...]:
     return ("cuda",)
 
 
+def _binds(tree: ast.Module, name: str) -> bool:
+    """Does the module bind `name` at top level (a class, function, assignment or import), or might it (a star
+    import)?"""
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
+                return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" or (a.asname or a.name.split(".")[0]) == name for a in node.names):
+                return True
+    return False
+
+
+def solution_defect(tree: ast.Module | None, error: SyntaxError | None) -> str:
+    """Why a solution file cannot load, told from its text alone ("" when nothing is seen)."""
+    if error is not None:
+        return syntax_error(error)
+    if tree is not None and not _binds(tree, "ModelNew"):
+        return NO_MODELNEW
+    return ""
+
+
 def load_solution_file(path: Path, problem: str, name: str | None = None) -> SolutionSpec:
     if not path.is_file():
         raise DiscoveryError(f"No solution file at {path}")
+    tree, error = None, None
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         devices = solution_devices(tree, path)
-    except SyntaxError:
-        devices = KNOWN_DEVICES  # attempted anywhere, so the child reports the syntax error as its verdict
-    return SolutionSpec(problem=problem, name=name or path.stem, path=path.resolve(), devices=devices)
+    except SyntaxError as exc:
+        devices, error = KNOWN_DEVICES, exc  # a load_error wherever it is run
+    return SolutionSpec(problem=problem, name=name or path.stem, path=path.resolve(), devices=devices,
+                        defect=solution_defect(tree, error))
 
 
 def list_solutions(problem: str, solutions_dir: Path) -> list[SolutionSpec]:

@@ -60,6 +60,8 @@ def _trials_check(e: Evaluation, size: str, trials: Sequence, name: str, repro: 
 
 def build_check(e: Evaluation) -> Check:
     repro = f"kbench build -p {e.problem} -s {e.solution}"
+    if e.status == Status.LOAD_ERROR:  # seen before any build (a syntax error, no ModelNew)
+        return Check(e.problem, e.solution, "build", FAIL, f"{e.status.value}: {e.message}", repro)
     if e.compile is None:
         return Check(e.problem, e.solution, "build", SKIP, e.message)
     if e.compile.ok:
@@ -138,7 +140,8 @@ def gate(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Pa
     # Without a GPU every solution goes through the CPU run (CUDA ones are built there); with one, the CPU-only ones.
     on_cpu = solutions if not gpu else {p: [s for s in group if "cuda" not in s.devices] for p, group in solutions.items()}
     if any(on_cpu.values()):
-        store = _run(dataclasses.replace(base, device="cpu", size="small", two_sizes=False), problems, on_cpu, progress, env)
+        store = _run(dataclasses.replace(base, device="cpu", size="small", two_sizes=False, build_unrunnable=not gpu),
+                     problems, on_cpu, progress, env)
         runs.append(store.directory)
         chosen = {(s.problem, s.name) for group in on_cpu.values() for s in group}
         checks += [c for e in store.evaluations if (e.problem, e.solution) in chosen

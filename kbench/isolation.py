@@ -24,14 +24,81 @@ _live_lock = threading.Lock()
 
 
 def kill_all() -> None:
-    """Kill every running child's process group (used when a run with parallel children is interrupted)."""
+    """Kill every running child with all it started (used when a run is interrupted)."""
     with _live_lock:
         groups = list(_live)
     for pgid in groups:
+        kill_tree(pgid)
+
+
+def _processes() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, session id) of every process this user can see (Linux /proc; empty elsewhere)."""
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
         try:
-            os.killpg(pgid, signal.SIGKILL)
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, session, ...
+        found.append((int(name), int(fields[1]), int(fields[3])))
+    return found
+
+
+def _tree(root: int, exited: bool) -> set[int]:
+    """`root`'s session and every descendant of the session's members (and of `root` unless it has exited)."""
+    table = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, ppid, _sid in table:
+        children.setdefault(ppid, []).append(pid)
+    found = {pid for pid, _ppid, sid in table if sid == root}
+    stack = list(found) + ([] if exited else [root])
+    found.update(stack)
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    found.discard(os.getpid())
+    return found
+
+
+def _signal_all(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def kill_tree(root: int, exited: bool = False, rounds: int = 5) -> None:
+    """SIGKILL `root`'s process group, every process of its session and every descendant of any of them.
+
+    A child of kbench is its own session, so its session holds whatever it started, even processes that moved to
+    process groups of their own (ninja runs each compiler in one, so killing the group left compilers running); a
+    descendant that started a session of its own is found through its parent. Everything found is stopped first
+    (a stopped process cannot fork), the search repeated until it finds nothing new, then all are killed at once.
+    Once `root` has `exited` (and been reaped) its number may belong to another process: then only its session's
+    members, whose session keeps the number taken, and their descendants are."""
+    stopped: set[int] = set()
+    for _ in range(rounds):
+        found = _tree(root, exited) - stopped
+        if not found:
+            break
+        _signal_all(found, signal.SIGSTOP)
+        stopped |= found
+    if not exited:
+        try:
+            os.killpg(root, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    _signal_all(stopped, signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -68,11 +135,11 @@ def _last_line(log: str) -> str:
     return f" (last output: {lines[-1][:200]})" if lines else ""
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+
+def _kill_group(proc: subprocess.Popen[bytes] | ForkedWorker) -> None:
+    """The child and all it started: a Popen is not reaped before this (its number stays its own); a forked worker is
+    reaped by the zygote, so once it is known to have ended only its session is killed."""
+    kill_tree(proc.pid, exited=isinstance(proc, ForkedWorker) and proc.returncode is not None)
 
 
 def _parse(data: bytes, token: str) -> dict[str, Any] | None:
@@ -197,10 +264,7 @@ class _Child:
             groups, self.groups = self.groups, []
             _live.difference_update(groups)
         for pgid in groups:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_tree(pgid)
         self.proc.wait()
 
 

@@ -11,7 +11,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from kbench.verdicts import Verdict, short
+from kbench.verdicts import NO_MODELNEW, Verdict, short, syntax_error
 
 _perf_counter = time.perf_counter
 
@@ -75,9 +75,9 @@ def load_solution(path: str) -> tuple[ModuleType, dict[str, Any]]:
     except BuildFailed as exc:
         raise Verdict("compile_error", first_error_line(str(exc))) from exc
     except SyntaxError as exc:
-        raise Verdict("load_error", f"SyntaxError: {exc.msg} (line {exc.lineno})") from exc
+        raise Verdict("load_error", syntax_error(exc)) from exc
     except BaseException as exc:  # noqa: BLE001 - a solution may raise anything, SystemExit included
         raise Verdict("load_error", f"importing the solution raised {short(exc)}") from exc
     if not isinstance(getattr(module, "ModelNew", None), type):
-        raise Verdict("load_error", "the solution does not define a class ModelNew")
+        raise Verdict("load_error", NO_MODELNEW)
     return module, {"seconds": _perf_counter() - start, "build_seconds": builds}

@@ -64,6 +64,7 @@ class SolutionSpec:
     name: str
     path: Path
     devices: tuple[str, ...] = ("cuda",)
+    defect: str = ""  # why the file cannot load, seen without running it (a syntax error, no ModelNew): its load_error
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ class RunConfig:
     address: str | None = None  # Ray cluster address; None starts a local Ray instance
     parallel: int | None = None  # evaluations at once under Ray (default: the cluster's GPUs; 1 on CPU)
     kernel_profile: bool = True  # the own-kernel share check (CUDA; its profiler's start-up costs seconds per child)
+    build_unrunnable: bool = False  # also compile solutions this run cannot run (the GPU-less gate's CUDA ones)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunConfig:

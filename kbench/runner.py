@@ -69,14 +69,24 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _to_build(device: str, solutions: Sequence[SolutionSpec], cuda_home: Path | None) -> tuple[list[SolutionSpec], dict[Path, str]]:
-    """Which solutions to compile, and why the others are skipped."""
+UNRUNNABLE_HINT = "`kbench build` or `kbench gate` compiles it without a GPU"
+
+
+def _to_build(device: str, solutions: Sequence[SolutionSpec], cuda_home: Path | None,
+              build_unrunnable: bool = False) -> tuple[list[SolutionSpec], dict[Path, str]]:
+    """Which solutions to compile, and why the others are skipped: a solution this run cannot run is compiled only
+    when asked (`build_unrunnable`, the GPU-less gate), so a first run on a laptop is about what can run."""
     chosen, skipped = [], {}
     for s in solutions:
-        if "cuda" in s.devices and device not in s.devices and cuda_home is None:
-            skipped[s.path] = "no CUDA toolkit found (set CUDA_HOME) and no GPU here; not built"
-        elif device in s.devices or "cuda" in s.devices:
+        if s.defect:
+            continue  # nothing to compile: its row is a load_error (see _run_all)
+        runs_here = device in s.devices
+        if runs_here or (build_unrunnable and "cuda" in s.devices and cuda_home is not None):
             chosen.append(s)
+        elif build_unrunnable and "cuda" in s.devices:
+            skipped[s.path] = "no CUDA toolkit found (set CUDA_HOME) and no GPU here; not built"
+        elif "cuda" in s.devices and device == "cpu":
+            skipped[s.path] = f"supports {', '.join(s.devices)} only; this run is on cpu (not compiled: {UNRUNNABLE_HINT})"
         else:
             skipped[s.path] = f"supports {', '.join(s.devices)} only; this run is on {device}"
     return chosen, skipped
@@ -168,6 +178,15 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
     return store
 
 
+PASSING = (Status.CORRECT, Status.NOT_RUN)
+
+
+def not_correct(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
+    """The rows that make `kbench run` exit 1: every status but correct and not_run (a row this machine cannot run,
+    such as a CUDA solution without a GPU, says so without failing the run)."""
+    return [e for e in evaluations if e.status not in PASSING]
+
+
 def _resumable_config(store: RunStore, env: dict[str, Any]) -> RunConfig:
     """The resumed run's own configuration; resuming on another kind of machine would mix timings."""
     stored = store.header.get("environment", {})
@@ -185,7 +204,10 @@ def _done(store: RunStore, problem: str, solution: str) -> bool:
 def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
              store: RunStore, cuda_home: Path | None, progress: Progress) -> None:
     every = [s for p in problems for s in solutions.get(p.name, []) if not _done(store, p.name, s.name)]
-    chosen, skipped = _to_build(plan.device, every, cuda_home)
+    chosen, skipped = _to_build(plan.device, every, cuda_home, plan.config.build_unrunnable)
+    unrunnable = sum("not compiled" in reason for reason in skipped.values())
+    if unrunnable:
+        progress(f"skipping {unrunnable} CUDA solution(s): no GPU here ({UNRUNNABLE_HINT.replace(' it ', ' them ')})")
     if chosen:
         progress(f"building {len(chosen)} solution(s) into {plan.build.cache_dir} ...")
 
@@ -210,6 +232,9 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
         reference_rows = rows_of[problem.name]
         floor = reference_rows[0].extra.get("floor") if reference_rows else None
         gain = next((r.speedup_vs_eager for r in reference_rows if r.solution == COMPILED and r.speedup_vs_eager), None)
+        if solution.defect:
+            return Evaluation(problem=problem.name, solution=solution.name, status=Status.LOAD_ERROR,
+                              message=solution.defect, device=plan.device, size=plan.size)
         if solution.path in skipped:
             return Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
                               message=skipped[solution.path], device=plan.device, size=plan.size)

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 MAX_MESSAGE = 4000
+NO_MODELNEW = ("the solution defines no class ModelNew: add `class ModelNew(nn.Module)` whose constructor takes the "
+               "problem's get_init_inputs() and whose forward takes its get_inputs()")
+
+
+def syntax_error(exc: SyntaxError) -> str:
+    return f"SyntaxError: {exc.msg} (line {exc.lineno}): the file is not valid Python; fix that line"
 
 
 class Verdict(Exception):

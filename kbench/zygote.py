@@ -5,8 +5,9 @@ take a job, and its candidate (spawned) as many again. The zygote pays that once
 parent starts it (`Zygote`), then for each job hands it the job's stdin, log and result descriptors over a Unix
 socket, and it forks a worker that has everything imported and no job yet. The zygote never touches a GPU and
 never runs a job, so every worker still starts from the same clean state (a CUDA context does not survive a fork:
-each worker, and its candidate, makes its own after the fork). Each worker is its own process group, as a worker
-started with `subprocess` is, and the zygote reports how each one ended, so the parent sees the same outcomes.
+each worker, and its candidate, makes its own after the fork). Each worker is its own session and process group, as
+a worker started with `subprocess` is, and the zygote reports how each one ended, so the parent sees the same
+outcomes.
 
 Nothing of a job reaches the zygote: it learns descriptors and one flag, never a job, a token or a path.
 """
@@ -168,10 +169,12 @@ def _reap(sock: socket.socket) -> None:
         sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
 
 
-def _become_worker(sock: socket.socket, wake: tuple[int, int], fds: list[int], warm: bool) -> None:
-    """In the forked child: take the job's descriptors, drop the zygote's, and serve one job (never returns)."""
+def _become_worker(sock: socket.socket, wake: tuple[int, int], fds: list[int], warm: bool, started: int) -> None:
+    """In the forked child: a session of its own (as a worker started with subprocess has), the job's descriptors
+    instead of the zygote's, then one job (never returns). Closing `started` tells the zygote the session exists."""
     try:
-        os.setpgid(0, 0)
+        os.setsid()
+        os.close(started)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         sock.close()
@@ -219,13 +222,14 @@ def main() -> None:
             os._exit(0)  # the parent closed its end
         sys.stdout.flush()
         sys.stderr.flush()
+        started_r, started_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _become_worker(sock, wake, fds, bool(json.loads(data).get("warm")))
-        try:
-            os.setpgid(pid, pid)  # as the child does itself: whichever runs first, the group exists before the reply
-        except OSError:
-            pass
+            os.close(started_r)
+            _become_worker(sock, wake, fds, bool(json.loads(data).get("warm")), started_w)
+        os.close(started_w)
+        os.read(started_r, 1)  # EOF once the worker has its own session (and so its own group): only then the reply
+        os.close(started_r)
         for fd in fds:
             os.close(fd)
         sock.send(json.dumps({"forked": pid}).encode())

@@ -3,7 +3,6 @@
 import pytest
 from typer.testing import CliRunner
 
-from kbench import toolkit
 from kbench.cli import app
 from kbench.records import COMPILED, EAGER, Status
 from kbench.storage import load_run
@@ -34,13 +33,9 @@ def test_conv3d_logsumexp_on_cpu_then_from_the_cache(tmp_path):
     assert cpu.compile.ok and not cpu.compile.cached and cpu.compile.seconds > 1
     assert len(cpu.trials) == 5 and all(t.passed for t in cpu.trials)
     assert cpu.timing.median > 0 and cpu.speedup_vs_eager > 0
-    cuda = rows["cuda_fused"]
-    assert cuda.status == Status.NOT_RUN
-    if toolkit.find_cuda_home() is not None:
-        assert cuda.compile.ok, cuda.compile.log[-2000:]
-        assert "compiled and linked" in cuda.message
-    else:
-        assert "no CUDA toolkit" in cuda.message
+    cuda = rows["cuda_fused"]  # a first run without a GPU does not spend minutes compiling what cannot run here
+    assert cuda.status == Status.NOT_RUN and cuda.compile is None
+    assert "not compiled" in cuda.message and "kbench build" in cuda.message
 
     again = _run(tmp_path, "--solution", "cpu_fused", "--no-compile-baseline")
     assert again["cpu_fused"].status == Status.CORRECT

@@ -54,7 +54,7 @@ def test_failure_messages_say_what_happened(fixture_run):
     by_name = {e.solution: e for e in store.evaluations}
     assert "broken at import" in by_name["raises_on_import"].message
     assert "SyntaxError" in by_name["syntax_error"].message
-    assert "does not define a class ModelNew" in by_name["no_modelnew"].message
+    assert "defines no class ModelNew" in by_name["no_modelnew"].message
     assert "exited with code 3" in by_name["exits"].message
     assert "SIGSEGV" in by_name["segfault"].message
     assert "no result after" in by_name["hangs"].message

@@ -21,7 +21,8 @@ ARGS = ["--problems-dir", str(SUITE), "--solutions-dir", str(FIXTURES / "suite_s
 def suite_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("suite")
     result = runner.invoke(app, ["run", *ARGS, "--results-dir", str(tmp / "results"), "--cache-dir", str(tmp / "cache")])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the suite's broken problem files are load_error rows
+    assert "row(s) not correct (load_error): exit 1" in result.output
     (run_dir,) = (tmp / "results").iterdir()
     return tmp, run_dir
 
@@ -56,7 +57,7 @@ def test_resume_runs_only_what_is_missing(suite_run):
     (copy / "run.json").write_text(json.dumps(doc))
     result = runner.invoke(app, ["run", *ARGS, "--results-dir", str(tmp / "results"), "--cache-dir", str(tmp / "cache"),
                                  "--resume", copy.name])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     resumed_doc, resumed = load_run(copy)
     assert resumed_doc["state"] == "complete" and resumed_doc["run_id"] == doc["run_id"]
     assert len(resumed) == len(load_run(run_dir)[1])

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from kbench import __version__
+from kbench.discovery import locate
 from kbench.errors import KbenchError, UsageError
 
 app = typer.Typer(
@@ -19,8 +22,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-ProblemsDir = Annotated[Path, typer.Option("--problems-dir", help="Folder of problems (one sub-folder each).")]
-SolutionsDir = Annotated[Path, typer.Option("--solutions-dir", help="Folder of solutions (solutions/<problem>/<name>.py).")]
+def _located(value: Path) -> Path:
+    return locate(value)
+
+
+ProblemsDir = Annotated[Path, typer.Option("--problems-dir", callback=_located, help="Folder of problems (one sub-folder each). Default: problems/ here or in the nearest parent folder that has one.")]
+SolutionsDir = Annotated[Path, typer.Option("--solutions-dir", callback=_located, help="Folder of solutions (solutions/<problem>/<name>.py). Default: beside that problems/.")]
 
 
 def _fail(exc: KbenchError) -> typer.Exit:
@@ -190,7 +197,7 @@ def baseline_command(
     max_time: Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per problem.")] = 10.0,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds before one child is killed.")] = 900.0,
     results_dir: Annotated[Path, typer.Option(help="Where runs and baselines/ are written.")] = Path("results"),
-    resume: Annotated[Optional[str], typer.Option(help="Finish an interrupted baseline run (its id or directory); pass the same problems.")] = None,
+    resume: Annotated[Optional[str], typer.Option(help="Finish an earlier (e.g. interrupted) baseline run: its id or folder. Its own settings and problems apply; finished references are kept.")] = None,
     problems_dir: ProblemsDir = Path("problems"),
 ) -> None:
     """Time only the references (eager and torch.compile) of a problem suite and store them as a baseline.
@@ -292,7 +299,7 @@ def report_command(
     except KbenchError as exc:
         raise _fail(exc) from None
     typer.echo(text)
-    typer.echo(f"report: {md_path}" + (f"\nchart:  {png}" if png else ("" if no_chart else "\nchart:  skipped (matplotlib is not installed)")))
+    typer.echo(f"report: {md_path}" + (f"\nchart:  {png}" if png else ("" if no_chart else "\nchart:  skipped (matplotlib is not installed; pip install 'kbench[plot]' draws it)")))
 
 
 @app.command("import")
@@ -385,4 +392,17 @@ def gate_command(
 
 
 def main() -> None:
-    app()
+    """The console entry point: every error, Typer's own validation included, is one `[error]` line."""
+    try:
+        code = app(standalone_mode=False)
+    except KeyboardInterrupt:
+        typer.secho("[error] interrupted", err=True, fg=typer.colors.RED)
+        sys.exit(130)
+    except Exception as exc:  # Typer's (click's) usage errors: a message and an exit code
+        message, code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
+        if message is None or not isinstance(code, int):
+            raise
+        command = getattr(getattr(exc, "ctx", None), "command_path", "kbench")
+        typer.secho(f"[error] {message()} (see `{command} --help`)", err=True, fg=typer.colors.RED)
+        sys.exit(code)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -99,6 +99,22 @@ def load_problem_dir(directory: Path) -> ProblemSpec:
     return load_problem_file(model, name=directory.name, meta=_read_meta(directory / META_FILE))
 
 
+DEFAULT_DIRS = (Path("problems"), Path("solutions"))
+
+
+def locate(folder: Path, start: Path | None = None) -> Path:
+    """A default folder (`problems` or `solutions`) found from any directory: where it is, else in the nearest of the
+    working directory's parents that holds a `problems/` folder (the repository's root). Other folders are taken as
+    they are."""
+    if folder not in DEFAULT_DIRS or folder.exists():
+        return folder
+    here = (start or Path.cwd()).resolve()
+    for root in here.parents:
+        if (root / "problems").is_dir():
+            return root / folder
+    return folder
+
+
 def _problem_entries(problems_dir: Path) -> list[Path]:
     """Folders holding a model.py, and flat KernelBench files (e.g. a KernelBench checkout's level1/*.py)."""
     if not problems_dir.is_dir():
@@ -152,7 +168,11 @@ def find_problem(ref: str, problems_dir: Path) -> ProblemSpec:
     candidate = problems_dir / ref
     if (candidate / MODEL_FILE).is_file() or (problems_dir / f"{ref}.py").is_file():
         return _load_entry(candidate if candidate.is_dir() else problems_dir / f"{ref}.py")
-    known = [p.name for p in list_problems(problems_dir)] if problems_dir.is_dir() else []
+    if not problems_dir.is_dir():
+        raise DiscoveryError(f"Unknown problem '{ref}': there is no problems folder at {problems_dir} (nor in a parent "
+                             "folder). Run kbench from the repository root, pass --problems-dir, or give the problem's "
+                             "path (-p path/to/problem.py)")
+    known = [p.name for p in list_problems(problems_dir)]
     raise DiscoveryError(f"Unknown problem '{ref}'. Available: {', '.join(known) or '(none)'}")
 
 

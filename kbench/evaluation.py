@@ -19,6 +19,8 @@ from kbench.timing_checks import escaped_work_warning, few_samples_warning, laun
 # samples, and shows no speedup. Other findings (static checks, more than 10x faster than eager) stay warnings.
 SUSPECT_CODES = frozenset({"escaped_timer", "timer_mismatch", "below_floor", "state_changed", "clock_patched",
                            "reference_disturbed"})
+# Findings about the machine while a row was timed (kbench.machine, kbench.timing_checks), not about the solution.
+MACHINE_CODES = frozenset({"machine_busy", "level_moved"})
 
 
 @dataclasses.dataclass(frozen=True)

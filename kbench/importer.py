@@ -124,10 +124,17 @@ def _last_model_new(blocks: list[CodeBlock]) -> str:
         f"{len(blocks)} fenced code block(s), but none defines class {MODEL_NEW} in valid Python")
 
 
-def extract_code(text: str) -> str:
-    """The response itself when it is a Python file defining ModelNew, else its last fenced ModelNew block."""
+def extract_code(text: str, python_file: bool = False) -> str:
+    """The response itself when it is a Python file defining ModelNew, else its last fenced ModelNew block. A
+    `python_file` (a .py) is taken whole: what is wrong with it is said of the file, not of missing code fences."""
     if _defines_model_new(text):
         return text
+    if python_file and "```" not in text:
+        error = _syntax_error(text)
+        if error:
+            raise ImportFailure(f"the file is not valid Python (line {error[0]}: {error[1]})")
+        raise ImportFailure(f"the file defines no class {MODEL_NEW}: add `class {MODEL_NEW}(nn.Module)` whose "
+                            "constructor takes the problem's get_init_inputs() and whose forward takes its get_inputs()")
     blocks = fenced_blocks(text)
     # An earlier complete block is only a draft when the final answer was cut off, so none is imported.
     if blocks and not blocks[-1].closed:
@@ -193,7 +200,7 @@ def _free_name(base: str, folder: Path, taken: set[str], force: bool) -> str:
 def _import_one(source: Path, explicit: str | None, folder: Path, taken: set[str],
                 force: bool) -> ImportResult:
     try:
-        code = extract_code(_read(source))
+        code = extract_code(_read(source), python_file=source.suffix == ".py")
         name = explicit or _free_name(solution_name(source.stem), folder, taken, force)
         target = folder / f"{name}.py"
         if explicit and not force and target.exists():

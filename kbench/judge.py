@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from kbench import correctness, protocol, timing, trust
+from kbench import correctness, machine, protocol, timing, trust
 from kbench.harness import (
     Phases, apply_math_flags, build_reference, guarded, input_maker, load_problem, make_timer,
     set_sizes, with_peak,
@@ -88,6 +88,11 @@ def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict
     result["timing"], result["eager_timing"] = measured["solution"].to_json(), measured["eager"].to_json()
     result["extra"]["protocol"] = figures
     result["warnings"] += _timing_warnings(device, measured, calibration)
+    result["extra"]["machine"] = figures.pop("machine")
+    result["warnings"] += [w for w in (machine.busy_warning(result["extra"]["machine"], device),
+                                       timing.level_moved_warning(measured["solution"], "the solution"),
+                                       timing.level_moved_warning(measured["eager"], "the eager reference"))
+                           if w is not None]
     phases.mark("timing")
     announce("timed")  # the parent may now start the next child (kbench.isolation.WarmStarts)
     _trust(job, session, reference, make, result, phases)
@@ -256,15 +261,17 @@ def _time(job: dict[str, Any], session: Session, reference: Any, make: Callable[
     # candidate's follows the judge's sample. Alternating would put the judge's sample right after the candidate's
     # call in every other round, which on the H100 made it bimodal (about 3% apart), so that its median wandered and
     # sampling ran to --max-time.
+    quiet = machine.snapshot()
     measured = guarded(device, "timing", lambda: timing.measure_rounds(
         {"eager": eager, "solution": session.sample}, policy, before_round=before, after_round=after, alternate=False),
         judge_work="timing (the judge's inputs, reference calls and rechecks)")
+    state["machine"] = machine.others(quiet, machine.snapshot())
     rounds = len(measured["solution"].samples)
     if state["checked"] != rounds - 1:
         check(rounds - 1)
     figures = {"rounds": rounds, "rechecked": state["count"], "recheck_every_call": cheap,
                "refresh_s": round(state["refresh_s"], 4), "recheck_s": round(state["check_s"], 4),
-               "calibration_p50_s": calibration.p50, "calibration_p90_s": calibration.p90}
+               "calibration_p50_s": calibration.p50, "calibration_p90_s": calibration.p90, "machine": state["machine"]}
     return measured, figures
 
 

@@ -12,8 +12,8 @@ from kbench.runner import ProblemCheck
 
 
 def _sizes(constants: dict[str, object], small: dict[str, object]) -> str:
-    """Each size constant as full->small, e.g. `batch_size 128->2`."""
-    return ", ".join(f"{k} {v}->{small[k]}" for k, v in constants.items() if k in small)
+    """Each size constant as full->small, e.g. `batch_size 128->2` (one per line)."""
+    return "\n".join(f"{k} {v}->{small[k]}" for k, v in constants.items() if k in small)
 
 
 def listing(problems_dir: Path, solutions_dir: Path) -> str:
@@ -27,7 +27,9 @@ def listing(problems_dir: Path, solutions_dir: Path) -> str:
             _sizes(dict(p.constants), dict(p.small)),
             "\n".join(f"{s.name} ({', '.join(s.devices)})" for s in solutions) or "-",
         ])
-    return tabulate(rows, headers=["problem", "origin", "tolerance", "sizes", "solutions"], tablefmt="simple")
+    # Long cells wrap, so a line stays within about 120 columns.
+    return tabulate(rows, headers=["problem", "origin", "tolerance", "sizes (full->small)", "solutions"],
+                    tablefmt="simple", maxcolwidths=[24, 32, 12, 36, None])
 
 
 def check_table(checks: Sequence[ProblemCheck]) -> str:

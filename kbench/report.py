@@ -58,7 +58,9 @@ def peak_bytes(e: Evaluation) -> int | None:
 
 
 def results_frame(evaluations: Sequence[Evaluation]) -> pd.DataFrame:
-    return pd.DataFrame([_row(e) for e in evaluations], columns=COLUMNS)
+    frame = pd.DataFrame([_row(e) for e in evaluations], columns=COLUMNS)
+    frame["n"] = frame["n"].astype("Int64")  # a count, also where some rows have none (never 644.0 in the CSV)
+    return frame
 
 
 RESULT_FORMATS = {

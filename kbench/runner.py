@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +53,30 @@ def resolve_size(requested: str | None, device: str) -> str:
     if size not in ("full", "small"):
         raise UsageError(f"Unknown size '{size}'. Use full or small.")
     return size
+
+
+HEARTBEAT_S = 9.0  # on long work, a line at least this often, so that a run never looks stuck
+
+
+@contextmanager
+def heartbeat(progress: Progress, label: str, on: bool = True) -> Iterator[None]:
+    """While the body runs, `  ... <label>: still running (N s)` every HEARTBEAT_S seconds."""
+    if not on:
+        yield
+        return
+    done, start = threading.Event(), time.monotonic()
+
+    def beat() -> None:
+        while not done.wait(HEARTBEAT_S):
+            progress(f"  ... {label}: still running ({time.monotonic() - start:.0f} s)")
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 @contextmanager
@@ -212,7 +238,8 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
         progress(f"building {len(chosen)} solution(s) into {plan.build.cache_dir} ...")
 
     local = plan.executor.name == "local"  # its workers are forked with everything imported
-    builds = build_all(plan.build, chosen, build_progress(progress), plan.executor.launch if local else isolation.run_child)
+    with heartbeat(progress, f"building {len(chosen)} solution(s)", bool(chosen)):
+        builds = build_all(plan.build, chosen, build_progress(progress), plan.executor.launch if local else isolation.run_child)
     slots = list(plan.executor.slots)
     if len(slots) > 1 or plan.executor.name != "local":
         progress(f"evaluating {len(slots)} at once ({plan.executor.name}; one evaluation per GPU): {', '.join(map(str, slots))}")
@@ -220,7 +247,8 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
     # References first: each problem's solutions need its floor and torch.compile gain.
     def reference(problem: ProblemSpec, slot: Slot) -> list[Evaluation]:
         progress(f"{problem.name}: reference (eager{', torch.compile' if plan.config.compile_baseline else ''}) ...")
-        rows = evaluate_reference(plan, problem, slot)
+        with heartbeat(progress, f"{problem.name}: reference"):
+            rows = evaluate_reference(plan, problem, slot)
         return [on_gpu(with_floor(row, rows[0].extra.get("floor")), slot) for row in rows]
 
     run_on_slots([p for p in problems if not _done(store, p.name, EAGER)], slots, reference,
@@ -239,7 +267,8 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
             return Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
                               message=skipped[solution.path], device=plan.device, size=plan.size)
         progress(f"{problem.name}: {solution.name} ...")
-        row = with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor)
+        with heartbeat(progress, f"{problem.name}: {solution.name}"):
+            row = with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor)
         return on_gpu(with_suspicion(row), slot)
 
     def record(item: tuple[ProblemSpec, SolutionSpec], row: Evaluation) -> None:
@@ -258,9 +287,25 @@ def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None
     contract fails alone, as a load_error record.
     """
     from kbench.discovery import choose_problems, find_solutions, select
-    from kbench.storage import load_run, resolve
+    from kbench.storage import resolve
 
     previous = resolve(resume, config.results_dir) if resume else None
+    problem_refs, solution_ref, problems_dir, solutions_dir, selection = _selection(
+        previous, problem_refs, solution_ref, problems_dir, solutions_dir)
+    if problem_refs or solution_ref is not None:
+        (problems, solutions), broken = select(problem_refs, solution_ref, problems_dir, solutions_dir), []
+    else:
+        problems, broken = choose_problems([], problems_dir)
+        solutions = {p.name: find_solutions(p, None, solutions_dir) for p in problems}
+    return execute(config, problems, solutions, Path.cwd(), progress, broken, previous, selection=selection)
+
+
+def _selection(previous: Path | None, problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path,
+               solutions_dir: Path) -> tuple[Sequence[str], str | None, Path, Path, dict[str, Any]]:
+    """What to run, and the record of it that a run keeps: a resumed run's own selection (it records what was asked
+    for), else the one given."""
+    from kbench.storage import load_run
+
     stored = load_run(previous)[0].get("selection") if previous is not None else None
     if stored:
         if problem_refs or solution_ref is not None:
@@ -269,12 +314,7 @@ def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None
         problems_dir, solutions_dir = Path(stored["problems_dir"]), Path(stored["solutions_dir"])
     selection = {"problems": [_as_ref(r) for r in problem_refs], "solution": _as_ref(solution_ref) if solution_ref else None,
                  "problems_dir": str(problems_dir.resolve()), "solutions_dir": str(solutions_dir.resolve())}
-    if problem_refs or solution_ref is not None:
-        (problems, solutions), broken = select(problem_refs, solution_ref, problems_dir, solutions_dir), []
-    else:
-        problems, broken = choose_problems([], problems_dir)
-        solutions = {p.name: find_solutions(p, None, solutions_dir) for p in problems}
-    return execute(config, problems, solutions, Path.cwd(), progress, broken, previous, selection=selection)
+    return problem_refs, solution_ref, problems_dir, solutions_dir, selection
 
 
 def _as_ref(ref: str) -> str:
@@ -296,8 +336,9 @@ def baseline(config: RunConfig, problem_refs: Sequence[str], problems_dir: Path,
     from kbench.storage import BASELINES, RUN_FILE, resolve
 
     previous = resolve(resume, config.results_dir) if resume else None
+    problem_refs, _, problems_dir, _, selection = _selection(previous, problem_refs, None, problems_dir, problems_dir)
     problems, broken = choose_problems(problem_refs, problems_dir)
-    store = execute(config, problems, {}, Path.cwd(), progress, broken, previous)
+    store = execute(config, problems, {}, Path.cwd(), progress, broken, previous, selection=selection)
     env = store.header["environment"]
     label = name or ((env.get("gpu") or {}).get("name") or "cpu")
     target = config.results_dir / BASELINES / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', label).strip('-').lower()}.json"

@@ -18,7 +18,8 @@ from kbench.stats import median_ci_relative
 from kbench.timing_checks import (  # noqa: F401 - re-exported: the protocol's warnings live beside it
     DISTURBED_P, DISTURBED_RATIO, HOST_EXCESS_ABS_S, HOST_EXCESS_REL, LAUNCH_BOUND_SHARE, STOP_CONVERGED, STOP_MAX_TIME,
     TIMER_SLACK_ABS_CPU_S, TIMER_SLACK_ABS_S, TIMER_SLACK_REL, TIMER_SLACK_REL_CPU, TIMER_SLACK_SPREAD, Calibration,
-    disturbed_warning, escaped_work_warning, few_samples_warning, launch_bound_warning, timer_mismatch_warning,
+    disturbed_warning, escaped_work_warning, few_samples_warning, launch_bound_warning, level_moved_warning,
+    timer_mismatch_warning,
 )
 
 _perf_counter = time.perf_counter

@@ -124,6 +124,28 @@ def disturbed_warning(beside: Measurement, calibration: Calibration) -> str | No
             "something slowed the reference while it was timed")
 
 
+# Two halves of a timing's samples (in the order they were taken) this far apart, and significantly: the level moved.
+LEVEL_MOVED_RATIO = 1.10
+LEVEL_MOVED_P = 0.01
+LEVEL_MOVED_MIN_SAMPLES = 20
+
+
+def level_moved_warning(m: Measurement, what: str) -> str | None:
+    """`[level_moved]` when the second half of the samples sits at another level than the first: each half may be
+    tight (a narrow confidence interval) while the machine's speed changed under the timing (another process
+    started, the CPU's clock moved), so the median describes neither."""
+    n = len(m.samples)
+    if n < LEVEL_MOVED_MIN_SAMPLES:
+        return None
+    first, second = m.samples[: n // 2], m.samples[n // 2:]
+    ratio = median(second) / median(first)
+    if max(ratio, 1 / ratio) < LEVEL_MOVED_RATIO or mann_whitney_u(first, second)[1] >= LEVEL_MOVED_P:
+        return None
+    return (f"[level_moved] {what}'s time moved from {median(first) * 1e3:.3f} ms in the first half of its samples "
+            f"to {median(second) * 1e3:.3f} ms in the second ({ratio:.2f}x): the machine's speed changed while it "
+            "was timed")
+
+
 # Issuing a call's work takes the host this share of the GPU time or more: the GPU waits on launches, and the time
 # measures the host's launch overhead (Python, dispatch, driver) as much as the kernels.
 LAUNCH_BOUND_SHARE = 0.8

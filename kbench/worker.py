@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from kbench import correctness, timing, trust
+from kbench import correctness, machine, timing, trust
 from kbench.harness import (
     Phases, apply_math_flags, build_reference, describe_output, guarded, input_maker, load_problem, make_timer, with_peak,
 )
@@ -79,7 +79,12 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
             timing.settle(device)
 
         samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timer) for name, model in models.items()}
+        quiet = machine.snapshot()
         measured = guarded(device, "timing", lambda: timing.measure_rounds(samplers, policy, before_round=fresh))
+        result["extra"]["machine"] = machine.others(quiet, machine.snapshot())
+        result["warnings"] += [w for w in (machine.busy_warning(result["extra"]["machine"], device),
+                                           timing.level_moved_warning(measured["eager"], "the eager reference"))
+                               if w is not None]
         inputs.clear()
         phases.mark("timing")
         _announce("timed")

@@ -69,3 +69,39 @@ def test_a_gpu_less_run_does_not_compile_cuda_solutions_and_says_so_in_one_line(
     notes = [line for line in result.output.splitlines() if line.startswith("skipping")]
     assert notes == ["skipping 1 CUDA solution(s): no GPU here (`kbench build` or `kbench gate` compiles them without a GPU)"]
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.so"))
+
+
+def test_a_usage_error_is_one_error_line_with_exit_2():
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    for args in (["run", "--trials", "0"], ["nosuch"]):
+        done = subprocess.run([sys.executable, "-m", "kbench", *args], capture_output=True, text=True, cwd=ROOT, check=False)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("[error] ") and "--help" in lines[0], done.stderr
+
+
+def test_problems_are_found_from_a_folder_below_the_root_and_a_miss_says_what_to_do(tmp_path, monkeypatch):
+    from tests.conftest import ROOT
+
+    monkeypatch.chdir(ROOT / "kbench")
+    listed = runner.invoke(app, ["list"])
+    assert listed.exit_code == 0 and "conv3d_logsumexp" in listed.output and "cuda_fused" in listed.output
+    assert max(len(line) for line in listed.output.splitlines()) <= 120  # long cells wrap
+    monkeypatch.chdir(tmp_path)
+    missed = runner.invoke(app, ["run", "-p", "conv3d_logsumexp"])
+    assert missed.exit_code == 2 and "pass --problems-dir" in missed.output
+
+
+def test_long_work_prints_a_line_at_least_every_heartbeat(tmp_path, monkeypatch):
+    from kbench import runner as run_module
+
+    monkeypatch.setattr(run_module, "HEARTBEAT_S", 0.5)
+    slow = "import time\ntime.sleep(2.5)\n" + GOOD  # 2.5 s importing: the candidate's load
+    result, rows = _run(tmp_path, {"slow": slow})
+    assert rows["slow"]["status"] == "correct"
+    beats = [line for line in result.output.splitlines() if line.startswith("  ... tiny: slow: still running")]
+    assert len(beats) >= 3, result.output

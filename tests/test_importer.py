@@ -262,3 +262,12 @@ def test_cli_help_shows_examples():
     result = runner.invoke(app, ["import", "--help"])
     assert result.exit_code == 0, result.output
     assert "kbench import" in result.output and "--force" in result.output
+
+
+def test_a_python_file_without_model_new_is_told_so_not_that_it_lacks_fences():
+    with pytest.raises(ImportFailure, match="the file defines no class ModelNew: add `class ModelNew"):
+        extract_code("import torch\n", python_file=True)
+    with pytest.raises(ImportFailure, match=r"the file is not valid Python \(line 1: "):
+        extract_code("def broken(:\n", python_file=True)
+    with pytest.raises(ImportFailure, match="no fenced code block"):  # a response text is still read as one
+        extract_code("import torch\n")

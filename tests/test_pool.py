@@ -80,7 +80,7 @@ def test_an_interrupt_cancels_queued_builds_and_kills_running_ones(monkeypatch, 
 
     started, killed, lock = [], threading.Event(), threading.Lock()
 
-    def fake_build(ctx, solution, max_jobs):
+    def fake_build(ctx, solution, max_jobs, launch=None):
         with lock:
             started.append(solution.name)
             first = len(started) == 1

@@ -102,3 +102,14 @@ def test_report_writes_markdown_and_a_png(tmp_path):
     assert md.read_text() == text and "## a" in text
     assert png is not None and png.stat().st_size > 10_000
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_counts_stay_integers_in_the_csv_when_some_rows_have_none():
+    from kbench.records import Evaluation, Measurement, Status
+    from kbench.report import results_frame
+
+    rows = [Evaluation(problem="p", solution="a", status=Status.CORRECT, device="cpu", size="small",
+                       timing=Measurement((0.001,) * 644)),
+            Evaluation(problem="p", solution="b", status=Status.NOT_RUN, device="cpu", size="small")]
+    csv = results_frame(rows).to_csv(index=False).splitlines()
+    assert csv[1].split(",")[9] == "644" and csv[2].split(",")[9] == ""

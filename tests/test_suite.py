@@ -79,6 +79,17 @@ def test_baseline_times_only_the_references(tmp_path):
     assert [(e.problem, e.solution, e.status) for e in evaluations] == [
         ("05_relu", EAGER, Status.CORRECT), ("07_layernorm", EAGER, Status.CORRECT)]
 
+    # Cut short after its first reference, it is finished by --resume alone: its folder and problems are its own.
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.name != "baselines"]
+    cut = json.loads((run_dir / "run.json").read_text())
+    cut["evaluations"], cut["state"] = cut["evaluations"][:1], "interrupted"
+    (run_dir / "run.json").write_text(json.dumps(cut))
+    again = runner.invoke(app, ["baseline", "--resume", run_dir.name, "--results-dir", str(tmp_path), "--name", "again"])
+    assert again.exit_code == 0, again.output
+    assert "05_relu: reference" not in again.output and "07_layernorm: reference" in again.output
+    _, finished = load_run(tmp_path / "baselines" / "again.json")
+    assert [(e.problem, e.solution) for e in finished] == [("05_relu", EAGER), ("07_layernorm", EAGER)]
+
 
 def test_a_refused_resume_leaves_the_interrupted_run_as_it_was(suite_run):
     tmp, run_dir = suite_run

@@ -1,0 +1,84 @@
+"""Is the machine quiet while kbench times? CPU time other processes took during a timing, and the load average.
+
+Read from /proc on Linux (elsewhere nothing is measured and nothing is said). The processes of the timing's own
+session (the judge and its candidate, or the reference's process) are kbench's; every other process's CPU time is
+the figure: the machine's busy time over the window minus the session's own.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# Other processes kept at least this many cores busy on average (CPU runs: any of it shares the timed cores), or on
+# a GPU run this share of the machine's cores (the timed process needs one core to issue its launches).
+BUSY_CORES_CPU = 0.5
+BUSY_SHARE_GPU = 0.25
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    """Busy CPU seconds of the whole machine and of this session's processes, at one instant."""
+
+    at: float
+    machine_busy_s: float
+    session_busy_s: float
+    load_average: float
+
+
+def _machine_busy_s() -> float:
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    guest = sum(fields[8:10]) if len(fields) > 9 else 0  # already counted in user and nice
+    return (sum(fields) - idle - guest) / _CLOCK_TICKS
+
+
+def _session_busy_s(sid: int) -> float:
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2:].split()
+        if int(fields[3]) == sid:
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _CLOCK_TICKS
+
+
+def snapshot() -> CpuSnapshot | None:
+    """Now; None where /proc cannot be read."""
+    try:
+        return CpuSnapshot(time.monotonic(), _machine_busy_s(), _session_busy_s(os.getsid(0)), os.getloadavg()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def others(before: CpuSnapshot | None, after: CpuSnapshot | None) -> dict[str, float]:
+    """What other processes used between two snapshots: `other_cores` (their CPU seconds per second), the load
+    average at the start, the window and the machine's core count. Empty when either snapshot is missing."""
+    if before is None or after is None or after.at <= before.at:
+        return {}
+    window = after.at - before.at
+    other = (after.machine_busy_s - before.machine_busy_s) - (after.session_busy_s - before.session_busy_s)
+    return {"other_cores": round(max(other, 0.0) / window, 3), "load_average": round(before.load_average, 2),
+            "window_s": round(window, 3), "cores": float(os.cpu_count() or 1)}
+
+
+def busy_warning(figures: dict[str, float], device: str) -> str | None:
+    """`[machine_busy]` when other processes kept cores busy while this row was timed."""
+    if not figures:
+        return None
+    cores, other = figures["cores"], figures["other_cores"]
+    limit = BUSY_CORES_CPU if device == "cpu" else max(1.0, BUSY_SHARE_GPU * cores)
+    if other < limit:
+        return None
+    return (f"[machine_busy] other processes kept {other:.1f} of {cores:.0f} CPU cores busy while this was timed "
+            f"(load average {figures['load_average']:.1f} at the start): the times may be slower than on a quiet "
+            "machine")

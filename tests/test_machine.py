@@ -1,0 +1,74 @@
+"""A noisy machine is reported: other processes' CPU time while a row is timed, and a level that moved."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kbench import machine
+from kbench.discovery import select
+from kbench.records import Measurement, RunConfig, Status, TimingPolicy
+from kbench.runner import execute
+from kbench.timing_checks import level_moved_warning
+from tests.conftest import FIXTURES
+
+BUSY_LOOP = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def test_other_processes_cpu_time_is_measured_and_the_sessions_own_is_not():
+    quiet = machine.snapshot()
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:  # this process's own work: not another process's
+        pass
+    own = machine.others(quiet, machine.snapshot())
+    busy = subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True)
+    try:
+        time.sleep(0.3)
+        before = machine.snapshot()
+        time.sleep(1.0)
+        loaded = machine.others(before, machine.snapshot())
+    finally:
+        busy.kill()
+    assert own["other_cores"] < 0.5, own
+    assert loaded["other_cores"] >= 0.8, loaded  # one busy loop: about one core
+    assert machine.busy_warning(own, "cpu") is None
+    warning = machine.busy_warning(loaded, "cpu")
+    assert warning.startswith(f"[machine_busy] other processes kept {loaded['other_cores']:.1f} of ")
+
+
+def test_on_a_gpu_run_a_quarter_of_the_cores_is_busy():
+    figures = {"other_cores": 3.0, "load_average": 3.0, "window_s": 1.0, "cores": 16.0}
+    assert machine.busy_warning(figures, "cuda") is None
+    assert machine.busy_warning({**figures, "other_cores": 4.5}, "cuda") is not None
+    assert machine.busy_warning({}, "cpu") is None  # nothing measured (no /proc): nothing said
+
+
+def test_a_tight_timing_whose_level_moved_is_not_silent():
+    steady = Measurement(tuple([1.00e-3, 1.01e-3] * 20))
+    moved = Measurement(tuple([1.00e-3] * 20 + [1.40e-3] * 20))  # each half as tight as can be
+    assert level_moved_warning(steady, "eager") is None
+    warning = level_moved_warning(moved, "the solution")
+    assert warning.startswith("[level_moved] the solution's time moved from 1.000 ms") and "(1.40x)" in warning
+    assert level_moved_warning(Measurement(tuple([1e-3] * 5 + [2e-3] * 5)), "x") is None  # too few to tell
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc")
+def test_a_row_timed_beside_a_synthetic_load_says_so_and_run_json_records_it(tmp_path):
+    problems, solutions = select(["tiny"], "good", FIXTURES / "problems", FIXTURES / "solutions")
+    config = RunConfig(device="cpu", trials=1, timing=TimingPolicy(max_time_s=1.0, min_time_s=1.0),
+                       compile_baseline=False, results_dir=tmp_path / "results", cache_dir=tmp_path / "cache")
+    loads = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True)
+             for _ in range(max(1, (os.cpu_count() or 1) // 2))]
+    try:
+        rows = {e.solution: e for e in execute(config, problems, solutions, Path.cwd()).evaluations}
+    finally:
+        for p in loads:
+            p.kill()
+    good = rows["good"]
+    assert good.status == Status.CORRECT, good.message
+    assert "machine_busy" in good.flags, good.warnings
+    assert good.extra["machine"]["other_cores"] >= 0.5
+    assert "machine_busy" in rows["eager"].flags and rows["eager"].extra["machine"]["other_cores"] >= 0.5

@@ -20,7 +20,7 @@ from kbench.timing_checks import escaped_work_warning, few_samples_warning, laun
 SUSPECT_CODES = frozenset({"escaped_timer", "timer_mismatch", "below_floor", "state_changed", "clock_patched",
                            "reference_disturbed"})
 # Findings about the machine while a row was timed (kbench.machine, kbench.timing_checks), not about the solution.
-MACHINE_CODES = frozenset({"machine_busy", "level_moved"})
+MACHINE_CODES = frozenset({"machine_busy", "level_moved", "gpu_busy", "gpu_throttled"})
 
 
 @dataclasses.dataclass(frozen=True)

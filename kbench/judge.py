@@ -89,6 +89,7 @@ def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict
     result["extra"]["protocol"] = figures
     result["warnings"] += _timing_warnings(device, measured, calibration)
     result["extra"]["machine"] = figures.pop("machine")
+    result["warnings"] += machine.gpu_warnings(result["extra"]["machine"].get("gpu", {}), own_processes=2)
     result["warnings"] += [w for w in (machine.busy_warning(result["extra"]["machine"], device),
                                        timing.level_moved_warning(measured["solution"], "the solution"),
                                        timing.level_moved_warning(measured["eager"], "the eager reference"))
@@ -266,6 +267,8 @@ def _time(job: dict[str, Any], session: Session, reference: Any, make: Callable[
         {"eager": eager, "solution": session.sample}, policy, before_round=before, after_round=after, alternate=False),
         judge_work="timing (the judge's inputs, reference calls and rechecks)")
     state["machine"] = machine.others(quiet, machine.snapshot())
+    if device == "cuda":
+        state["machine"]["gpu"] = machine.gpu_state()
     rounds = len(measured["solution"].samples)
     if state["checked"] != rounds - 1:
         check(rounds - 1)

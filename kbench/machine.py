@@ -82,3 +82,61 @@ def busy_warning(figures: dict[str, float], device: str) -> str | None:
     return (f"[machine_busy] other processes kept {other:.1f} of {cores:.0f} CPU cores busy while this was timed "
             f"(load average {figures['load_average']:.1f} at the start): the times may be slower than on a quiet "
             "machine")
+
+
+# nvidia-smi's clock-event reasons that mean the GPU ran slower than it could: software power cap, hardware slowdown,
+# software and hardware thermal slowdown, power brake.
+THROTTLE_BITS = {0x4: "power cap", 0x8: "hardware slowdown", 0x40: "thermal (software)", 0x80: "thermal (hardware)",
+                 0x100: "power brake"}
+_GPU_QUERIES = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")  # newer and older drivers' name
+
+
+def _smi(args: list[str]) -> str | None:
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def gpu_state(run: object = _smi) -> dict[str, object]:
+    """The timed GPU as nvidia-smi sees it now: SM clock and its maximum (MHz), the active throttle reasons, and how
+    many compute processes hold a context on it. Empty where nvidia-smi is missing or says nothing."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
+    state: dict[str, object] = {}
+    for query in _GPU_QUERIES:
+        out = run(["-i", visible, f"--query-gpu=clocks.sm,clocks.max.sm,{query}", "--format=csv,noheader,nounits"])
+        if out:
+            fields = [f.strip() for f in out.strip().splitlines()[0].split(",")]
+            try:
+                sm, top, reasons = int(fields[0]), int(fields[1]), int(fields[2], 16)
+            except (ValueError, IndexError):
+                continue
+            state.update(sm_mhz=sm, max_sm_mhz=top,
+                         throttled=[name for bit, name in THROTTLE_BITS.items() if reasons & bit])
+            break
+    apps = run(["-i", visible, "--query-compute-apps=pid", "--format=csv,noheader"])
+    if apps is not None:
+        state["compute_processes"] = len([line for line in apps.splitlines() if line.strip()])
+    return state
+
+
+def gpu_warnings(state: dict[str, object], own_processes: int) -> list[str]:
+    """`[gpu_busy]` when other processes hold contexts on the timed GPU, `[gpu_throttled]` when it was slowed (read
+    right after the timing, while its clocks still show the work)."""
+    found = []
+    others = int(state.get("compute_processes", 0)) - own_processes  # type: ignore[call-overload]
+    if "compute_processes" in state and others > 0:
+        found.append(f"[gpu_busy] {others} other process(es) held a context on this GPU while this was timed: "
+                     "the times may be slower than on an idle GPU")
+    throttled = state.get("throttled") or []
+    if throttled:
+        found.append(f"[gpu_throttled] the GPU was slowed while this was timed ({', '.join(throttled)}; SM clock "  # type: ignore[arg-type]
+                     f"{state.get('sm_mhz')} of {state.get('max_sm_mhz')} MHz)")
+    return found

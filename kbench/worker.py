@@ -82,6 +82,9 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
         quiet = machine.snapshot()
         measured = guarded(device, "timing", lambda: timing.measure_rounds(samplers, policy, before_round=fresh))
         result["extra"]["machine"] = machine.others(quiet, machine.snapshot())
+        if device == "cuda":
+            result["extra"]["machine"]["gpu"] = machine.gpu_state()
+            result["warnings"] += machine.gpu_warnings(result["extra"]["machine"]["gpu"], own_processes=1)
         result["warnings"] += [w for w in (machine.busy_warning(result["extra"]["machine"], device),
                                            timing.level_moved_warning(measured["eager"], "the eager reference"))
                                if w is not None]

@@ -72,3 +72,26 @@ def test_a_row_timed_beside_a_synthetic_load_says_so_and_run_json_records_it(tmp
     assert "machine_busy" in good.flags, good.warnings
     assert good.extra["machine"]["other_cores"] >= 0.5
     assert "machine_busy" in rows["eager"].flags and rows["eager"].extra["machine"]["other_cores"] >= 0.5
+
+
+def _smi(gpu: str | None, apps: str | None):
+    """A stand-in for nvidia-smi: its CSV answers to the two queries."""
+    def run(args):
+        return apps if any(a.startswith("--query-compute-apps") for a in args) else gpu
+    return run
+
+
+def test_the_gpu_is_read_as_nvidia_smi_reports_it():
+    state = machine.gpu_state(_smi("1980, 1980, 0x0000000000000000\n", "123\n456\n"))
+    assert state == {"sm_mhz": 1980, "max_sm_mhz": 1980, "throttled": [], "compute_processes": 2}
+    assert machine.gpu_warnings(state, own_processes=2) == []
+    assert machine.gpu_state(_smi(None, None)) == {}  # no nvidia-smi: nothing measured, nothing said
+
+
+def test_other_processes_on_the_gpu_and_a_throttled_gpu_are_reported():
+    state = machine.gpu_state(_smi("1410, 1980, 0x0000000000000084\n", "1\n2\n3\n"))
+    assert state["throttled"] == ["power cap", "thermal (hardware)"]
+    busy, throttled = machine.gpu_warnings(state, own_processes=2)
+    assert busy.startswith("[gpu_busy] 1 other process(es) held a context on this GPU")
+    assert throttled == ("[gpu_throttled] the GPU was slowed while this was timed (power cap, thermal (hardware); "
+                         "SM clock 1410 of 1980 MHz)")

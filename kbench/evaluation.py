@@ -173,6 +173,24 @@ def on_gpu(row: Evaluation, slot: Slot) -> Evaluation:
     return row if slot is None else dataclasses.replace(row, extra={**row.extra, "gpu": slot})
 
 
+def with_next_step(row: Evaluation, timeout_s: float) -> Evaluation:
+    """The row's message with what to do next, where there is something to do: the option that gives a slow solution
+    more time, the command that shows a compiler's whole log, the one that reruns a failing solution alone."""
+    alone = f"`kbench run -p {row.problem} -s {row.solution}`"
+    hints = {
+        Status.TIMEOUT: f"raise --timeout (now {timeout_s:g} s) if it needs longer, or look for a hang",
+        Status.COMPILE_ERROR: f"`kbench build -p {row.problem} -s {row.solution}` prints the compiler's log "
+                              "(also in run.json: compile.log)",
+        Status.CRASHED: f"rerun it alone with {alone} to see all it printed",
+        Status.RUNTIME_ERROR: f"rerun it alone with {alone}",
+        Status.SUSPECT: "the README's \"Timing protocol\" says what the warning means",
+    }
+    hint = hints.get(row.status)
+    if hint is None or row.solution in (EAGER, COMPILED) or not row.message or hint in row.message:
+        return row
+    return dataclasses.replace(row, message=f"{row.message} (next: {hint})")
+
+
 def with_suspicion(row: Evaluation) -> Evaluation:
     """A passing row whose timing cannot be trusted becomes `suspect`: its samples stay, its speedups go."""
     reasons = [w for w in row.warnings if w.startswith("[") and w[1:w.find("]")] in SUSPECT_CODES]

@@ -16,7 +16,7 @@ from kbench.build import BuildContext, BuildResult, build_all, zygote_env
 from kbench.environment import git_info, host_info
 from kbench.errors import Interrupted, KbenchError, UsageError
 from kbench.evaluation import (
-    Plan, base_job, evaluate_reference, evaluate_solution, on_gpu, with_floor, with_suspicion,
+    Plan, base_job, evaluate_reference, evaluate_solution, on_gpu, with_floor, with_next_step, with_suspicion,
 )
 from kbench.executors import make_executor
 from kbench.pool import Slot, run_on_slots
@@ -269,7 +269,7 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
         progress(f"{problem.name}: {solution.name} ...")
         with heartbeat(progress, f"{problem.name}: {solution.name}"):
             row = with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor)
-        return on_gpu(with_suspicion(row), slot)
+        return on_gpu(with_next_step(with_suspicion(row), plan.config.timeout_s), slot)
 
     def record(item: tuple[ProblemSpec, SolutionSpec], row: Evaluation) -> None:
         progress(f"  {row.problem}/{row.solution}: {row.status.value}{' - ' + row.message if row.message else ''}")

@@ -198,7 +198,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="kbench zygote (internal): forks workers with kbench imported")
     parser.add_argument("--control-fd", type=int, required=True)
     args = parser.parse_args()
-    die_with_parent()
+    # No PDEATHSIG here: it fires when the *thread* that started the zygote ends (a build pool's thread, say), not the
+    # parent. The zygote ends when its socket reaches EOF, which the parent's death brings, and its workers with it.
     sock = socket.socket(fileno=args.control_fd)
     _prepare()
     wake = os.pipe()

@@ -105,3 +105,13 @@ def test_long_work_prints_a_line_at_least_every_heartbeat(tmp_path, monkeypatch)
     assert rows["slow"]["status"] == "correct"
     beats = [line for line in result.output.splitlines() if line.startswith("  ... tiny: slow: still running")]
     assert len(beats) >= 3, result.output
+
+
+def test_failing_rows_say_what_to_do_next(tmp_path):
+    hangs = 'import time\nDEVICES = ("cpu",)\n' + GOOD.replace("def forward(self, x):", "def forward(self, x):\n        time.sleep(60)")
+    raises = GOOD.replace("def forward(self, x):", "def forward(self, x):\n        raise ValueError('no')")
+    result, rows = _run(tmp_path, {"hangs": hangs, "raises": raises}, "--timeout", "20")
+    assert rows["hangs"]["status"] == "timeout" and "(next: raise --timeout (now 20 s)" in rows["hangs"]["message"]
+    assert rows["raises"]["status"] == "runtime_error"
+    assert "(next: rerun it alone with `kbench run -p tiny -s raises`)" in rows["raises"]["message"]
+    assert result.exit_code == 1

@@ -132,3 +132,23 @@ def test_close_ends_the_zygote_and_the_spare(tmp_path):
     assert zygotes and spares
     assert all(z.proc.poll() is not None for z in zygotes)
     assert all(child.proc.poll() is not None for child in spares)
+
+
+def test_a_zygote_started_from_a_thread_that_ended_still_forks(tmp_path):
+    """A run's builds start it from a pool thread; the thread's end must not end the zygote (PDEATHSIG would)."""
+    import threading
+
+    warm = _launcher()
+    try:
+        env = isolation.worker_path_env()
+        first: list = []
+        thread = threading.Thread(target=lambda: first.append(warm(_job(GOOD), 60, env)))
+        thread.start()
+        thread.join()
+        time.sleep(0.5)
+        (zygote,) = [z for z in warm._zygotes.values() if z is not None]
+        assert zygote.alive()
+        again = warm(_job(GOOD), 60, env)
+    finally:
+        warm.close()
+    assert first[0].result["status"] == "correct" and again.result["status"] == "correct", again.log

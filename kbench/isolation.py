@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbench.procfs import processes
 from kbench.zygote import ForkedWorker, Zygote, ZygoteError
 
 LOG_TAIL_CHARS = 20_000
@@ -31,33 +32,13 @@ def kill_all() -> None:
         kill_tree(pgid)
 
 
-def _processes() -> list[tuple[int, int, int]]:
-    """(pid, parent pid, session id) of every process this user can see (Linux /proc; empty elsewhere)."""
-    found = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rindex(b")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, session, ...
-        found.append((int(name), int(fields[1]), int(fields[3])))
-    return found
-
-
 def _tree(root: int, exited: bool) -> set[int]:
     """`root`'s session and every descendant of the session's members (and of `root` unless it has exited)."""
-    table = _processes()
+    table = processes()
     children: dict[int, list[int]] = {}
-    for pid, ppid, _sid in table:
-        children.setdefault(ppid, []).append(pid)
-    found = {pid for pid, _ppid, sid in table if sid == root}
+    for p in table:
+        children.setdefault(p.ppid, []).append(p.pid)
+    found = {p.pid for p in table if p.sid == root}
     stack = list(found) + ([] if exited else [root])
     found.update(stack)
     while stack:

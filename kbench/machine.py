@@ -11,7 +11,8 @@ import os
 import time
 from dataclasses import dataclass
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+from kbench.procfs import CLOCK_TICKS, processes
+
 # Other processes kept at least this many cores busy on average (CPU runs: any of it shares the timed cores), or on
 # a GPU run this share of the machine's cores (the timed process needs one core to issue its launches).
 BUSY_CORES_CPU = 0.5
@@ -33,23 +34,11 @@ def _machine_busy_s() -> float:
         fields = [int(x) for x in f.readline().split()[1:]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
     guest = sum(fields[8:10]) if len(fields) > 9 else 0  # already counted in user and nice
-    return (sum(fields) - idle - guest) / _CLOCK_TICKS
+    return (sum(fields) - idle - guest) / CLOCK_TICKS
 
 
 def _session_busy_s(sid: int) -> float:
-    total = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rindex(b")") + 2:].split()
-        if int(fields[3]) == sid:
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / _CLOCK_TICKS
+    return sum(p.cpu_s for p in processes() if p.sid == sid)
 
 
 def snapshot() -> CpuSnapshot | None:

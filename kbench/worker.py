@@ -22,7 +22,8 @@ import torch
 
 from kbench import correctness, machine, timing, trust
 from kbench.harness import (
-    Phases, apply_math_flags, build_reference, describe_output, guarded, input_maker, load_problem, make_timer, with_peak,
+    Phases, apply_math_flags, build_reference, describe_output, guarded, input_maker, load_problem, make_timer, pin,
+    timing_core, with_peak,
 )
 from kbench.loading import load_solution
 from kbench.records import MathFlags, TimingPolicy
@@ -50,6 +51,8 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
     device, seed = job["device"], job["seed"]
     policy = TimingPolicy(**job["timing"])
     apply_math_flags(MathFlags(**job["math"]))
+    if device == "cuda":  # the core a solution's judge times from (harness.timing_core)
+        pin(0, timing_core())
     phases = Phases()
     problem = load_problem(job)
     with torch.no_grad():

@@ -74,3 +74,13 @@ def test_inputs_that_must_be_drawn_on_the_cpu_are_drawn_there_seeded_and_moved()
     torch.manual_seed(11)
     x = torch.rand(3)
     assert torch.equal(cpu(11)[0], x * float(x[0]))  # the seed is set again before the CPU draw
+
+
+def test_a_gpu_slots_timed_calls_are_issued_from_one_core_of_its_own():
+    from kbench.harness import pin, timing_core
+
+    cores = [0, 1, 2, 3]
+    assert timing_core(cores, "") == 3 and timing_core(cores, "0") == 3  # one GPU: the last core
+    assert timing_core(cores, "1") == 2 and timing_core(cores, "2,3") == 1  # each GPU its own
+    assert timing_core(cores, "5") == 2 and timing_core(cores, "GPU-8f2c") == 3
+    assert timing_core([], "") is None and pin(0, None) is False

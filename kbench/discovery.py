@@ -19,6 +19,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 MODEL_FILE = "model.py"
 META_FILE = "problem.toml"
+META_KEYS = ("origin", "atol", "rtol", "small")
 DEVICES_NAME = "DEVICES"
 KNOWN_DEVICES = ("cuda", "cpu")
 
@@ -67,6 +68,10 @@ def load_problem_file(path: Path, name: str | None = None, meta: dict[str, Any] 
     tree = _parse(path)
     _check_problem_file(path, tree)
     meta = meta or {}
+    source = path.parent / META_FILE if path.name == MODEL_FILE else path.with_suffix(".toml")
+    typos = sorted(set(meta) - set(META_KEYS))
+    if typos:  # a misspelt tolerance would otherwise be ignored without a word
+        raise DiscoveryError(f"{source}: unknown key {', '.join(typos)}; the keys are {', '.join(META_KEYS)}")
     constants = module_constants(tree)
     small = meta.get("small", {})
     unknown = sorted(set(small) - set(constants))

@@ -89,3 +89,13 @@ def test_select_needs_one_problem_for_a_named_solution():
     problems, solutions = select(["conv3d_gelu"], "cpu_fused", ROOT / "problems", ROOT / "solutions")
     assert [p.name for p in problems] == ["conv3d_gelu"]
     assert [s.name for s in solutions["conv3d_gelu"]] == ["cpu_fused"]
+
+
+def test_an_unknown_problem_toml_key_is_an_error_naming_it(tmp_path: Path):
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "model.py").write_text("class Model: pass\ndef get_inputs(): pass\ndef get_init_inputs(): pass\n")
+    (tmp_path / "p" / "problem.toml").write_text("atol = 1e-3\nrtoll = 1e-3\n")  # a typo: rtol would stay 1e-2
+    with pytest.raises(DiscoveryError, match=r"problem.toml: unknown key rtoll; the keys are origin, atol, rtol, small"):
+        find_problem("p", tmp_path)
+    (tmp_path / "p" / "problem.toml").write_text("atol = 1e-3\nrtol = 1e-3\n")
+    assert find_problem("p", tmp_path).rtol == 1e-3

@@ -95,6 +95,7 @@ def run_command(
     trials: Annotated[int, typer.Option(min=1, help="Correctness trials, each with fresh random inputs.")] = 5,
     atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance. Default: the problem's own (1e-2 unless it declares one).")] = None,
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance. Default: the problem's own.")] = None,
+    tolerance: Annotated[str, typer.Option(help="Where atol/rtol come from: problem (problem.toml, else 1e-2), kernelbench (KernelBench's current harness: 1e-4 at fp32) or kernelbench-v0.1 (1e-2). --atol/--rtol win.")] = "problem",
     no_tf32: Annotated[bool, typer.Option("--no-tf32", help="Turn TF32 off for cuDNN (and matmul) in reference and solution alike.")] = False,
     no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline", help="Skip timing the reference under torch.compile.")] = False,
     two_sizes: Annotated[Optional[bool], typer.Option("--two-sizes/--one-size", help="Also check correctness at the other size (full/small). Default: yes on CUDA, no on CPU.")] = None,
@@ -133,7 +134,8 @@ def run_command(
     from kbench.runner import not_correct, run
 
     config = RunConfig(
-        device=device, size=size, trials=trials, atol=atol, rtol=rtol, math=MathFlags.from_tf32(not no_tf32),
+        device=device, size=size, trials=trials, atol=atol, rtol=rtol, tolerance=tolerance,
+        math=MathFlags.from_tf32(not no_tf32),
         compile_baseline=not no_compile_baseline, two_sizes=two_sizes, timeout_s=timeout, jobs=jobs,
         timing=TimingPolicy(max_time_s=max_time), results_dir=results_dir, cache_dir=cache_dir, seed=seed,
         executor=executor, address=address, parallel=parallel, kernel_profile=kernel_profile,

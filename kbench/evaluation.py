@@ -11,7 +11,7 @@ from kbench.executors import Executor, local_executor
 from kbench.pool import Slot
 from kbench.records import (
     COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
-    trials_from_json,
+    tolerance, trials_from_json,
 )
 from kbench.timing_checks import escaped_work_warning, few_samples_warning, launch_bound_warning
 
@@ -40,8 +40,7 @@ def base_job(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
         "device": plan.device,
         "seed": cfg.seed,
         "trials": cfg.trials,
-        "atol": cfg.atol if cfg.atol is not None else problem.atol,
-        "rtol": cfg.rtol if cfg.rtol is not None else problem.rtol,
+        **dict(zip(("atol", "rtol"), tolerance(cfg.tolerance, "fp32", (problem.atol, problem.rtol), (cfg.atol, cfg.rtol)))),
         "math": dataclasses.asdict(cfg.math),
         "timing": dataclasses.asdict(cfg.timing),
         "kernel_profile": cfg.kernel_profile,

@@ -95,6 +95,24 @@ class MathFlags:
         return cls() if tf32 else cls(cudnn_tf32=False, matmul_tf32=False)
 
 
+# Tolerance profiles: (atol, rtol) per precision, or None for the problem's own (problem.toml). KernelBench's current
+# harness compares fp32 at 1e-4 and fp16/bf16 at 1e-2; its v0 and v0.1 used 1e-2 for every precision.
+TOLERANCE_PROFILES: dict[str, dict[str, tuple[float, float]] | None] = {
+    "problem": None,
+    "kernelbench": {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (1e-2, 1e-2)},
+    "kernelbench-v0.1": {"fp32": (1e-2, 1e-2), "fp16": (1e-2, 1e-2), "bf16": (1e-2, 1e-2)},
+}
+
+
+def tolerance(profile: str, precision: str, problem: tuple[float, float],
+              explicit: tuple[float | None, float | None] = (None, None)) -> tuple[float, float]:
+    """(atol, rtol) for a comparison: explicit --atol/--rtol win, then the profile's value for the precision, then the
+    problem's own."""
+    table = TOLERANCE_PROFILES[profile]
+    base = table[precision] if table is not None else problem
+    return (explicit[0] if explicit[0] is not None else base[0], explicit[1] if explicit[1] is not None else base[1])
+
+
 @dataclass(frozen=True)
 class RunConfig:
     device: str = "auto"  # auto | cuda | cpu
@@ -116,6 +134,7 @@ class RunConfig:
     parallel: int | None = None  # evaluations at once under Ray (default: the cluster's GPUs; 1 on CPU)
     kernel_profile: bool = True  # the own-kernel share check (CUDA; its profiler's start-up costs seconds per child)
     build_unrunnable: bool = False  # also compile solutions this run cannot run (the GPU-less gate's CUDA ones)
+    tolerance: str = "problem"  # problem | kernelbench | kernelbench-v0.1: where atol/rtol come from (TOLERANCE_PROFILES)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunConfig:

@@ -20,7 +20,9 @@ from kbench.evaluation import (
 )
 from kbench.executors import make_executor
 from kbench.pool import Slot, run_on_slots
-from kbench.records import COMPILED, EAGER, Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status
+from kbench.records import (
+    COMPILED, EAGER, TOLERANCE_PROFILES, Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status, tolerance,
+)
 from kbench.storage import RunStore
 from kbench.zygote import Zygote
 
@@ -144,6 +146,8 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
     holds are not run again. `env` is the machine's probe, when the caller has it already. `selection`
     (what was asked for) is stored so that a resume finishes the same problems and solutions.
     """
+    if config.tolerance not in TOLERANCE_PROFILES:
+        raise UsageError(f"Unknown tolerance profile '{config.tolerance}'. Use one of: {', '.join(TOLERANCE_PROFILES)}")
     early = None
     if env is None:
         progress("probing the machine ...")
@@ -175,7 +179,9 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
         "git": git_info(repo),
         "config": {**dataclasses.asdict(config), "device": device, "size": size},
         "selection": selection,
-        "problems": {p.name: {"origin": p.origin, "path": str(p.path), "atol": p.atol, "rtol": p.rtol,
+        "problems": {p.name: {"origin": p.origin, "path": str(p.path),
+                              **dict(zip(("atol", "rtol"), _tolerance(config, p))),  # what its comparisons used
+                              "problem_atol": p.atol, "problem_rtol": p.rtol,
                               "constants": dict(p.constants), "overrides": p.overrides(size)} for p in problems},
     }
     if resumed is not None:
@@ -211,6 +217,10 @@ def not_correct(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
     """The rows that make `kbench run` exit 1: every status but correct and not_run (a row this machine cannot run,
     such as a CUDA solution without a GPU, says so without failing the run)."""
     return [e for e in evaluations if e.status not in PASSING]
+
+
+def _tolerance(config: RunConfig, problem: ProblemSpec) -> tuple[float, float]:
+    return tolerance(config.tolerance, "fp32", (problem.atol, problem.rtol), (config.atol, config.rtol))
 
 
 def _resumable_config(store: RunStore, env: dict[str, Any]) -> RunConfig:

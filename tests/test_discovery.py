@@ -99,3 +99,61 @@ def test_an_unknown_problem_toml_key_is_an_error_naming_it(tmp_path: Path):
         find_problem("p", tmp_path)
     (tmp_path / "p" / "problem.toml").write_text("atol = 1e-3\nrtol = 1e-3\n")
     assert find_problem("p", tmp_path).rtol == 1e-3
+
+
+def test_tolerance_profiles_explicit_values_win_then_the_profile_then_the_problem():
+    from kbench.records import tolerance
+
+    problem = (1e-2, 1e-3)
+    assert tolerance("problem", "fp32", problem) == (1e-2, 1e-3)
+    assert tolerance("kernelbench", "fp32", problem) == (1e-4, 1e-4)
+    assert tolerance("kernelbench", "bf16", problem) == (1e-2, 1e-2)
+    assert tolerance("kernelbench-v0.1", "fp32", problem) == (1e-2, 1e-2)
+    assert tolerance("kernelbench", "fp32", problem, (5e-3, None)) == (5e-3, 1e-4)
+
+
+def test_a_run_uses_and_records_its_tolerance_profile(tmp_path: Path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from kbench.cli import app
+    from tests.conftest import FIXTURES
+
+    args = ["run", "-p", "tiny", "-s", "good", "--problems-dir", str(FIXTURES / "problems"), "--solutions-dir",
+            str(FIXTURES / "solutions"), "--device", "cpu", "--no-compile-baseline", "--max-time", "0.05",
+            "--trials", "1", "--results-dir", str(tmp_path / "r"), "--cache-dir", str(tmp_path / "c")]
+    done = CliRunner().invoke(app, [*args, "--tolerance", "kernelbench-v0.1"])
+    assert done.exit_code == 0, done.output
+    (run_dir,) = (tmp_path / "r").iterdir()
+    doc = json.loads((run_dir / "run.json").read_text())
+    assert doc["config"]["tolerance"] == "kernelbench-v0.1"
+    assert (doc["problems"]["tiny"]["atol"], doc["problems"]["tiny"]["rtol"]) == (1e-2, 1e-2)  # the problem says 1e-4
+    assert (doc["problems"]["tiny"]["problem_atol"], doc["problems"]["tiny"]["problem_rtol"]) == (1e-4, 1e-4)
+    bad = CliRunner().invoke(app, [*args, "--tolerance", "loose"])
+    assert bad.exit_code == 2 and "Unknown tolerance profile 'loose'" in bad.output
+
+
+def test_the_profile_decides_the_verdict(tmp_path: Path):
+    """Off by 5e-3 everywhere: incorrect at the problem's 1e-4, correct at kernelbench-v0.1's 1e-2."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from kbench.cli import app
+    from tests.conftest import FIXTURES
+
+    folder = tmp_path / "s" / "tiny"
+    folder.mkdir(parents=True)
+    good = (FIXTURES / "solutions" / "tiny" / "good.py").read_text()
+    (folder / "close.py").write_text(good.replace("return self.scale *", "return 0.005 + self.scale *"))
+    verdicts = {}
+    for profile in ("problem", "kernelbench-v0.1"):
+        out = tmp_path / profile
+        CliRunner().invoke(app, ["run", "-p", "tiny", "--problems-dir", str(FIXTURES / "problems"), "--solutions-dir",
+                                 str(tmp_path / "s"), "--device", "cpu", "--no-compile-baseline", "--max-time", "0.05",
+                                 "--trials", "1", "--results-dir", str(out), "--tolerance", profile])
+        (run_dir,) = out.iterdir()
+        rows = json.loads((run_dir / "run.json").read_text())["evaluations"]
+        verdicts[profile] = next(r["status"] for r in rows if r["solution"] == "close")
+    assert verdicts == {"problem": "incorrect", "kernelbench-v0.1": "correct"}

@@ -12,9 +12,7 @@ protocol's cost, and the harness binds its clocks, events and settings functions
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -26,20 +24,12 @@ from kbench.harness import apply_math_flags, construct, make_timer, set_sizes
 from kbench.loading import import_path
 from kbench.records import MathFlags
 from kbench.verdicts import Verdict, short
+from kbench.zygote import die_with_parent
 
 _tensor_type, _strided = torch.Tensor, torch.strided
 _memory_allocated, _max_memory_allocated = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
 _reset_peak = torch.cuda.reset_peak_memory_stats
 _synchronize = timing.synchronize
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this process when the judge dies (the parent also kills its process group)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
 
 
 def warm_cuda() -> None:
@@ -218,7 +208,7 @@ def main(conn: Any, init_cuda: bool = False, forked: bool = False) -> None:
     With `init_cuda` (started ahead of a CUDA job) the CUDA context is made now, while nobody is timed, rather than
     on the first command. A `forked` candidate first closes what it inherited (`_only_own_descriptors`)."""
     os.setpgid(0, 0)
-    _die_with_parent()
+    die_with_parent()
     if forked:
         _only_own_descriptors(conn)
     if init_cuda:

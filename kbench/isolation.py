@@ -263,13 +263,18 @@ def run_forked(zygote: Zygote | None, job: dict[str, Any], timeout_s: float, env
         except ZygoteError:
             pass
         else:
-            return child.run({**job, "env": {k: env[k] for k in JOB_ENV if k in env}}, timeout_s)
+            return child.run({**job, "env": job_env(env)}, timeout_s)
     return run_child(job, timeout_s, env)
 
 
 def shared_env(env: dict[str, str]) -> dict[str, str]:
     """What a zygote is started with: the environment without the per-job variables."""
     return {k: v for k, v in env.items() if k not in JOB_ENV}
+
+
+def job_env(env: dict[str, str]) -> dict[str, str]:
+    """The per-job variables, which travel with the job to a worker started before it."""
+    return {k: env[k] for k in JOB_ENV if k in env}
 
 
 class WarmStarts:
@@ -337,7 +342,7 @@ class WarmStarts:
             if child is not None:
                 child.discard()
             child = self._child(key, shared)
-        job = {**job, "env": {k: env[k] for k in JOB_ENV if k in env}}
+        job = {**job, "env": job_env(env)}
         outcome = child.run(job, timeout_s, on_event=lambda name: name == "timed" and self._start_spare(key, shared))
         self._start_spare(key, shared)  # the job ended without timing (a failure, a reference job)
         return outcome

@@ -88,14 +88,11 @@ def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict
     if failure:
         _finish(session, result)
         return {**result, "status": "incorrect", "message": failure}
-    measured, figures = _time(job, session, reference, make, calibration)
+    measured, figures, result["extra"]["machine"], busy = _time(job, session, reference, make, calibration)
     result["timing"], result["eager_timing"] = measured["solution"].to_json(), measured["eager"].to_json()
     result["extra"]["protocol"] = figures
-    result["warnings"] += _timing_warnings(device, measured, calibration)
-    result["extra"]["machine"] = figures.pop("machine")
-    result["warnings"] += machine.gpu_warnings(result["extra"]["machine"].get("gpu", {}), own_processes=2)
-    result["warnings"] += [w for w in (machine.busy_warning(result["extra"]["machine"], device),
-                                       timing.level_moved_warning(measured["solution"], "the solution"),
+    result["warnings"] += _timing_warnings(device, measured, calibration) + busy
+    result["warnings"] += [w for w in (timing.level_moved_warning(measured["solution"], "the solution"),
                                        timing.level_moved_warning(measured["eager"], "the eager reference"))
                            if w is not None]
     phases.mark("timing")
@@ -224,7 +221,7 @@ def _other_sizes(job: dict[str, Any], problem: Any, session: Session, result: di
 
 
 def _time(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],
-          calibration: timing.Calibration) -> tuple[dict[str, Any], dict[str, Any]]:
+          calibration: timing.Calibration) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
     """Candidate and eager reference in alternating rounds: fresh inputs before each round, the candidate's outputs
     checked against the reference's on the same values after it (every round, or a random subset for big outputs)."""
     device, policy = job["device"], TimingPolicy(**job["timing"])
@@ -266,20 +263,18 @@ def _time(job: dict[str, Any], session: Session, reference: Any, make: Callable[
     # candidate's follows the judge's sample. Alternating would put the judge's sample right after the candidate's
     # call in every other round, which on the H100 made it bimodal (about 3% apart), so that its median wandered and
     # sampling ran to --max-time.
-    quiet = machine.snapshot()
-    measured = guarded(device, "timing", lambda: timing.measure_rounds(
-        {"eager": eager, "solution": session.sample}, policy, before_round=before, after_round=after, alternate=False),
-        judge_work="timing (the judge's inputs, reference calls and rechecks)")
-    state["machine"] = machine.others(quiet, machine.snapshot())
-    if device == "cuda":
-        state["machine"]["gpu"] = machine.gpu_state()
+    measured, machine_figures, busy = machine.watched(lambda: guarded(
+        device, "timing", lambda: timing.measure_rounds(
+            {"eager": eager, "solution": session.sample}, policy, before_round=before, after_round=after,
+            alternate=False),
+        judge_work="timing (the judge's inputs, reference calls and rechecks)"), device, own_processes=2)
     rounds = len(measured["solution"].samples)
     if state["checked"] != rounds - 1:
         check(rounds - 1)
     figures = {"rounds": rounds, "rechecked": state["count"], "recheck_every_call": cheap,
                "refresh_s": round(state["refresh_s"], 4), "recheck_s": round(state["check_s"], 4),
-               "calibration_p50_s": calibration.p50, "calibration_p90_s": calibration.p90, "machine": state["machine"]}
-    return measured, figures
+               "calibration_p50_s": calibration.p50, "calibration_p90_s": calibration.p90}
+    return measured, figures, machine_figures, busy
 
 
 def _finish(session: Session, result: dict[str, Any]) -> None:

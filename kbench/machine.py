@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from kbench.procfs import CLOCK_TICKS, processes
 
 # Other processes kept at least this many cores busy on average (CPU runs: any of it shares the timed cores), or on
 # a GPU run this share of the machine's cores (the timed process needs one core to issue its launches).
+T = TypeVar("T")
 BUSY_CORES_CPU = 0.5
 BUSY_SHARE_GPU = 0.25
 
@@ -60,7 +63,20 @@ def others(before: CpuSnapshot | None, after: CpuSnapshot | None) -> dict[str, f
             "window_s": round(window, 3), "cores": float(os.cpu_count() or 1)}
 
 
-def busy_warning(figures: dict[str, float], device: str) -> str | None:
+def watched(measure: Callable[[], T], device: str, own_processes: int) -> tuple[T, dict[str, Any], list[str]]:
+    """measure(), and what the machine did meanwhile: other processes' CPU time (and on CUDA the GPU as nvidia-smi
+    sees it right after, with `own_processes` of kbench's holding contexts on it), as figures and warnings."""
+    before = snapshot()
+    result = measure()
+    figures: dict[str, Any] = dict(others(before, snapshot()))
+    found = [w for w in (busy_warning(figures, device),) if w is not None]
+    if device == "cuda":
+        figures["gpu"] = gpu_state()
+        found += gpu_warnings(figures["gpu"], own_processes)
+    return result, figures, found
+
+
+def busy_warning(figures: dict[str, Any], device: str) -> str | None:
     """`[machine_busy]` when other processes kept cores busy while this row was timed."""
     if not figures:
         return None

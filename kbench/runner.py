@@ -241,7 +241,7 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
              store: RunStore, cuda_home: Path | None, progress: Progress) -> None:
     every = [s for p in problems for s in solutions.get(p.name, []) if not _done(store, p.name, s.name)]
     chosen, skipped = _to_build(plan.device, every, cuda_home, plan.config.build_unrunnable)
-    unrunnable = sum("not compiled" in reason for reason in skipped.values())
+    unrunnable = sum(UNRUNNABLE_HINT in reason for reason in skipped.values())
     if unrunnable:
         progress(f"skipping {unrunnable} CUDA solution(s): no GPU here ({UNRUNNABLE_HINT.replace(' it ', ' them ')})")
     if chosen:

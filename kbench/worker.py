@@ -82,15 +82,11 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
             timing.settle(device)
 
         samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timer) for name, model in models.items()}
-        quiet = machine.snapshot()
-        measured = guarded(device, "timing", lambda: timing.measure_rounds(samplers, policy, before_round=fresh))
-        result["extra"]["machine"] = machine.others(quiet, machine.snapshot())
-        if device == "cuda":
-            result["extra"]["machine"]["gpu"] = machine.gpu_state()
-            result["warnings"] += machine.gpu_warnings(result["extra"]["machine"]["gpu"], own_processes=1)
-        result["warnings"] += [w for w in (machine.busy_warning(result["extra"]["machine"], device),
-                                           timing.level_moved_warning(measured["eager"], "the eager reference"))
-                               if w is not None]
+        measured, result["extra"]["machine"], busy = machine.watched(
+            lambda: guarded(device, "timing", lambda: timing.measure_rounds(samplers, policy, before_round=fresh)),
+            device, own_processes=1)
+        moved = timing.level_moved_warning(measured["eager"], "the eager reference")
+        result["warnings"] += busy + ([moved] if moved else [])
         inputs.clear()
         phases.mark("timing")
         _announce("timed")

@@ -51,6 +51,7 @@ def child_env(ctx: BuildContext, solution: SolutionSpec | None, max_jobs: int) -
     env = isolation.worker_path_env()
     ext = extension_dir(ctx, solution)[0] if solution is not None else None
     env.update(toolkit.build_env(ext, ctx.cuda_home, ctx.arch, max_jobs))
+    env["TRITON_CACHE_DIR"] = str(ctx.cache_dir.parent / "triton")  # Triton's JIT cache beside kbench's builds
     return env
 
 

@@ -69,7 +69,7 @@ class Harness:
         self.timer = make_timer(cmd.device)
         problem = import_path("kbench_calibration_problem", cmd.path)
         set_sizes(problem, cmd.overrides)
-        model = construct(lambda: problem.Model(*cmd.init), 0, cmd.device)  # the judge's weights replace its own
+        model = construct(lambda: problem.Model(*cmd.init), 0, cmd.device, cmd.precision)  # the judge's weights go in
         model.load_state_dict(cmd.state)
         self.model, self.inputs, self.outputs = model, list(cmd.inputs), list(cmd.outputs)
         return {"status": "ok"}
@@ -89,7 +89,7 @@ class Harness:
     def build(self, cmd: protocol.Build) -> dict[str, Any]:
         self._restore("the import" if not self.models else f"model {len(self.models)}")
         try:
-            model = construct(lambda: self.module.ModelNew(*cmd.init), cmd.seed, cmd.device)
+            model = construct(lambda: self.module.ModelNew(*cmd.init), cmd.seed, cmd.device, cmd.precision)
             own = model.state_dict()
             shared = {k: v for k, v in cmd.state.items() if k in own and own[k].shape == v.shape}
             model.load_state_dict(shared, strict=False)

@@ -59,6 +59,9 @@ def list_command(
     device: Annotated[str, typer.Option(help="With --check: auto, cuda or cpu.")] = "auto",
     size: Annotated[Optional[str], typer.Option(help="With --check: full or small (default: full on CUDA, small on CPU).")] = None,
     timeout: Annotated[float, typer.Option(min=1, help="With --check: seconds per problem.")] = 600.0,
+    precision: Annotated[Optional[list[str]], typer.Option(help="With --check: fp32, fp16 or bf16; repeat for several. Default: each problem's own.")] = None,
+    tolerance: Annotated[str, typer.Option(help="With --check: tolerance profile (problem, kernelbench, kernelbench-v0.1).")] = "problem",
+    no_tf32: Annotated[bool, typer.Option("--no-tf32", help="With --check: TF32 off for cuDNN and matmul.")] = False,
     problems_dir: ProblemsDir = Path("problems"),
     solutions_dir: SolutionsDir = Path("solutions"),
 ) -> None:
@@ -66,13 +69,17 @@ def list_command(
 
     With --check, each reference is run for two input seeds: does a constant tensor (the output's
     mean) pass at the problem's tolerance? do outputs for different inputs agree within it? are most
-    outputs zero? A problem with such a finding cannot tell a right answer from a wrong one.
+    outputs zero? A problem with such a finding cannot tell a right answer from a wrong one. And how
+    far is the reference from a float64 evaluation ("ref err vs fp64")? When an exact result fails the
+    tolerance, only an implementation that reproduces the library's rounding can pass.
 
     Examples:
 
       kbench list
 
       kbench list --check --device cpu
+
+      kbench list --check --precision fp32 --precision bf16 --tolerance kernelbench
     """
     from kbench.listing import check_table, listing
     from kbench.runner import check_problems
@@ -80,7 +87,8 @@ def list_command(
     try:
         typer.echo(listing(problems_dir, solutions_dir))
         if check:
-            checks = check_problems(problem or [], problems_dir, device, size, timeout, _progress)
+            checks = check_problems(problem or [], problems_dir, device, size, timeout, _progress, precision or (),
+                                    tolerance, tf32=not no_tf32)
             typer.echo("\n" + check_table(checks))
     except KbenchError as exc:
         raise _fail(exc) from None
@@ -96,6 +104,7 @@ def run_command(
     atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance. Default: the problem's own (1e-2 unless it declares one).")] = None,
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance. Default: the problem's own.")] = None,
     tolerance: Annotated[str, typer.Option(help="Where atol/rtol come from: problem (problem.toml, else 1e-2), kernelbench (KernelBench's current harness: 1e-4 at fp32) or kernelbench-v0.1 (1e-2). --atol/--rtol win.")] = "problem",
+    precision: Annotated[Optional[str], typer.Option(help="fp32, fp16 or bf16: models and floating inputs of reference and solution cast to it, as KernelBench's --precision. Default: each problem's own (fp32 unless its problem.toml says).")] = None,
     no_tf32: Annotated[bool, typer.Option("--no-tf32", help="Turn TF32 off for cuDNN (and matmul) in reference and solution alike.")] = False,
     no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline", help="Skip timing the reference under torch.compile.")] = False,
     two_sizes: Annotated[Optional[bool], typer.Option("--two-sizes/--one-size", help="Also check correctness at the other size (full/small). Default: yes on CUDA, no on CPU.")] = None,
@@ -127,6 +136,8 @@ def run_command(
 
       kbench run --resume 20261122-074644-be41
 
+      kbench run -p conv3d_gelu --precision bf16 --tolerance kernelbench
+
       kbench run --executor ray --address ray://head:10001
     """
     from kbench.records import MathFlags, RunConfig, TimingPolicy
@@ -134,7 +145,7 @@ def run_command(
     from kbench.runner import not_correct, run
 
     config = RunConfig(
-        device=device, size=size, trials=trials, atol=atol, rtol=rtol, tolerance=tolerance,
+        device=device, size=size, trials=trials, atol=atol, rtol=rtol, tolerance=tolerance, precision=precision,
         math=MathFlags.from_tf32(not no_tf32),
         compile_baseline=not no_compile_baseline, two_sizes=two_sizes, timeout_s=timeout, jobs=jobs,
         timing=TimingPolicy(max_time_s=max_time), results_dir=results_dir, cache_dir=cache_dir, seed=seed,
@@ -196,6 +207,8 @@ def baseline_command(
     device: Annotated[str, typer.Option(help="auto, cuda or cpu.")] = "auto",
     size: Annotated[Optional[str], typer.Option(help="full or small. Default: full on CUDA, small on CPU.")] = None,
     no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline", help="Skip torch.compile.")] = False,
+    precision: Annotated[Optional[str], typer.Option(help="fp32, fp16 or bf16 (see kbench run --precision). The default name then ends in -<precision>.")] = None,
+    tolerance: Annotated[str, typer.Option(help="Tolerance profile for the torch.compile row's check: problem, kernelbench or kernelbench-v0.1.")] = "problem",
     max_time: Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per problem.")] = 10.0,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds before one child is killed.")] = 900.0,
     results_dir: Annotated[Path, typer.Option(help="Where runs and baselines/ are written.")] = Path("results"),
@@ -211,13 +224,16 @@ def baseline_command(
       kbench baseline --problems-dir ~/KernelBench/level1 --name level1-h100
 
       kbench baseline --problems-dir ~/KernelBench/level1 --name level1-h100 --resume 20261123-101500-ab12
+
+      kbench baseline --problems-dir ~/KernelBench/level1 --precision bf16
     """
     from kbench.records import RunConfig, TimingPolicy
     from kbench.report import results_frame, to_terminal
     from kbench.runner import baseline
 
     config = RunConfig(device=device, size=size, compile_baseline=not no_compile_baseline, timeout_s=timeout,
-                       timing=TimingPolicy(max_time_s=max_time), results_dir=results_dir)
+                       timing=TimingPolicy(max_time_s=max_time), results_dir=results_dir, precision=precision,
+                       tolerance=tolerance)
     try:
         store, target = baseline(config, problem or [], problems_dir, name, _progress, resume)
     except KbenchError as exc:
@@ -282,21 +298,30 @@ def compare_command(
 def report_command(
     run: Annotated[Optional[str], typer.Argument(help="A run id, run directory or run.json. Default: the latest run.")] = None,
     no_chart: Annotated[bool, typer.Option("--no-chart", help="Skip the PNG chart.")] = False,
+    format: Annotated[str, typer.Option("--format", help="markdown (report.md and the chart) or kernelbench (eval_results.json in KernelBench's field names).")] = "markdown",
     results_dir: Annotated[Path, typer.Option(help="Where runs are stored.")] = Path("results"),
 ) -> None:
     """Rank each problem's solutions and summarize the suite (fast_p, geometric-mean speedup).
 
-    Writes report.md and speedups.png (needs matplotlib: pip install 'kbench[plot]') next to run.json.
+    Writes report.md and speedups.png (needs matplotlib: pip install 'kbench[plot]') next to run.json; with
+    --format kernelbench, eval_results.json as KernelBench's eval_from_generations.py writes it.
 
     Examples:
 
       kbench report
 
       kbench report 20261122-074644-be41 --no-chart
-    """
-    from kbench.leaderboard import write_report
 
+      kbench report --format kernelbench
+    """
+    from kbench.leaderboard import write_kernelbench, write_report
+
+    if format not in ("markdown", "kernelbench"):
+        raise _fail(UsageError(f"Unknown report format '{format}'. Use markdown or kernelbench."))
     try:
+        if format == "kernelbench":
+            typer.echo(f"eval_results: {write_kernelbench(run, results_dir)}")
+            return
         md_path, png, text = write_report(run, results_dir, with_chart=not no_chart)
     except KbenchError as exc:
         raise _fail(exc) from None
@@ -306,9 +331,10 @@ def report_command(
 
 @app.command("import")
 def import_command(
-    responses: Annotated[list[Path], typer.Argument(help="LLM response files (text, markdown or .py), or folders of them.", show_default=False)],
-    problem: Annotated[str, typer.Option("--problem", "-p", help="The problem the responses answer: a name under problems/ or a path.", show_default=False)],
+    responses: Annotated[Optional[list[Path]], typer.Argument(help="LLM response files (text, markdown or .py), or folders of them.", show_default=False)] = None,
+    problem: Annotated[Optional[str], typer.Option("--problem", "-p", help="The problem the responses answer: a name under problems/ or a path.", show_default=False)] = None,
     name: Annotated[Optional[str], typer.Option("--name", "-n", help="Solution name; with several responses a prefix (NAME_1, NAME_2, ...). Default: from each response's file name.")] = None,
+    kernelbench_run: Annotated[Optional[Path], typer.Option("--kernelbench-run", help="A KernelBench run folder (runs/<run_name>): each level_L_problem_P_sample_S_kernel.py becomes solutions/<problem P of level L>/sample_S.py.", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite a solution of the same name instead of skipping or renaming.")] = False,
     problems_dir: ProblemsDir = Path("problems"),
     solutions_dir: SolutionsDir = Path("solutions"),
@@ -318,16 +344,32 @@ def import_command(
     From each response it takes the last fenced Python block that defines class ModelNew (or the whole file
     when it is Python). A response cut off before its final answer is skipped with the reason.
 
+    With --kernelbench-run, KernelBench's generated samples are mapped onto the problems of --problems-dir (a
+    KernelBench levelN/ folder, the folder holding level1/ level2/ ..., or problems named <L>_<P>_<name>).
+
     Examples:
 
       kbench import answer.md --problem conv3d_gelu --name llm_try1
 
       kbench import responses/ -p conv3d_logsumexp
+
+      kbench import --kernelbench-run ~/KernelBench/runs/my_run --problems-dir ~/KernelBench/KernelBench/level1
     """
     from kbench.importer import import_responses
+    from kbench.kernelbench_runs import import_run
 
     try:
-        results = import_responses(responses, problem, name, problems_dir, solutions_dir, force)
+        if kernelbench_run is not None:
+            if responses or problem or name:
+                raise UsageError("--kernelbench-run takes no response files, --problem or --name: the run's file "
+                                 "names say the problem and the sample")
+            results, others = import_run(kernelbench_run, problems_dir, solutions_dir, force)
+            if others:
+                typer.echo(f"not imported: {others} file(s) of the run that are not kernels (prompts, eval results)")
+        else:
+            if not responses or problem is None:
+                raise UsageError("Give response files and --problem, or --kernelbench-run DIR")
+            results = import_responses(responses, problem, name, problems_dir, solutions_dir, force)
     except KbenchError as exc:
         raise _fail(exc) from None
     for r in results:
@@ -344,6 +386,8 @@ def gate_command(
     max_regression: Annotated[str, typer.Option(help="Slowdown allowed against --baseline before a solution fails.")] = "5%",
     junit: Annotated[Optional[Path], typer.Option(help="Also write a JUnit XML report here.")] = None,
     trials: Annotated[int, typer.Option(min=1, help="Correctness trials per size.")] = 5,
+    precision: Annotated[Optional[str], typer.Option(help="fp32, fp16 or bf16 (see kbench run --precision). Default: each problem's own.")] = None,
+    tolerance: Annotated[str, typer.Option(help="Tolerance profile: problem, kernelbench or kernelbench-v0.1 (see kbench run --tolerance).")] = "problem",
     max_time: Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per evaluation.")] = 10.0,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds before one child is killed.")] = 900.0,
     jobs: Annotated[int, typer.Option(min=0, help="Solutions compiled in parallel; 0 = one per CPU core.")] = 0,
@@ -371,7 +415,7 @@ def gate_command(
     from kbench.records import RunConfig, TimingPolicy
 
     config = RunConfig(trials=trials, timeout_s=timeout, jobs=jobs, timing=TimingPolicy(max_time_s=max_time),
-                       results_dir=results_dir, cache_dir=cache_dir)
+                       results_dir=results_dir, cache_dir=cache_dir, precision=precision, tolerance=tolerance)
     try:
         result = gate(problem or [], solution, problems_dir, solutions_dir, config, baseline, _fraction(max_regression), _progress)
         if junit is not None:

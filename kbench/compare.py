@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kbench.errors import UsageError
 from kbench.records import Evaluation, Status
@@ -74,9 +73,11 @@ def speed_verdict(before: Sequence[float], after: Sequence[float], threshold: fl
     return (SLOWER if ratio > 1 else FASTER), ratio, p
 
 
-def _key(e: Evaluation, run: LoadedRun) -> tuple[str, str, str, str]:
+def _key(e: Evaluation, run: LoadedRun) -> tuple[str, str, str, str, str]:
+    """Rows match on problem, solution, size, precision and the math settings: a bf16 row is never compared with an
+    fp32 one."""
     math = run.doc.get("config", {}).get("math", {})
-    return e.problem, e.solution, e.size, repr(sorted(math.items()))
+    return e.problem, e.solution, e.size, e.precision, repr(sorted(math.items()))
 
 
 def _row(b: Evaluation | None, a: Evaluation | None, threshold: float) -> Row:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kbench.errors import DiscoveryError
-from kbench.records import ProblemSpec, SolutionSpec
+from kbench.records import PRECISIONS, ProblemSpec, SolutionSpec
 from kbench.verdicts import NO_MODELNEW, syntax_error
 
 if sys.version_info >= (3, 11):
@@ -19,9 +19,10 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 MODEL_FILE = "model.py"
 META_FILE = "problem.toml"
-META_KEYS = ("origin", "atol", "rtol", "small")
+META_KEYS = ("origin", "atol", "rtol", "small", "precision")
 DEVICES_NAME = "DEVICES"
 KNOWN_DEVICES = ("cuda", "cpu")
+PRECISIONS_NAME = "PRECISIONS"
 
 
 def _parse(path: Path) -> ast.Module:
@@ -77,12 +78,16 @@ def load_problem_file(path: Path, name: str | None = None, meta: dict[str, Any] 
     unknown = sorted(set(small) - set(constants))
     if unknown:
         raise DiscoveryError(f"{path.parent / META_FILE}: [small] names {', '.join(unknown)}, which {path.name} does not define")
+    precision = str(meta.get("precision", "fp32"))
+    if precision not in PRECISIONS:
+        raise DiscoveryError(f"{source}: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     return ProblemSpec(
         name=name or path.stem,
         path=path.resolve(),
         origin=str(meta.get("origin", "user file")),
         atol=float(meta.get("atol", 1e-2)),
         rtol=float(meta.get("rtol", 1e-2)),
+        precision=precision,
         constants=tuple(constants.items()),
         small=tuple((k, small[k]) for k in constants if k in small),
     )
@@ -181,20 +186,30 @@ def find_problem(ref: str, problems_dir: Path) -> ProblemSpec:
     raise DiscoveryError(f"Unknown problem '{ref}'. Available: {', '.join(known) or '(none)'}")
 
 
-def solution_devices(tree: ast.Module, path: Path) -> tuple[str, ...]:
-    """The solution's declared `DEVICES = ("cuda",)`; files without it are taken as CUDA-only."""
+def _declared(tree: ast.Module, path: Path, name: str, known: tuple[str, ...], example: str) -> tuple[str, ...] | None:
+    """A solution's literal module-level declaration `name = (...)`, checked against `known`; None when absent."""
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == DEVICES_NAME for t in node.targets):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             try:
                 value = ast.literal_eval(node.value)
             except ValueError:
-                raise DiscoveryError(f"{path}: {DEVICES_NAME} must be a literal tuple such as ('cuda',)") from None
-            devices = (value,) if isinstance(value, str) else tuple(value)
-            bad = [d for d in devices if d not in KNOWN_DEVICES]
-            if bad or not devices:
-                raise DiscoveryError(f"{path}: {DEVICES_NAME} lists {bad or 'nothing'}; use any of {', '.join(KNOWN_DEVICES)}")
-            return devices
-    return ("cuda",)
+                raise DiscoveryError(f"{path}: {name} must be a literal tuple such as {example}") from None
+            found = (value,) if isinstance(value, str) else tuple(value)
+            bad = [d for d in found if d not in known]
+            if bad or not found:
+                raise DiscoveryError(f"{path}: {name} lists {bad or 'nothing'}; use any of {', '.join(known)}")
+            return found
+    return None
+
+
+def solution_devices(tree: ast.Module, path: Path) -> tuple[str, ...]:
+    """The solution's declared `DEVICES = ("cuda",)`; files without it are taken as CUDA-only."""
+    return _declared(tree, path, DEVICES_NAME, KNOWN_DEVICES, "('cuda',)") or ("cuda",)
+
+
+def solution_precisions(tree: ast.Module, path: Path) -> tuple[str, ...]:
+    """The solution's declared `PRECISIONS = ("fp32", "bf16")`; files without it are run at any precision."""
+    return _declared(tree, path, PRECISIONS_NAME, tuple(PRECISIONS), "('fp32', 'bf16')") or tuple(PRECISIONS)
 
 
 def _binds(tree: ast.Module, name: str) -> bool:
@@ -228,11 +243,11 @@ def load_solution_file(path: Path, problem: str, name: str | None = None) -> Sol
     tree, error = None, None
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        devices = solution_devices(tree, path)
+        devices, precisions = solution_devices(tree, path), solution_precisions(tree, path)
     except SyntaxError as exc:
-        devices, error = KNOWN_DEVICES, exc  # a load_error wherever it is run
+        devices, precisions, error = KNOWN_DEVICES, tuple(PRECISIONS), exc  # a load_error wherever it is run
     return SolutionSpec(problem=problem, name=name or path.stem, path=path.resolve(), devices=devices,
-                        defect=solution_defect(tree, error))
+                        precisions=precisions, defect=solution_defect(tree, error))
 
 
 def list_solutions(problem: str, solutions_dir: Path) -> list[SolutionSpec]:

@@ -18,7 +18,7 @@ from kbench.timing_checks import escaped_work_warning, few_samples_warning, laun
 # Findings that mean the timing cannot be trusted: a row that passes with one of them is `suspect`, keeps its raw
 # samples, and shows no speedup. Other findings (static checks, more than 10x faster than eager) stay warnings.
 SUSPECT_CODES = frozenset({"escaped_timer", "timer_mismatch", "below_floor", "state_changed", "clock_patched",
-                           "reference_disturbed"})
+                           "reference_disturbed", "escaped_process"})
 # Findings about the machine while a row was timed (kbench.machine, kbench.timing_checks), not about the solution.
 MACHINE_CODES = frozenset({"machine_busy", "level_moved", "gpu_busy", "gpu_throttled"})
 
@@ -33,14 +33,21 @@ class Plan:
     executor: Executor = dataclasses.field(default_factory=lambda: local_executor("cpu", 0))
 
 
+def precision_of(plan: Plan, problem: ProblemSpec) -> str:
+    """The precision the problem is evaluated in: --precision, else the problem's own (problem.toml, fp32)."""
+    return plan.config.precision or problem.precision
+
+
 def base_job(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
     cfg = plan.config
+    precision = precision_of(plan, problem)
     return {
         "problem": {"name": problem.name, "path": str(problem.path), "overrides": problem.overrides(plan.size)},
         "device": plan.device,
+        "precision": precision,
         "seed": cfg.seed,
         "trials": cfg.trials,
-        **dict(zip(("atol", "rtol"), tolerance(cfg.tolerance, "fp32", (problem.atol, problem.rtol), (cfg.atol, cfg.rtol)))),
+        **dict(zip(("atol", "rtol"), tolerance(cfg.tolerance, precision, (problem.atol, problem.rtol), (cfg.atol, cfg.rtol)))),
         "math": dataclasses.asdict(cfg.math),
         "timing": dataclasses.asdict(cfg.timing),
         "kernel_profile": cfg.kernel_profile,
@@ -78,7 +85,8 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
     job = {**base_job(plan, problem), "mode": "reference", "compile_baseline": plan.config.compile_baseline,
            "ceilings_dir": str(plan.build.cache_dir.parent / "ceilings")}
     outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, None, 1), slot))
-    common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds}
+    common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds,
+              "precision": precision_of(plan, problem)}
     failure = outcome.failure
     if failure is not None or outcome.result is None:
         status, message = failure or ("crashed", "")
@@ -122,8 +130,13 @@ def with_floor(row: Evaluation, floor: dict[str, Any] | None) -> Evaluation:
 def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, built: BuildResult | None,
                       compile_gain: float | None, slot: Slot = None) -> Evaluation:
     """One solution in its own child; `compile_gain` is eager/compiled time from the reference child."""
-    common = {"problem": problem.name, "solution": solution.name, "device": plan.device, "size": plan.size}
+    precision = precision_of(plan, problem)
+    common = {"problem": problem.name, "solution": solution.name, "device": plan.device, "size": plan.size,
+              "precision": precision}
     compile_info = built.compile if built else None
+    if precision not in solution.precisions:
+        return Evaluation(status=Status.NOT_RUN, compile=compile_info, **common,
+                          message=f"declares PRECISIONS {', '.join(solution.precisions)}; this run is in {precision}")
     if plan.device not in solution.devices:
         reason = f"supports {', '.join(solution.devices)} only; this run is on {plan.device}"
         if built is not None and not built.ok:

@@ -46,7 +46,9 @@ class GateResult:
 
 
 def _repro(e: Evaluation, *extra: str) -> str:
-    return " ".join(["kbench run", "-p", e.problem, "-s", e.solution, "--device", e.device, "--size", e.size, *extra])
+    precision = ["--precision", e.precision] if e.precision != "fp32" else []
+    return " ".join(["kbench run", "-p", e.problem, "-s", e.solution, "--device", e.device, "--size", e.size,
+                     *precision, *extra])
 
 
 def _trials_check(e: Evaluation, size: str, trials: Sequence, name: str, repro: str) -> Check:

@@ -15,7 +15,7 @@ import torch
 
 from kbench import timing
 from kbench.loading import import_path
-from kbench.records import MathFlags
+from kbench.records import PRECISIONS, MathFlags
 from kbench.verdicts import Verdict, short
 
 _perf_counter = time.perf_counter
@@ -44,7 +44,27 @@ def apply_math_flags(flags: MathFlags) -> None:
     torch.backends.cuda.matmul.allow_tf32 = flags.matmul_tf32
 
 
-def construct(make: Callable[[], Any], seed: int, device: str) -> Any:
+def dtype_of(precision: str) -> torch.dtype:
+    """The torch dtype of a precision name (records.PRECISIONS: fp32, fp16, bf16)."""
+    return getattr(torch, PRECISIONS[precision])
+
+
+def cast(x: Any, precision: str) -> Any:
+    """A floating tensor (or a module's floating parameters and buffers) in `precision`, as KernelBench casts models
+    and inputs for its --precision; anything else as it is. fp32 leaves everything untouched."""
+    if precision == "fp32":
+        return x
+    if isinstance(x, _tensor_type):
+        return x.to(dtype_of(precision)) if x.is_floating_point() else x
+    return x.to(dtype_of(precision)) if isinstance(x, torch.nn.Module) else x
+
+
+def construct(make: Callable[[], Any], seed: int, device: str, precision: str = "fp32") -> Any:
+    """make() seeded, built on `device` (`_construct_on`), then cast to `precision` (see `cast`)."""
+    return cast(_construct_on(make, seed, device), precision)
+
+
+def _construct_on(make: Callable[[], Any], seed: int, device: str) -> Any:
     """make() seeded (as KernelBench seeds before a constructor), on `device`. On CUDA it runs with the GPU as the
     default device, so a model of gigabytes of weights initialises in milliseconds there rather than in seconds on
     the CPU (the judge hands its weights to the candidate's models, so both sides hold the same values either way);
@@ -60,17 +80,17 @@ def construct(make: Callable[[], Any], seed: int, device: str) -> Any:
     return make().to(device)
 
 
-def build_reference(problem: ModuleType, seed: int, device: str) -> tuple[Any, list[Any]]:
-    """The reference model, seeded before its constructor, and the constructor's arguments."""
+def build_reference(problem: ModuleType, seed: int, device: str, precision: str = "fp32") -> tuple[Any, list[Any]]:
+    """The reference model, seeded before its constructor, in `precision`, and the constructor's arguments."""
     init = list(problem.get_init_inputs())
-    return construct(lambda: problem.Model(*init), seed, device), init
+    return construct(lambda: problem.Model(*init), seed, device, precision), init
 
 
-def _to(x: Any, device: str) -> Any:
-    return x.to(device) if isinstance(x, _tensor_type) else x
+def _to(x: Any, device: str, precision: str = "fp32") -> Any:
+    return cast(x.to(device), precision) if isinstance(x, _tensor_type) else x
 
 
-def input_maker(problem: ModuleType, device: str) -> Callable[[int], list[Any]]:
+def input_maker(problem: ModuleType, device: str, precision: str = "fp32") -> Callable[[int], list[Any]]:
     """make(seed) -> the problem's inputs on `device`. On CUDA, get_inputs() runs with the GPU as the default device,
     so multi-GB inputs are drawn there in milliseconds rather than on the CPU; a problem whose get_inputs() cannot
     run that way is drawn on the CPU and moved."""
@@ -81,11 +101,11 @@ def input_maker(problem: ModuleType, device: str) -> Callable[[int], list[Any]]:
         if on_device[0]:
             try:
                 with torch.device(device):
-                    return [_to(x, device) for x in problem.get_inputs()]
+                    return [_to(x, device, precision) for x in problem.get_inputs()]
             except Exception:  # noqa: BLE001 - e.g. numpy inside get_inputs; draw on the CPU from now on
                 on_device[0] = False
                 _manual_seed(seed)
-        return [_to(x, device) for x in problem.get_inputs()]
+        return [_to(x, device, precision) for x in problem.get_inputs()]
 
     return make
 

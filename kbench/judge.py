@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from kbench import correctness, machine, protocol, timing, trust
+from kbench import correctness, escapes, machine, protocol, timing, trust
 from kbench.harness import (
     Phases, apply_math_flags, build_reference, guarded, input_maker, load_problem, make_timer, pin,
     set_sizes, timing_core, with_peak,
@@ -43,6 +43,7 @@ def evaluate(job: dict[str, Any], announce: Announce, cand: CandidateProcess | N
     (ahead of the job, when the worker was started ahead)."""
     apply_math_flags(MathFlags(**job["math"]))
     torch.set_grad_enabled(False)
+    escapes.become_subreaper()  # before any of the solution's code runs: its orphans stay in view (kbench.escapes)
     cand = cand or CandidateProcess()
     cand.announce(announce)
     if job["device"] == "cuda":  # both processes issue their timed calls from one core (harness.timing_core)
@@ -53,14 +54,15 @@ def evaluate(job: dict[str, Any], announce: Announce, cand: CandidateProcess | N
         return _evaluate(job, Session(cand, job["device"]), announce)
     finally:
         cand.kill()
+        escapes.kill_escaped(cand.proc.pid, cand.pgid)
 
 
 def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict[str, Any]:
     device, seed = job["device"], job["seed"]
     phases = Phases()
     problem = load_problem(job)
-    reference, init = build_reference(problem, seed, device)
-    make = input_maker(problem, device)
+    reference, init = build_reference(problem, seed, device, job.get("precision", "fp32"))
+    make = input_maker(problem, device, job.get("precision", "fp32"))
     probe_inputs = make(seed)
     probe, ref_peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *probe_inputs)),
                               judge_work="the reference's first call")
@@ -165,6 +167,7 @@ def _calibrate(job: dict[str, Any], session: Session, reference: Any, init: list
     timer = make_timer(job["device"])
     gaps: list[float] = []
     eager: list[float] = []
+    issue: list[float] = []
     host_gaps: list[float] = []
     start = _perf_counter()
     low, high = CALIBRATION_SAMPLES
@@ -173,11 +176,12 @@ def _calibrate(job: dict[str, Any], session: Session, reference: Any, init: list
         session.refill(values)
         timing.settle(job["device"])
         eager.append(timer.sample(lambda: reference(*values))[0])
+        issue.append(timer.last_issue)
         sample = session.sample()
         gaps.append((sample.judge or 0.0) - sample.timed)
         host_gaps.append(sample.wall - sample.timed)
     keep = slice(CALIBRATION_DISCARD, None)
-    return timing.Calibration(tuple(gaps[keep]), tuple(eager[keep]), tuple(host_gaps[keep]))
+    return timing.Calibration(tuple(gaps[keep]), tuple(eager[keep]), tuple(host_gaps[keep]), tuple(issue[keep]))
 
 
 def _trials(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],
@@ -201,8 +205,8 @@ def _other_sizes(job: dict[str, Any], problem: Any, session: Session, result: di
     result["size_checks"] = {}
     for other in job.get("other_sizes", []):
         set_sizes(problem, other["overrides"])
-        reference, init = build_reference(problem, seed, device)
-        make = input_maker(problem, device)
+        reference, init = build_reference(problem, seed, device, job.get("precision", "fp32"))
+        make = input_maker(problem, device, job.get("precision", "fp32"))
         probe_inputs = make(seed)
         probe = guarded(device, "the reference", partial(reference, *probe_inputs),
                         judge_work=f"the reference's first call at size {other['name']}")
@@ -223,28 +227,57 @@ def _other_sizes(job: dict[str, Any], problem: Any, session: Session, result: di
 def _time(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],
           calibration: timing.Calibration) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
     """Candidate and eager reference in alternating rounds: fresh inputs before each round, the candidate's outputs
-    checked against the reference's on the same values after it (every round, or a random subset for big outputs)."""
+    checked against the reference's on the same values after it (every round, or a random subset for big outputs).
+
+    Primed rounds, for a launch-bound reference (its time is the host's, and a call right after a call of the same
+    code in the same process ran several percent faster on the H100): each side's timed call follows an untimed call
+    of its own and a copy of the round's inputs. The judge calls the reference on the fresh inputs, copies them into
+    its own second set and times its call there; the candidate calls on the last round's inputs, the judge then
+    writes the fresh ones into the shared buffers, and the candidate's call on them is timed. The fresh inputs reach
+    the candidate only after its untimed call has returned and its process is frozen again."""
     device, policy = job["device"], TimingPolicy(**job["timing"])
     timer = make_timer(device)
+    primed = primed_rounds(device, calibration)
     rng = random.Random(secrets.randbits(64))
     base = secrets.randbits(30)  # unpredictable seeds: no output can be computed ahead of its call
     cheap = sum(b.numel() for b in session.buffers[session.name] if b is not None) <= RECHECK_ALL_NUMEL
     forced = set(rng.sample(range(policy.min_samples), min(RECHECK_FIRST, policy.min_samples)))
-    state: dict[str, Any] = {"inputs": None, "ref": None, "checked": -2, "count": 0, "refresh_s": 0.0, "check_s": 0.0}
+    state: dict[str, Any] = {"inputs": None, "ref": None, "second": None, "checked": -2, "count": 0,
+                             "refresh_s": 0.0, "check_s": 0.0}
+
+    def refill() -> None:
+        start = _perf_counter()
+        session.refill(state["inputs"])
+        timing.settle(device)
+        state["refresh_s"] += _perf_counter() - start
 
     def before(index: int) -> None:
         start = _perf_counter()
         state["inputs"] = state["ref"] = None  # the last round's go before this round's are made
         state["inputs"] = make(base + index + 1)
-        session.refill(state["inputs"])
-        timing.settle(device)
         state["refresh_s"] += _perf_counter() - start
+        if primed:
+            timing.settle(device)
+        else:
+            refill()
 
     def eager() -> timing.Sampled:
         held: list[Any] = []
-        timed, wall = timer.sample(lambda: held.append(reference(*state["inputs"])))
+        inputs = state["inputs"]
+        if primed:
+            reference(*inputs)
+            state["second"] = _copied(inputs, state["second"])
+            inputs = state["second"]
+            timing.synchronize(device)
+        timed, wall = timer.sample(lambda: held.append(reference(*inputs)))
         state["ref"] = held[0]
         return timing.Sampled(timed, wall, None, timer.last_issue)
+
+    def solution() -> timing.Sampled:
+        if primed:
+            session.sample()  # on the last round's inputs: this round's are not in the shared buffers yet
+            refill()
+        return session.sample()
 
     def check(index: int) -> None:
         start = _perf_counter()
@@ -263,18 +296,43 @@ def _time(job: dict[str, Any], session: Session, reference: Any, make: Callable[
     # candidate's follows the judge's sample. Alternating would put the judge's sample right after the candidate's
     # call in every other round, which on the H100 made it bimodal (about 3% apart), so that its median wandered and
     # sampling ran to --max-time.
-    measured, machine_figures, busy = machine.watched(lambda: guarded(
-        device, "timing", lambda: timing.measure_rounds(
-            {"eager": eager, "solution": session.sample}, policy, before_round=before, after_round=after,
-            alternate=False),
-        judge_work="timing (the judge's inputs, reference calls and rechecks)"), device, own_processes=2)
+    def measure() -> tuple[dict[str, Any], float, int, float]:
+        pid, group, own = session.cand.proc.pid, session.cand.pgid, escapes.own_helpers()
+        start, tree = _perf_counter(), escapes.tree_cpu(pid, group, own=own)
+        found = guarded(device, "timing", lambda: timing.measure_rounds(
+            {"eager": eager, "solution": solution}, policy, before_round=before, after_round=after,
+            alternate=False), judge_work="timing (the judge's inputs, reference calls and rechecks)")
+        return (found, *escapes.escaped_cpu(tree, escapes.tree_cpu(pid, group, own=own)), _perf_counter() - start)
+
+    (measured, escaped_s, escaped_n, window), machine_figures, busy = machine.watched(measure, device, own_processes=2)
+    if (escaped := escapes.escaped_warning(escaped_s, escaped_n, window)) is not None:
+        busy = [escaped, *busy]
     rounds = len(measured["solution"].samples)
     if state["checked"] != rounds - 1:
         check(rounds - 1)
-    figures = {"rounds": rounds, "rechecked": state["count"], "recheck_every_call": cheap,
+    figures = {"rounds": rounds, "rechecked": state["count"], "recheck_every_call": cheap, "primed": primed,
                "refresh_s": round(state["refresh_s"], 4), "recheck_s": round(state["check_s"], 4),
                "calibration_p50_s": calibration.p50, "calibration_p90_s": calibration.p90}
     return measured, figures, machine_figures, busy
+
+
+def primed_rounds(device: str, calibration: timing.Calibration) -> bool:
+    """Whether timing rounds are primed (see `_time`): on a GPU, for a reference whose calls are launch-bound."""
+    return device == "cuda" and calibration.reference_launch_bound
+
+
+def _copied(values: list[Any], into: list[Any] | None) -> list[Any]:
+    """values copied into `into` (same shapes and dtypes: tensors in place, anything else as is), or fresh copies."""
+    if into is None or len(into) != len(values):
+        return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+    out = []
+    for value, slot in zip(values, into):
+        if isinstance(value, torch.Tensor) and isinstance(slot, torch.Tensor) and slot.shape == value.shape \
+                and slot.dtype == value.dtype:
+            out.append(slot.copy_(value))
+        else:
+            out.append(value.clone() if isinstance(value, torch.Tensor) else value)
+    return out
 
 
 def _finish(session: Session, result: dict[str, Any]) -> None:

@@ -153,3 +153,11 @@ def write_report(ref: str | None, results_dir: Path, with_chart: bool = True) ->
     atomic_write(md_path, text)
     png = chart(evaluations, directory / "speedups.png") if with_chart else None
     return md_path, png, text
+
+
+def write_kernelbench(ref: str | None, results_dir: Path) -> Path:
+    """Write eval_results.json in KernelBench's field names next to a run's run.json (default: the latest run)."""
+    from kbench.kernelbench_runs import write_eval_results
+
+    run = load(resolve(ref, results_dir)) if ref else latest_run(results_dir, [])
+    return write_eval_results(run.path if run.path.is_dir() else run.path.parent, run.doc, run.evaluations)

@@ -37,9 +37,12 @@ def check_table(checks: Sequence[ProblemCheck]) -> str:
     for c in checks:
         fig = c.figures
         verdict = c.error or ("; ".join(f.split("] ", 1)[-1] for f in c.findings) if c.findings else "clean")
-        rows.append([c.problem.name, c.size, f"atol={c.problem.atol:g} rtol={c.problem.rtol:g}",
+        noise = fig.get("noise") or {}
+        atol, rtol = noise.get("atol", c.problem.atol), noise.get("rtol", c.problem.rtol)
+        rows.append([c.problem.name, c.size, c.precision, f"atol={atol:g} rtol={rtol:g}",
+                     f"{noise['max_abs']:.2g}" if "max_abs" in noise else "",
                      f"{fig['constant_pass_share']:.1%}" if "constant_pass_share" in fig else "",
                      f"{fig['zero_share']:.1%}" if "zero_share" in fig else "",
                      f"{fig['output_std']:.3g}" if "output_std" in fig else "", verdict])
-    return tabulate(rows, headers=["problem", "size", "tolerance", "constant passes", "zeros", "output std", "verdict"],
-                    tablefmt="simple")
+    return tabulate(rows, headers=["problem", "size", "precision", "tolerance", "ref err vs fp64", "constant passes",
+                                   "zeros", "output std", "verdict"], tablefmt="simple", maxcolwidths=[24, None, None, 12, None, None, None, None, 60])

@@ -13,6 +13,8 @@ class Process(NamedTuple):
     ppid: int
     sid: int  # session id
     cpu_s: float  # user and system CPU seconds so far
+    pgid: int = 0  # process group
+    children_cpu_s: float = 0.0  # the CPU seconds of its children that it has reaped (waited for)
 
 
 def processes() -> list[Process]:
@@ -31,5 +33,7 @@ def processes() -> list[Process]:
         except OSError:
             continue
         fields = data[data.rindex(b")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, session, ...
-        found.append(Process(int(name), int(fields[1]), int(fields[3]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS))
+        found.append(Process(int(name), int(fields[1]), int(fields[3]),
+                             (int(fields[11]) + int(fields[12])) / CLOCK_TICKS, int(fields[2]),
+                             (int(fields[13]) + int(fields[14])) / CLOCK_TICKS))
     return found

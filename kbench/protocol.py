@@ -38,6 +38,7 @@ class Calibrate:
     state: dict[str, Any]
     inputs: list[Any]
     outputs: list[Any]
+    precision: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Build:
     state: dict[str, Any]
     seed: int
     device: str
+    precision: str = "fp32"  # ModelNew is cast to it, as the reference is
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,12 @@ EAGER = "eager"
 COMPILED = "torch.compile"
 
 
+# Precisions a run can evaluate in, KernelBench's names: models and floating inputs are cast to the dtype.
+PRECISIONS: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+# The problem's own tolerance (problem.toml) is for fp32; at a reduced precision it is at least this loose.
+REDUCED_PRECISION_TOLERANCE = 1e-2
+
+
 @dataclass(frozen=True)
 class ProblemSpec:
     """A KernelBench-format problem file plus the metadata kbench needs to judge it."""
@@ -41,6 +47,7 @@ class ProblemSpec:
     origin: str = "user file"
     atol: float = 1e-2
     rtol: float = 1e-2
+    precision: str = "fp32"  # the precision a run takes when --precision does not say (problem.toml `precision`)
     constants: tuple[tuple[str, Any], ...] = ()  # module-level size constants, read from the AST
     small: tuple[tuple[str, Any], ...] = ()  # overrides of those constants for --size small
 
@@ -64,6 +71,7 @@ class SolutionSpec:
     name: str
     path: Path
     devices: tuple[str, ...] = ("cuda",)
+    precisions: tuple[str, ...] = tuple(PRECISIONS)  # those it declares (`PRECISIONS = ("fp32",)`); default all
     defect: str = ""  # why the file cannot load, seen without running it (a syntax error, no ModelNew): its load_error
 
 
@@ -109,7 +117,12 @@ def tolerance(profile: str, precision: str, problem: tuple[float, float],
     """(atol, rtol) for a comparison: explicit --atol/--rtol win, then the profile's value for the precision, then the
     problem's own."""
     table = TOLERANCE_PROFILES[profile]
-    base = table[precision] if table is not None else problem
+    if table is not None:
+        base = table[precision]
+    elif precision == "fp32":
+        base = problem
+    else:
+        base = (max(problem[0], REDUCED_PRECISION_TOLERANCE), max(problem[1], REDUCED_PRECISION_TOLERANCE))
     return (explicit[0] if explicit[0] is not None else base[0], explicit[1] if explicit[1] is not None else base[1])
 
 
@@ -135,6 +148,7 @@ class RunConfig:
     kernel_profile: bool = True  # the own-kernel share check (CUDA; its profiler's start-up costs seconds per child)
     build_unrunnable: bool = False  # also compile solutions this run cannot run (the GPU-less gate's CUDA ones)
     tolerance: str = "problem"  # problem | kernelbench | kernelbench-v0.1: where atol/rtol come from (TOLERANCE_PROFILES)
+    precision: str | None = None  # fp32 | fp16 | bf16; None takes each problem's own (fp32 unless problem.toml says)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunConfig:
@@ -219,6 +233,7 @@ class Evaluation:
     size: str
     message: str = ""
     compile: CompileInfo | None = None
+    precision: str = "fp32"
     trials: tuple[TrialResult, ...] = ()
     size_checks: dict[str, tuple[TrialResult, ...]] = field(default_factory=dict)  # trials at other sizes
     timing: Measurement | None = None
@@ -256,6 +271,7 @@ class Evaluation:
             device=data.get("device", ""),
             size=data.get("size", ""),
             message=data.get("message", ""),
+            precision=data.get("precision", "fp32"),
             compile=CompileInfo(**compile_info) if compile_info else None,
             trials=trials_from_json(data.get("trials", ())),
             size_checks={k: trials_from_json(v) for k, v in data.get("size_checks", {}).items()},

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 FORMATS = ("table", "md", "csv", "json")
 
 COLUMNS = [
-    "problem", "solution", "status", "size", "median_ms", "eager_ms", "vs_eager", "vs_compile", "floor_pct",
+    "problem", "solution", "status", "size", "precision", "median_ms", "eager_ms", "vs_eager", "vs_compile", "floor_pct",
     "n", "ci_pct", "max_abs_err", "peak_mib", "compile_s", "notes",
 ]
 NOTE_CHARS = 120
@@ -32,7 +32,8 @@ def _note(e: Evaluation) -> str:
 
 def _row(e: Evaluation) -> dict[str, object]:
     row: dict[str, object] = {c: None for c in COLUMNS}
-    row.update(problem=e.problem, solution=e.solution, status=e.status.value, size=e.size, notes=_note(e))
+    row.update(problem=e.problem, solution=e.solution, status=e.status.value, size=e.size, precision=e.precision,
+               notes=_note(e))
     if e.timing is not None:
         summary = e.timing.summary()
         row["median_ms"] = summary["median"] * 1e3

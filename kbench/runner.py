@@ -16,12 +16,14 @@ from kbench.build import BuildContext, BuildResult, build_all, zygote_env
 from kbench.environment import git_info, host_info
 from kbench.errors import Interrupted, KbenchError, UsageError
 from kbench.evaluation import (
-    Plan, base_job, evaluate_reference, evaluate_solution, on_gpu, with_floor, with_next_step, with_suspicion,
+    Plan, base_job, evaluate_reference, evaluate_solution, on_gpu, precision_of, with_floor, with_next_step,
+    with_suspicion,
 )
 from kbench.executors import make_executor
 from kbench.pool import Slot, run_on_slots
 from kbench.records import (
-    COMPILED, EAGER, TOLERANCE_PROFILES, Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status, tolerance,
+    COMPILED, EAGER, PRECISIONS, TOLERANCE_PROFILES, Evaluation, MathFlags, ProblemSpec, RunConfig, SolutionSpec,
+    Status, tolerance,
 )
 from kbench.storage import RunStore
 from kbench.zygote import Zygote
@@ -148,6 +150,8 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
     """
     if config.tolerance not in TOLERANCE_PROFILES:
         raise UsageError(f"Unknown tolerance profile '{config.tolerance}'. Use one of: {', '.join(TOLERANCE_PROFILES)}")
+    if config.precision is not None and config.precision not in PRECISIONS:
+        raise UsageError(f"Unknown precision '{config.precision}'. Use one of: {', '.join(PRECISIONS)}")
     early = None
     if env is None:
         progress("probing the machine ...")
@@ -181,6 +185,7 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
         "selection": selection,
         "problems": {p.name: {"origin": p.origin, "path": str(p.path),
                               **dict(zip(("atol", "rtol"), _tolerance(config, p))),  # what its comparisons used
+                              "precision": config.precision or p.precision,
                               "problem_atol": p.atol, "problem_rtol": p.rtol,
                               "constants": dict(p.constants), "overrides": p.overrides(size)} for p in problems},
     }
@@ -197,7 +202,7 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
             for name, reason in broken:
                 if not _done(store, name, EAGER):
                     store.add(Evaluation(problem=name, solution=EAGER, status=Status.LOAD_ERROR, message=reason,
-                                         device=device, size=size))
+                                         device=device, size=size, precision=config.precision or "fp32"))
             try:
                 _run_all(plan, problems, solutions, store, cuda_home, progress)
             finally:
@@ -220,7 +225,8 @@ def not_correct(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
 
 
 def _tolerance(config: RunConfig, problem: ProblemSpec) -> tuple[float, float]:
-    return tolerance(config.tolerance, "fp32", (problem.atol, problem.rtol), (config.atol, config.rtol))
+    return tolerance(config.tolerance, config.precision or problem.precision, (problem.atol, problem.rtol),
+                     (config.atol, config.rtol))
 
 
 def _resumable_config(store: RunStore, env: dict[str, Any]) -> RunConfig:
@@ -270,12 +276,13 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
         reference_rows = rows_of[problem.name]
         floor = reference_rows[0].extra.get("floor") if reference_rows else None
         gain = next((r.speedup_vs_eager for r in reference_rows if r.solution == COMPILED and r.speedup_vs_eager), None)
+        where = {"device": plan.device, "size": plan.size, "precision": precision_of(plan, problem)}
         if solution.defect:
             return Evaluation(problem=problem.name, solution=solution.name, status=Status.LOAD_ERROR,
-                              message=solution.defect, device=plan.device, size=plan.size)
+                              message=solution.defect, **where)
         if solution.path in skipped:
             return Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
-                              message=skipped[solution.path], device=plan.device, size=plan.size)
+                              message=skipped[solution.path], **where)
         progress(f"{problem.name}: {solution.name} ...")
         with heartbeat(progress, f"{problem.name}: {solution.name}"):
             row = with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor)
@@ -350,7 +357,8 @@ def baseline(config: RunConfig, problem_refs: Sequence[str], problems_dir: Path,
     problems, broken = choose_problems(problem_refs, problems_dir)
     store = execute(config, problems, {}, Path.cwd(), progress, broken, previous, selection=selection)
     env = store.header["environment"]
-    label = name or ((env.get("gpu") or {}).get("name") or "cpu")
+    label = name or ((env.get("gpu") or {}).get("name") or "cpu") + (
+        f"-{config.precision}" if config.precision not in (None, "fp32") else "")
     target = config.results_dir / BASELINES / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', label).strip('-').lower()}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(store.directory / RUN_FILE, target)
@@ -383,24 +391,35 @@ class ProblemCheck:
     findings: tuple[str, ...]
     figures: dict[str, Any]
     error: str = ""
+    precision: str = "fp32"
 
 
 def check_problems(problem_refs: Sequence[str], problems_dir: Path, device: str, size: str | None,
-                   timeout_s: float, progress: Progress = lambda _: None) -> list[ProblemCheck]:
-    """`kbench list --check`: each reference's degenerate-output check, each in its own child."""
+                   timeout_s: float, progress: Progress = lambda _: None, precisions: Sequence[str] = (),
+                   profile: str = "problem", tf32: bool = True) -> list[ProblemCheck]:
+    """`kbench list --check`: each reference's degenerate-output and noise checks, per precision (default: the
+    problem's own), each in its own child."""
     from kbench.discovery import find_problem, list_problems
 
+    bad = [p for p in precisions if p not in PRECISIONS] + ([profile] if profile not in TOLERANCE_PROFILES else [])
+    if bad:
+        raise UsageError(f"Unknown precision or tolerance profile {', '.join(bad)}: precisions are "
+                         f"{', '.join(PRECISIONS)}, profiles {', '.join(TOLERANCE_PROFILES)}")
     problems = [find_problem(r, problems_dir) for r in problem_refs] if problem_refs else list_problems(problems_dir)
     env = probe_environment()
     device = resolve_device(device, env)
     size = resolve_size(size, device)
-    plan = Plan(RunConfig(device=device), device, size, env, None)  # type: ignore[arg-type]
     checks = []
     for problem in problems:
-        progress(f"checking {problem.name} ({device}, {size}) ...")
-        outcome = isolation.run_child({**base_job(plan, problem), "mode": "check"}, timeout_s, isolation.worker_path_env())
-        result = outcome.result or {}
-        error = "" if result.get("status") == "correct" else (
-            result.get("message") or (outcome.failure or ("", "no result"))[1])
-        checks.append(ProblemCheck(problem, size, tuple(result.get("findings", ())), result.get("figures", {}), error))
+        for precision in precisions or (problem.precision,):
+            config = RunConfig(device=device, precision=precision, tolerance=profile, math=MathFlags.from_tf32(tf32))
+            plan = Plan(config, device, size, env, None)  # type: ignore[arg-type]
+            progress(f"checking {problem.name} ({device}, {size}, {precision}) ...")
+            outcome = isolation.run_child({**base_job(plan, problem), "mode": "check"}, timeout_s,
+                                          isolation.worker_path_env())
+            result = outcome.result or {}
+            error = "" if result.get("status") == "correct" else (
+                result.get("message") or (outcome.failure or ("", "no result"))[1])
+            checks.append(ProblemCheck(problem, size, tuple(result.get("findings", ())), result.get("figures", {}),
+                                       error, precision))
     return checks

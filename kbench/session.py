@@ -115,6 +115,7 @@ class Session:
         self.buffers: dict[str, list[Any]] = {}  # output buffers per model name
         self.name = ""
         self.inputs: list[Any] = []
+        self.precision = "fp32"  # the run's (records.PRECISIONS); set with the calibration
         self.values: tuple[Any, ...] = ()
         self.peak_bytes = 0  # the solution's largest peak of GPU memory over a call (as its process reports it)
 
@@ -141,11 +142,13 @@ class Session:
                           outputs: Any) -> None:
         """The reference itself, built in the candidate's process before the solution is imported (see _calibrate)."""
         self.name = "calibration"
+        self.precision = job.get("precision", "fp32")
         self.buffers[self.name] = self._output_buffers(outputs)
         self.inputs = [self.shared_copy(x) for x in inputs]
         problem = job["problem"]
         self.ask(protocol.Calibrate(self.device, job["math"], problem["path"], problem.get("overrides", {}), init,
-                                    self._shared_state(reference), self.inputs, self.buffers[self.name]))
+                                    self._shared_state(reference), self.inputs, self.buffers[self.name],
+                                    self.precision))
 
     def load(self, path: str, env: dict[str, str]) -> dict[str, Any]:
         return self.ask(protocol.Load(path, env)).figures
@@ -155,7 +158,7 @@ class Session:
         return {k: self.shared_copy(v.detach()) for k, v in reference.state_dict().items()}
 
     def build(self, name: str, reference: Any, init: list[Any], seed: int) -> int:
-        reply = self.ask(protocol.Build(name, init, self._shared_state(reference), seed, self.device))
+        reply = self.ask(protocol.Build(name, init, self._shared_state(reference), seed, self.device, self.precision))
         return int(reply.figures.get("copied", 0))
 
     def _output_buffers(self, outputs: Any) -> list[Any]:

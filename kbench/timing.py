@@ -7,8 +7,10 @@ before it imports any solution: a solution that later replaces `torch.cuda.Event
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import NamedTuple, Protocol
 
 import torch
@@ -18,12 +20,11 @@ from kbench.stats import median_ci_relative
 from kbench.timing_checks import (  # noqa: F401 - re-exported: the protocol's warnings live beside it
     DISTURBED_P, DISTURBED_RATIO, HOST_EXCESS_ABS_S, HOST_EXCESS_REL, LAUNCH_BOUND_SHARE, STOP_CONVERGED, STOP_MAX_TIME,
     TIMER_SLACK_ABS_CPU_S, TIMER_SLACK_ABS_S, TIMER_SLACK_REL, TIMER_SLACK_REL_CPU, TIMER_SLACK_SPREAD, Calibration,
-    disturbed_warning, escaped_work_warning, few_samples_warning, launch_bound_warning, level_moved_warning,
-    timer_mismatch_warning,
+    disturbed_warning, escaped_work_warning, few_samples_warning, issue_bound, launch_bound_warning,
+    level_moved_warning, timer_mismatch_warning,
 )
 
 _perf_counter = time.perf_counter
-_sleep = time.sleep
 _cuda_event = torch.cuda.Event
 _cuda_synchronize = torch.cuda.synchronize
 _elapsed_time = torch.cuda.Event.elapsed_time
@@ -42,13 +43,29 @@ def synchronize(device: str) -> None:
 SETTLE_S = 1e-3  # the GPU's pause between a round's input refresh and its first timed call
 
 
-def settle(device: str) -> None:
+def settle(device: str, clock: Clock = _perf_counter) -> None:
     """After the inputs of a round are written, wait until the device is idle and then a little longer, so that the
     round's first timed call does not start straight after gigabytes of the harness's own memory traffic (on the
-    H100 a call that did ran 1-4% slower than the same call after the other process's round trip)."""
+    H100 a call that did ran 1-4% slower than the same call after the other process's round trip). The host spins
+    through the pause rather than sleeping: a core left idle may be slower to issue the next call's launches."""
     synchronize(device)
     if device == "cuda":
-        _sleep(SETTLE_S)
+        end = clock() + SETTLE_S
+        while clock() < end:
+            pass
+
+
+@contextmanager
+def no_collection() -> Iterator[None]:
+    """Python's garbage collector paused for a timed window (as timeit does): a collection that happens to fall
+    inside one call, and not inside the other side's, would be charged to that call alone."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class Timer(Protocol):
@@ -66,9 +83,10 @@ class HostTimer:
         self.last_issue = 0.0
 
     def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
-        start = self._clock()
-        fn()
-        elapsed = self._clock() - start
+        with no_collection():
+            start = self._clock()
+            fn()
+            elapsed = self._clock() - start
         self.last_issue = elapsed
         return elapsed, elapsed
 
@@ -93,15 +111,30 @@ class CudaEventTimer:
         start, end = _cuda_event(enable_timing=True), _cuda_event(enable_timing=True)
         _cuda_synchronize(self._device)
         self._flush.fill_(1.0)
-        host_start = self._clock()
-        start.record()
-        fn()
-        end.record()
-        issued = self._clock()
+        with no_collection():
+            host_start = self._clock()
+            start.record()
+            fn()
+            end.record()
+            issued = self._clock()
         _cuda_synchronize(self._device)
         host = self._clock() - host_start
         self.last_issue = issued - host_start
         return _elapsed_time(start, end) / 1e3, host
+
+
+def launch_bound(fn: Callable[[], object], timer: Timer, calls: int = 3) -> bool:
+    """Whether fn's calls are launch-bound (`issue_bound`) on a GPU timer: `calls` timed calls (warm-up included)."""
+    timed, issue = [], []
+    for _ in range(calls):
+        timed.append(timer.sample(fn)[0])
+        issue.append(timer.last_issue)
+    return issue_bound(issue[1:], timed[1:])
+
+
+def primes(device: str, fn: Callable[[], object], timer: Timer) -> bool:
+    """Whether fn's timed calls go behind an untimed one (`local_sampler`): on a GPU, when they are launch-bound."""
+    return device == "cuda" and launch_bound(fn, timer)
 
 
 class Sampled(NamedTuple):
@@ -117,9 +150,12 @@ class Sampled(NamedTuple):
 Sampler = Callable[[], Sampled]
 
 
-def local_sampler(fn: Callable[[], object], timer: Timer) -> Sampler:
-    """A sampler that times fn in this process."""
+def local_sampler(fn: Callable[[], object], timer: Timer, primed: bool = False) -> Sampler:
+    """A sampler that times fn in this process; `primed`: each timed call right after an untimed one (for a
+    launch-bound call, whose time is the host's: see the README's "Timing protocol")."""
     def sample() -> Sampled:
+        if primed:
+            fn()
         timed, wall = timer.sample(fn)
         return Sampled(timed, wall, None, timer.last_issue)
 

@@ -6,6 +6,7 @@ re-exports everything here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kbench.records import Measurement, TimingPolicy
@@ -63,6 +64,12 @@ class Calibration:
     overhead: tuple[float, ...]  # judge round trip minus reported time, per calibration round
     eager: tuple[float, ...] = ()  # the judge's eager samples in the same rounds (a trusted neighbour)
     host_gap: tuple[float, ...] = ()  # the candidate's host window minus its event time, per calibration round
+    eager_issue: tuple[float, ...] = ()  # the host seconds each of the judge's eager calls took to issue
+
+    @property
+    def reference_launch_bound(self) -> bool:
+        """Whether the reference's calls are launch-bound (`issue_bound`), from the judge's calibration samples."""
+        return issue_bound(self.eager_issue, self.eager)
 
     @property
     def host_gap_p50(self) -> float:
@@ -149,6 +156,11 @@ def level_moved_warning(m: Measurement, what: str) -> str | None:
 # Issuing a call's work takes the host this share of the GPU time or more: the GPU waits on launches, and the time
 # measures the host's launch overhead (Python, dispatch, driver) as much as the kernels.
 LAUNCH_BOUND_SHARE = 0.8
+
+
+def issue_bound(issue: Sequence[float], timed: Sequence[float]) -> bool:
+    """Whether the host's median time to issue a call is at least LAUNCH_BOUND_SHARE of its median timed time."""
+    return bool(issue) and bool(timed) and median(issue) >= LAUNCH_BOUND_SHARE * median(timed)
 
 
 def launch_bound_warning(m: Measurement) -> str | None:

@@ -5,6 +5,7 @@ Imported by the worker before any solution, like the comparison and timing modul
 
 from __future__ import annotations
 
+import ast
 import copy
 import re
 import time
@@ -210,8 +211,26 @@ _KERNEL_NAME = re.compile(rf"__global__\s+{_QUALIFIERS}void\s+{_QUALIFIERS}(\w+)
 
 
 def declared_kernels(source: str) -> set[str]:
-    """Names of the __global__ functions a solution's source declares."""
-    return set(_KERNEL_NAME.findall(source))
+    """Names of the kernels a solution's source declares: its CUDA __global__ functions and its Triton kernels
+    (functions decorated with triton.jit, autotuned or not; Triton names the GPU kernel after the function)."""
+    return set(_KERNEL_NAME.findall(source)) | triton_kernels(source)
+
+
+def _is_triton_jit(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    name = target.attr if isinstance(target, ast.Attribute) else target.id if isinstance(target, ast.Name) else ""
+    return name == "jit" and (not isinstance(target, ast.Attribute) or
+                              (isinstance(target.value, ast.Name) and target.value.id == "triton"))
+
+
+def triton_kernels(source: str) -> set[str]:
+    """Functions of `source` decorated with `triton.jit` (or a bare `jit` imported from triton)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {node.name for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef) and any(_is_triton_jit(d) for d in node.decorator_list)}
 
 
 def own_kernel_share(call: Any, arg_sets: list[list[Any]], source: str) -> dict[str, Any]:
@@ -233,7 +252,7 @@ def own_kernel_share(call: Any, arg_sets: list[list[Any]], source: str) -> dict[
             continue
         us = float(getattr(event, "device_time", None) or getattr(event, "cuda_time", 0.0))
         kernel = event.name
-        mine = any(re.search(rf"\b{re.escape(n)}\b", kernel) for n in names)
+        mine = any(re.search(rf"\b{re.escape(n)}(\b|_\d)", kernel) for n in names)  # older Triton: name_0d1d2d
         own, library = (own + us, library) if mine else (own, library + us)
         top[kernel[:80]] = top.get(kernel[:80], 0.0) + us
     total = own + library

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from kbench import correctness, machine, timing, trust
+from kbench import correctness, machine, noise, timing, trust
 from kbench.harness import (
     Phases, apply_math_flags, build_reference, describe_output, guarded, input_maker, load_problem, make_timer, pin,
     timing_core, with_peak,
@@ -56,15 +56,19 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
     phases = Phases()
     problem = load_problem(job)
     with torch.no_grad():
-        reference, _ = build_reference(problem, seed, device)
-        make = input_maker(problem, device)
-        out, peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *make(seed))))
+        reference, _ = build_reference(problem, seed, device, job.get("precision", "fp32"))
+        make = input_maker(problem, device, job.get("precision", "fp32"))
+        first = make(seed)
+        out, peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *first)))
         result: dict[str, Any] = {"status": "correct", "message": "", "output": describe_output(out), "warnings": [],
                                   "extra": {"phases": phases.seconds}}
         phases.mark("setup")
         _degenerate_check(job, reference, make, out, result)
-        del out
         phases.mark("degenerate_check")
+        result["extra"]["noise"], found = _noise(job, reference, first, out)
+        result["warnings"] += found
+        del out, first
+        phases.mark("noise_check")
         models = {"eager": reference}
         compiled: dict[str, Any] | None = None
         if job.get("compile_baseline"):
@@ -81,12 +85,15 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
                 inputs[name] = make(seed + 1000 + index)
             timing.settle(device)
 
-        samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timer) for name, model in models.items()}
+        primed = timing.primes(device, partial(reference, *make(seed + 999)), timer)  # as the judge's rounds
+        samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timer, primed)
+                    for name, model in models.items()}
         measured, result["extra"]["machine"], busy = machine.watched(
             lambda: guarded(device, "timing", lambda: timing.measure_rounds(samplers, policy, before_round=fresh)),
             device, own_processes=1)
         moved = timing.level_moved_warning(measured["eager"], "the eager reference")
         result["warnings"] += busy + ([moved] if moved else [])
+        result["extra"]["primed"] = primed
         inputs.clear()
         phases.mark("timing")
         _announce("timed")
@@ -115,18 +122,28 @@ def _degenerate_check(job: dict[str, Any], reference: Any, make: Any, out: Any, 
     result["output"].update(figures)
 
 
+def _noise(job: dict[str, Any], reference: Any, inputs: list[Any], out: Any) -> tuple[dict[str, Any], list[str]]:
+    """The reference's own error against float64 at the run's precision and tolerance (kbench.noise)."""
+    return noise.reference_noise(reference, inputs, out, job["device"], job.get("precision", "fp32"), job["atol"],
+                                 job["rtol"], MathFlags(**job["math"]).allows_tf32)
+
+
 def check_problem(job: dict[str, Any]) -> dict[str, Any]:
     """Can this problem tell right from wrong at its tolerance? (reference outputs for two input seeds)"""
     device, seed = job["device"], job["seed"]
     apply_math_flags(MathFlags(**job["math"]))
     problem = load_problem(job)
     with torch.no_grad():
-        reference, _ = build_reference(problem, seed, device)
-        make = input_maker(problem, device)
-        first = guarded(device, "the reference", lambda: reference(*make(seed + 1)))
+        reference, _ = build_reference(problem, seed, device, job.get("precision", "fp32"))
+        make = input_maker(problem, device, job.get("precision", "fp32"))
+        inputs = make(seed + 1)
+        first = guarded(device, "the reference", lambda: reference(*inputs))
         second = guarded(device, "the reference", lambda: reference(*make(seed + 2)))
         findings, figures = correctness.degenerate_findings(first, second, job["atol"], job["rtol"])
-    return {"status": "correct", "message": "", "findings": findings, "figures": {**figures, **describe_output(first)}}
+        del second
+        figures["noise"], found = _noise(job, reference, inputs, first)
+    return {"status": "correct", "message": "", "findings": findings + found,
+            "figures": {**figures, **describe_output(first)}}
 
 
 def hardware_floor(job: dict[str, Any], reference: Any, inputs: list[Any]) -> dict[str, Any]:

@@ -50,6 +50,10 @@ TIMED_CASES = {
     "reads_gc_tensors": (Status.INCORRECT, set()),
     "reads_gc_models": (Status.INCORRECT, set()),
     "dies_mid_call": (Status.CRASHED, set()),
+    # Processes outside the frozen process group: one in a session of its own, one orphaned (re-parented to the
+    # judge, a child subreaper); their CPU time during timing makes the row suspect, and they are killed.
+    "escapes_by_session": (Status.SUSPECT, {"escaped_process"}),
+    "escapes_as_orphan": (Status.SUSPECT, {"escaped_process"}),
 }
 HONEST_SPEEDUP = 1.15  # no plain-PyTorch copy of the reference may be reported faster than this
 EITHER = {"busy_python_thread"}  # correct or suspect, as long as no speedup shows
@@ -90,6 +94,19 @@ def timed_run(tmp_path_factory):
             del os.environ["OMP_NUM_THREADS"]
         else:
             os.environ["OMP_NUM_THREADS"] = previous
+
+
+def test_processes_a_solution_started_outside_its_group_are_gone_after_the_run(timed_run):
+    marked = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if b"kbench-escape-marker" in f.read():
+                        marked.append(int(name))
+            except OSError:
+                pass
+    assert marked == []
 
 
 @pytest.mark.parametrize("name", sorted(TIMED_CASES))

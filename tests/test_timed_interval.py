@@ -112,3 +112,54 @@ def test_the_candidate_times_the_solutions_call_and_nothing_else(timers):
     assert all(r["status"] == "ok" for r in replies)
     assert torch.equal(out, reference(*inputs))  # the delivered output, copied outside the window
     assert timers[-1].windows == [THE_CALL] * 3
+
+
+def test_primed_reference_rounds_time_the_second_call_alone(timers, monkeypatch):
+    """A launch-bound reference is timed right after an untimed call of its own (as on a GPU): every window still
+    holds the call alone, and each sample costs one call outside the windows."""
+    monkeypatch.setattr(timing, "primes", lambda device, fn, timer: True)
+    calls = []
+    real = worker.build_reference
+
+    def counted(*args):
+        model, init = real(*args)
+        model.register_forward_hook(lambda *a: calls.append(1))
+        return model, init
+
+    monkeypatch.setattr(worker, "build_reference", counted)
+    result = worker.evaluate_reference(_job("reference"))
+    assert result["status"] == "correct" and result["extra"]["primed"] is True
+    windows = _windows(timers)
+    assert windows and all(w == THE_CALL for w in windows), windows
+    assert len(calls) >= 2 * len(windows)
+
+
+def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_untimed_call(timers, monkeypatch):
+    """Primed rounds: the candidate's untimed call sees the last round's inputs, the timed one this round's; the
+    judge's eager call is timed on its second copy of the same values after an untimed call of its own."""
+    monkeypatch.setattr(judge, "primed_rounds", lambda device, calibration: True)
+    log: list[tuple[str, object]] = []
+    real_sample, real_refill = judge.Session.sample, judge.Session.refill
+
+    def sample(self):
+        log.append(("sample", self.inputs[0].clone()))
+        return real_sample(self)
+
+    def refill(self, values):
+        log.append(("refill", values[0].clone()))
+        return real_refill(self, values)
+
+    monkeypatch.setattr(judge.Session, "sample", sample)
+    monkeypatch.setattr(judge.Session, "refill", refill)
+    result = judge.evaluate(_job("evaluate"), lambda event, **fields: None)
+    assert result["status"] == "correct", result.get("message")
+    assert result["extra"]["protocol"]["primed"] is True
+    windows = _windows(timers)
+    assert all(w == THE_CALL for w in windows), windows
+    timed = [i for i in range(len(log) - 2) if [e[0] for e in log[i:i + 3]] == ["sample", "refill", "sample"]]
+    rounds = result["extra"]["protocol"]["rounds"]
+    assert len(timed) >= rounds
+    for i in timed[-rounds:]:  # the timing rounds (before them, warm-up calls repeat the warm-up round's inputs)
+        before, fresh, after = log[i][1], log[i + 1][1], log[i + 2][1]
+        assert not torch.equal(before, fresh), "the untimed call saw this round's inputs"
+        assert torch.equal(after, fresh)

@@ -231,3 +231,54 @@ def test_a_launch_bound_reference_is_not_called_disturbed():
     assert timing.disturbed_warning(gpu_bound, calibration).startswith("[reference_disturbed]")
     host_bound = Measurement(slow, slow, issue_samples=(1.4e-3,) * 20)
     assert timing.disturbed_warning(host_bound, calibration) is None
+
+
+def test_settle_spins_through_its_pause_instead_of_sleeping(monkeypatch):
+    """A core left idle may issue the next call's launches more slowly: the pause is spent on the host clock."""
+    monkeypatch.setattr(timing, "_cuda_synchronize", lambda *a: None)
+    monkeypatch.setattr(timing.time, "sleep", lambda s: pytest.fail("settle slept"))
+    reads: list[float] = []
+
+    def clock() -> float:
+        reads.append(len(reads) * 1e-4)
+        return reads[-1]
+
+    timing.settle("cuda", clock)
+    assert len(reads) >= timing.SETTLE_S / 1e-4  # it kept reading the clock until the pause was over
+    reads.clear()
+    timing.settle("cpu", clock)
+    assert reads == []
+
+
+def test_the_garbage_collector_is_paused_inside_a_timed_window_only():
+    import gc
+
+    seen: list[bool] = []
+    HostTimer().sample(lambda: seen.append(gc.isenabled()))
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(ZeroDivisionError):
+        HostTimer().sample(lambda: 1 / 0)
+    assert gc.isenabled()  # restored when the call raises too
+
+
+@pytest.mark.parametrize("issue_share, expected", [(0.95, True), (0.3, False)])
+def test_launch_bound_compares_the_hosts_issue_time_with_the_timed_time(issue_share, expected):
+    clock = FakeClock()
+    timer = FakeTimer(clock, {"f": [1e-3] * 5}, issue_share=issue_share)
+    assert timing.launch_bound(lambda: "f", timer) is expected
+    assert timing.primes("cpu", lambda: "f", timer) is False  # only a GPU call is primed
+
+
+def test_a_primed_sampler_times_the_second_of_two_calls():
+    clock = FakeClock()
+    timer = FakeTimer(clock, {"f": [2e-3, 3e-3]})
+    calls: list[int] = []
+    sample = timing.local_sampler(lambda: calls.append(1) or "f", timer, primed=True)()
+    assert calls == [1, 1] and timer.calls == ["f"] and sample.timed == 2e-3
+
+
+def test_the_judges_calibration_says_whether_the_reference_is_launch_bound():
+    eager = (1e-3,) * 4
+    assert Calibration((1e-4,) * 4, eager=eager, eager_issue=(0.9e-3,) * 4).reference_launch_bound
+    assert not Calibration((1e-4,) * 4, eager=eager, eager_issue=(0.2e-3,) * 4).reference_launch_bound
+    assert not Calibration((1e-4,) * 4).reference_launch_bound  # no samples: not primed

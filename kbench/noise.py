@@ -1,0 +1,89 @@
+"""The reference's own noise: how far the reference, as run, is from a float64 evaluation of the same weights and
+inputs, next to the tolerance it is judged at.
+
+An exact implementation's outputs (the float64 result rounded to the output dtype) are compared with the
+reference's exactly as the judge compares a solution's. When they fail, the tolerance is below the reference's own
+rounding noise: only an implementation that reproduces the library's rounding can pass. The likely cause is named:
+TF32 (when the run allows it on CUDA at fp32 and the reference passes with it off), the reduced precision, or
+float32 rounding in the library's algorithms. Run in the reference's process (eager row) and by `kbench list
+--check`, per precision. A harness check: when it cannot run, `[check_skipped]` with the reason.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from kbench import correctness, trust
+from kbench.timing import synchronize
+
+CODE = "tolerance_below_noise"
+
+
+def _exact(reference: Any, inputs: list[Any], device: str) -> Any:
+    ref64 = copy.deepcopy(reference).double()
+    exact = ref64(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs])
+    synchronize(device)
+    del ref64
+    return exact
+
+
+def _like(exact: Any, out: Any) -> Any:
+    """The float64 result in the reference output's dtype (what an exact implementation would return)."""
+    if isinstance(out, torch.Tensor) and isinstance(exact, torch.Tensor):
+        return exact.to(out.dtype)
+    if isinstance(out, (tuple, list)) and isinstance(exact, (tuple, list)):
+        return type(out)(_like(e, o) for e, o in zip(exact, out))
+    return exact
+
+
+def _passes(exact: Any, out: Any, atol: float, rtol: float) -> bool:
+    return correctness.compare(_like(exact, out), out, atol, rtol)[0]
+
+
+def _without_tf32(reference: Any, inputs: list[Any], device: str) -> Any:
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        out = reference(*inputs)
+        synchronize(device)
+        return out
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def reference_noise(reference: Any, inputs: list[Any], out: Any, device: str, precision: str, atol: float,
+                    rtol: float, tf32: bool) -> tuple[dict[str, Any], list[str]]:
+    """(figures, warnings): the reference's max error against float64, whether an exact implementation passes at
+    (atol, rtol), and the cause when it does not; `[tolerance_below_noise]` or `[check_skipped]` as warnings."""
+    need, free = trust.fp64_memory_estimate(reference, inputs, out), trust.free_bytes(device)
+    if free is not None and need > trust.FP64_HEADROOM * free:
+        return {}, [f"[check_skipped] the reference-noise check needs about {need / 1e9:.1f} GB and "
+                    f"{free / 1e9:.1f} GB is free on the GPU"]
+    try:
+        exact = _exact(reference, inputs, device)
+        figures: dict[str, Any] = {"precision": precision, "atol": atol, "rtol": rtol,
+                                   "max_abs": correctness.max_abs_diff(out, exact),
+                                   "exact_passes": _passes(exact, out, atol, rtol)}
+        if not figures["exact_passes"]:
+            figures["cause"] = _cause(reference, inputs, exact, device, precision, atol, rtol, tf32)
+        del exact
+    except Exception as exc:  # noqa: BLE001 - out of memory, a model without float64: the harness's check only
+        return {}, [trust.skipped("the reference-noise check", exc)]
+    if figures["exact_passes"]:
+        return figures, []
+    return figures, [f"[{CODE}] the reference itself is {figures['max_abs']:.2g} from a float64 evaluation of the "
+                     f"same weights and inputs, and an exact result fails atol={atol:g}, rtol={rtol:g}: only an "
+                     f"implementation that reproduces the library's rounding can pass (cause: {figures['cause']})"]
+
+
+def _cause(reference: Any, inputs: list[Any], exact: Any, device: str, precision: str, atol: float, rtol: float,
+           tf32: bool) -> str:
+    if tf32 and device == "cuda" and precision == "fp32" and _passes(exact, _without_tf32(reference, inputs, device),
+                                                                      atol, rtol):
+        return "TF32, on in this run for cuDNN or matmul; --no-tf32 turns it off"
+    if precision != "fp32":
+        return f"{precision} arithmetic"
+    return "float32 rounding in the library's algorithms"

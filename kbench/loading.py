@@ -67,6 +67,23 @@ def _instrumented_import(path: str) -> tuple[ModuleType, list[float]]:
             setattr(cpp_extension, name, original)
 
 
+# Kernel DSLs a solution may import, by top-level module: (what it is, kbench's optional extra that installs it).
+BACKENDS = {"triton": ("Triton", "triton"), "cutlass": ("CuTe DSL (nvidia-cutlass-dsl)", "cute"),
+            "tilelang": ("TileLang", "tilelang")}
+
+
+def missing_backend(exc: BaseException) -> str | None:
+    """The load_error message for a solution whose kernel DSL is not installed here, else None."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    found = BACKENDS.get(exc.name.split(".")[0])
+    if found is None:
+        return None
+    what, extra = found
+    return (f"the solution is written in {what}, which is not installed in this Python (pip install "
+            f"'kbench[{extra}]' on a machine where it installs)")
+
+
 def load_solution(path: str) -> tuple[ModuleType, dict[str, Any]]:
     """The solution module and {seconds, build_seconds}; a Verdict (compile_error, load_error) when it cannot load."""
     start = _perf_counter()
@@ -77,7 +94,7 @@ def load_solution(path: str) -> tuple[ModuleType, dict[str, Any]]:
     except SyntaxError as exc:
         raise Verdict("load_error", syntax_error(exc)) from exc
     except BaseException as exc:  # noqa: BLE001 - a solution may raise anything, SystemExit included
-        raise Verdict("load_error", f"importing the solution raised {short(exc)}") from exc
+        raise Verdict("load_error", missing_backend(exc) or f"importing the solution raised {short(exc)}") from exc
     if not isinstance(getattr(module, "ModelNew", None), type):
         raise Verdict("load_error", NO_MODELNEW)
     return module, {"seconds": _perf_counter() - start, "build_seconds": builds}

@@ -80,3 +80,18 @@ def helper():
 CUDA = "__global__ void cuda_kernel(float* x) {}"
 '''
     assert declared_kernels(source) == {"tuned", "bare", "cuda_kernel"}
+
+
+@pytest.mark.parametrize("module, extra", [("tilelang", "tilelang"), ("cutlass.cute", "cute")])
+def test_a_solution_in_a_missing_kernel_dsl_is_a_load_error_naming_the_extra(tmp_path, module, extra):
+    from kbench.loading import load_solution
+    from kbench.verdicts import Verdict
+
+    if importlib.util.find_spec(module.split(".")[0]) is not None:
+        pytest.skip(f"{module} is installed here")
+    path = tmp_path / "dsl.py"
+    path.write_text(f"import {module}\n\nclass ModelNew:\n    pass\n")
+    with pytest.raises(Verdict) as caught:
+        load_solution(str(path))
+    assert caught.value.status == "load_error"
+    assert f"pip install 'kbench[{extra}]'" in caught.value.message

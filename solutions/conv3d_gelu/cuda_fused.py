@@ -5,6 +5,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 DEVICES = ("cuda",)
+PRECISIONS = ("fp32",)  # float kernels: at fp16/bf16 the row is not_run
 
 _CPP = "torch::Tensor leaky_add_clamp_gelu(torch::Tensor y, torch::Tensor sum_tensor);"
 

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline
 
 DEVICES = ("cuda",)
+PRECISIONS = ("fp32",)  # float kernels: at fp16/bf16 the row is not_run
 
 _CPP = "torch::Tensor conv3d_gelu_fused(torch::Tensor x, torch::Tensor w, torch::Tensor bias, torch::Tensor offset, int64_t pad);"
 

@@ -5,6 +5,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 DEVICES = ("cuda",)
+PRECISIONS = ("fp32",)  # float kernels: at fp16/bf16 the row is not_run
 
 _CPP = "torch::Tensor pool_lse_relu(torch::Tensor y);"
 

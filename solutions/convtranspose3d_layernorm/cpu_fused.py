@@ -5,6 +5,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 DEVICES = ("cpu",)
+PRECISIONS = ("fp32",)  # float kernels: at fp16/bf16 the row is not_run
 
 _CPP = r"""
 #include <torch/extension.h>

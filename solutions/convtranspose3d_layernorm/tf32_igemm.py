@@ -28,6 +28,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 DEVICES = ("cuda",)
+PRECISIONS = ("fp32",)  # float kernels: at fp16/bf16 the row is not_run
 
 _CPP = ("torch::Tensor convt3d_layernorm_gelu(torch::Tensor x, torch::Tensor w, torch::Tensor bias, torch::Tensor gamma, "
         "torch::Tensor beta, double eps, double scale);")

@@ -27,6 +27,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 DEVICES = ("cuda",)
+PRECISIONS = ("fp32",)  # float kernels: at fp16/bf16 the row is not_run
 
 _CPP = "torch::Tensor convt3d_softmax_sigmoid(torch::Tensor x, torch::Tensor w, torch::Tensor bias, int64_t pad, int64_t out_pad);"
 

@@ -35,7 +35,7 @@ def test_shipped_cuda_solutions_are_correct_at_full_size(tmp_path, build_cache):
     rows = {(e.problem, e.solution): e for e in store.evaluations}
     for problem in SHIPPED:
         assert rows[(problem, EAGER)].status == Status.CORRECT
-        for name in ("cuda_fused", "tf32_igemm"):  # every problem has both
+        for name in ("cuda_fused", "tf32_igemm", "triton_fused"):  # every problem has all three
             cuda = rows[(problem, name)]
             assert cuda.status == Status.CORRECT, f"{problem}/{name}: {cuda.message}"
             assert cuda.size == "full" and cuda.timing.median > 0 and cuda.speedup_vs_eager > 0
@@ -94,20 +94,44 @@ def test_adversarial_verdicts_on_cuda(tmp_path):
 
 def test_shipped_solutions_spend_their_time_in_their_own_kernels_and_raise_no_flags(tmp_path, build_cache):
     problems, solutions = select(SHIPPED, None, ROOT / "problems", ROOT / "solutions")
-    solutions = {p: [s for s in group if s.name in ("cuda_fused", "tf32_igemm")] for p, group in solutions.items()}
+    solutions = {p: [s for s in group if s.name in ("cuda_fused", "tf32_igemm", "triton_fused")]
+                 for p, group in solutions.items()}
     store = execute(_config(tmp_path, build_cache, compile_baseline=False), problems, solutions, Path.cwd())
     for e in store.evaluations:
         assert e.status == Status.CORRECT, (e.problem, e.solution, e.message)
         assert set(e.flags) - MACHINE_CODES == set(), (e.problem, e.solution, e.warnings)
         assert 0 < e.extra["percent_of_floor"] <= 100, (e.problem, e.solution, e.extra)  # floor from measured ceilings
-        if e.solution == "cuda_fused":  # cuDNN's convolution plus one kernel of its own
-            assert 0 < e.extra["kernels"]["own_share"] < 1
+        if e.solution in ("cuda_fused", "triton_fused"):  # cuDNN's convolution plus one kernel of its own
+            assert 0 < e.extra["kernels"]["own_share"] < 1, e.extra["kernels"]
         if e.solution == "tf32_igemm":  # the convolution itself is the solution's kernel
             assert e.extra["kernels"]["own_share"] > 0.9, e.extra["kernels"]
         if e.solution != EAGER:
             assert e.size_checks["small"] and all(t.passed for t in e.size_checks["small"])
             accuracy = e.extra["accuracy"]  # TF32 arithmetic, within what TF32 rounding costs the reference
             assert accuracy["solution"] <= max(10 * accuracy["reference"], 3 * accuracy["tf32"]), accuracy
+
+
+def test_a_bf16_run_casts_both_sides_and_skips_the_float_only_solutions(tmp_path, build_cache):
+    problems, solutions = select(["conv3d_gelu"], None, ROOT / "problems", ROOT / "solutions")
+    config = _config(tmp_path, build_cache, compile_baseline=False, precision="bf16")
+    rows = {e.solution: e for e in execute(config, problems, solutions, Path.cwd()).evaluations}
+    assert {e.precision for e in rows.values()} == {"bf16"}
+    assert rows[EAGER].status == Status.CORRECT
+    assert rows["triton_fused"].status == Status.CORRECT, rows["triton_fused"].message  # loads in bf16, math in fp32
+    for name in ("cuda_fused", "tf32_igemm"):
+        assert rows[name].status == Status.NOT_RUN and "PRECISIONS fp32" in rows[name].message
+
+
+def test_the_noise_check_names_tf32_where_it_puts_the_reference_beyond_kernelbenchs_1e_4():
+    """On the H100, convtranspose3d_layernorm's reference is 2.8e-3 from float64 with cuDNN's TF32 on, 2.3e-6 off."""
+    from kbench.runner import check_problems
+
+    (on,) = check_problems(["convtranspose3d_layernorm"], ROOT / "problems", "cuda", "full", 600, profile="kernelbench")
+    assert any(f.startswith("[tolerance_below_noise]") and "TF32" in f for f in on.findings), on.findings
+    (off,) = check_problems(["convtranspose3d_layernorm"], ROOT / "problems", "cuda", "full", 600, profile="kernelbench",
+                            tf32=False)
+    assert not any(f.startswith("[tolerance_below_noise]") for f in off.findings), off.findings
+    assert off.figures["noise"]["max_abs"] < on.figures["noise"]["max_abs"]
 
 
 def test_shipped_problems_are_not_degenerate_at_full_size():

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from kbench import procstate, protocol, timing, trust
+from kbench import procstate, protocol, sealing, timing, trust
 from kbench.harness import apply_math_flags, construct, make_timer, set_sizes
 from kbench.loading import import_path
 from kbench.records import MathFlags
@@ -118,8 +118,10 @@ class Harness:
         figures = {"peak_bytes": max(_max_memory_allocated() - before, 0)} if cuda else {}
         return {"status": "ok", "values": self._deliver(out), "figures": figures}
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self, cmd: protocol.Sample) -> dict[str, Any]:
         self._before_call()
+        if cmd.seal:
+            sealing.apply(self.inputs, cmd.seal)  # before the timer: the judge's clock still sees it
         held: list[Any] = []
         assert self.timer is not None
         try:
@@ -217,7 +219,7 @@ def main(conn: Any, init_cuda: bool = False, forked: bool = False) -> None:
     handlers: dict[type, Callable[[Any], dict[str, Any]]] = {
         protocol.Calibrate: harness.calibrate,
         protocol.Load: harness.load, protocol.Build: harness.build, protocol.Bind: harness.bind,
-        protocol.Call: lambda c: harness.call(), protocol.Sample: lambda c: harness.sample(),
+        protocol.Call: lambda c: harness.call(), protocol.Sample: harness.sample,
         protocol.Profile: harness.profile, protocol.Finish: lambda c: harness.finish(),
     }
     while True:

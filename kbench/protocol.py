@@ -78,7 +78,10 @@ class Call:
 
 @dataclass(frozen=True)
 class Sample:
-    """One timed call (flush, events around the call, device-wide synchronize); outputs delivered afterwards."""
+    """One timed call (flush, events around the call, device-wide synchronize); outputs delivered afterwards. With
+    `seal`, the bound inputs are sealed with that seed (kbench.sealing): unseal them before the timer starts."""
+
+    seal: int = 0
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ hold nothing of the judge's but those buffers. See kbench.judge for how an evalu
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import time
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as torch_mp
 
-from kbench import candidate, correctness, protocol, timing, trust
+from kbench import candidate, correctness, protocol, sealing, timing, trust
 from kbench.verdicts import Verdict
 
 _perf_counter = time.perf_counter
@@ -118,6 +119,7 @@ class Session:
         self.precision = "fp32"  # the run's (records.PRECISIONS); set with the calibration
         self.values: tuple[Any, ...] = ()
         self.peak_bytes = 0  # the solution's largest peak of GPU memory over a call (as its process reports it)
+        self.seal = 0  # the seed the bound inputs are sealed with (kbench.sealing), 0 when they are not
 
     def _shared(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         if self.pool is not None:
@@ -179,6 +181,7 @@ class Session:
         if len(inputs) == len(self.inputs) and all(_same_kind(v, b) for v, b in zip(inputs, self.inputs)):
             self._copy_in(inputs)
         else:
+            self.seal = 0
             self.inputs = []  # the old buffers go before the new ones are made
             self.inputs = [self.shared_copy(x) for x in inputs]
         self.name = name
@@ -186,17 +189,24 @@ class Session:
         self.buffers = {k: v for k, v in self.buffers.items() if k != "calibration" or name == "calibration"}
 
     def _copy_in(self, values: list[Any]) -> None:
+        self.seal = 0  # plain values from here on
         for v, b in zip(values, self.inputs):
             if isinstance(v, _tensor_type):
                 b.copy_(v)
         timing.synchronize(self.device)  # the values are in memory before the candidate reads them
 
-    def refill(self, values: list[Any]) -> None:
-        """New values in the bound input buffers (same shapes, dtypes and pointers); new buffers if the shapes differ."""
+    def refill(self, values: list[Any], sealed: bool = False) -> None:
+        """New values in the bound input buffers (same shapes, dtypes and pointers); new buffers if the shapes differ.
+        `sealed`: written sealed (kbench.sealing), for the next `sample` to unseal inside its request."""
         if len(values) == len(self.inputs) and all(_same_kind(v, b) for v, b in zip(values, self.inputs)):
             self._copy_in(values)
         else:
             self.bind(self.name, values)
+        self.seal = 0
+        if sealed:
+            self.seal = secrets.randbits(62) | 1
+            sealing.apply(self.inputs, self.seal)
+            timing.synchronize(self.device)
 
     def outputs(self) -> list[Any]:
         """The latest delivered outputs: the judge's buffers, with the plain numbers from the reply in their places."""
@@ -232,7 +242,8 @@ class Session:
             torch.cuda.empty_cache()
 
     def sample(self) -> timing.Sampled:
-        reply, seconds = self.cand.request(protocol.Sample())
+        seal, self.seal = self.seal, 0  # a seal is for the one request after the refill that made it
+        reply, seconds = self.cand.request(protocol.Sample(seal))
         if not reply.ok:
             raise Verdict(reply.status, reply.message)
         self.values = reply.values

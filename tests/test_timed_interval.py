@@ -108,7 +108,7 @@ def test_the_candidate_times_the_solutions_call_and_nothing_else(timers):
     harness.load(protocol.Load(str(SOLUTION), {}))
     harness.build(protocol.Build("main", init, reference.state_dict(), 5, "cpu"))
     harness.bind(protocol.Bind("main", inputs, [out]))
-    replies = [harness.sample() for _ in range(3)]
+    replies = [harness.sample(protocol.Sample()) for _ in range(3)]
     assert all(r["status"] == "ok" for r in replies)
     assert torch.equal(out, reference(*inputs))  # the delivered output, copied outside the window
     assert timers[-1].windows == [THE_CALL] * 3
@@ -138,16 +138,19 @@ def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_unti
     """Primed rounds: the candidate's untimed call sees the last round's inputs, the timed one this round's; the
     judge's eager call is timed on its second copy of the same values after an untimed call of its own."""
     monkeypatch.setattr(judge, "primed_rounds", lambda device, calibration: True)
+    monkeypatch.setattr(judge, "seals", lambda device: True)  # as on a GPU
     log: list[tuple[str, object]] = []
     real_sample, real_refill = judge.Session.sample, judge.Session.refill
 
     def sample(self):
-        log.append(("sample", self.inputs[0].clone()))
-        return real_sample(self)
+        seen = self.inputs[0].clone()  # what the shared buffer holds when the request is sent
+        result = real_sample(self)
+        log.append(("sample", seen, self.inputs[0].clone()))  # and what the call ran on (after unsealing)
+        return result
 
-    def refill(self, values):
-        log.append(("refill", values[0].clone()))
-        return real_refill(self, values)
+    def refill(self, values, sealed=False):
+        log.append(("refill", values[0].clone(), None))
+        return real_refill(self, values, sealed)
 
     monkeypatch.setattr(judge.Session, "sample", sample)
     monkeypatch.setattr(judge.Session, "refill", refill)
@@ -160,6 +163,10 @@ def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_unti
     rounds = result["extra"]["protocol"]["rounds"]
     assert len(timed) >= rounds
     for i in timed[-rounds:]:  # the timing rounds (before them, warm-up calls repeat the warm-up round's inputs)
-        before, fresh, after = log[i][1], log[i + 1][1], log[i + 2][1]
-        assert not torch.equal(before, fresh), "the untimed call saw this round's inputs"
-        assert torch.equal(after, fresh)
+        untimed_saw, untimed_ran = log[i][1], log[i][2]
+        fresh = log[i + 1][1]
+        timed_saw, timed_ran = log[i + 2][1], log[i + 2][2]
+        assert not torch.equal(untimed_saw, fresh) and not torch.equal(untimed_ran, fresh), \
+            "the untimed call saw this round's inputs"
+        assert not torch.equal(timed_saw, fresh)  # sealed until the timed request arrived
+        assert torch.equal(timed_ran, fresh)

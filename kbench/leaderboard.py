@@ -104,7 +104,20 @@ def markdown(doc: dict, evaluations: Sequence[Evaluation]) -> str:
         lines += ["", f"## {problem}", "", tabulate(
             rows, headers=["rank", "solution", "status", "median ms", "vs eager", "vs compile", "max abs err", "note"],
             tablefmt="github", disable_numparse=True)]
+        lines += _noise_line(evaluations, problem)
     return "\n".join(lines) + "\n"
+
+
+def _noise_line(evaluations: Sequence[Evaluation], problem: str) -> list[str]:
+    """The reference's own error against float64 beside the tolerance (kbench.noise), from the problem's eager row."""
+    eager = next((e for e in evaluations if e.problem == problem and e.solution == EAGER), None)
+    noise = (eager.extra.get("noise") or {}) if eager is not None else {}
+    if "max_abs" not in noise:
+        return []
+    verdict = ("an exact result passes" if noise.get("exact_passes") else
+               f"an exact result fails: only the library's rounding passes ({noise.get('cause', '?')})")
+    return ["", f"Reference at {noise.get('precision', 'fp32')} against float64: max error {noise['max_abs']:.2g} "
+                f"at atol={noise.get('atol', 0):g}, rtol={noise.get('rtol', 0):g}; {verdict}."]
 
 
 def chart(evaluations: Sequence[Evaluation], path: Path) -> Path | None:

@@ -154,3 +154,17 @@ def test_list_check_reports_the_noise_per_precision():
     bad = CliRunner().invoke(app, ["list", "--check", "--device", "cpu", "-p", "tiny", "--precision", "fp8",
                                    "--problems-dir", str(PROBLEMS), "--solutions-dir", str(SOLUTIONS)])
     assert bad.exit_code == 2 and "fp8" in bad.output
+
+
+def test_the_report_gives_each_problems_reference_noise_beside_its_tolerance():
+    from kbench.leaderboard import markdown
+
+    noise = {"precision": "fp32", "atol": 1e-4, "rtol": 1e-4, "max_abs": 2.8e-3, "exact_passes": False,
+             "cause": "TF32, on in this run for cuDNN or matmul; --no-tf32 turns it off"}
+    rows = [Evaluation(problem="p", solution="eager", status=Status.CORRECT, device="cuda", size="full",
+                       extra={"noise": noise}),
+            Evaluation(problem="q", solution="eager", status=Status.CORRECT, device="cuda", size="full")]
+    text = markdown({"environment": {}}, rows)
+    assert ("Reference at fp32 against float64: max error 0.0028 at atol=0.0001, rtol=0.0001; an exact result fails: "
+            "only the library's rounding passes (TF32") in text
+    assert text.count("Reference at") == 1  # q has no noise figures (an older run, or the check was skipped)

@@ -132,14 +132,18 @@ def _record(e: Evaluation, hardware: str) -> dict[str, Any]:
 
 def eval_results(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> dict[str, list[dict[str, Any]]]:
     """A kbench run as KernelBench's eval_results.json: per problem id, one record per solution (the eager and
-    torch.compile rows are references, not samples). Only `correct` rows carry a runtime: a `suspect` row's outputs
+    torch.compile rows are references, not samples). KernelBench writes one file per level; when a run holds two
+    problems of one number from different levels, those two are keyed by their full names. Only `correct` rows carry a runtime: a `suspect` row's outputs
     pass (`correctness`) but its time is not trusted (-1.0, as KernelBench writes for an untimed sample)."""
     hardware = (doc.get("environment", {}).get("gpu") or {}).get("name") or doc.get("environment", {}).get("cpu", "")
+    samples = [e for e in evaluations if e.solution not in (EAGER, COMPILED)]
+    owners: dict[str, set[str]] = {}
+    for e in samples:
+        owners.setdefault(_key(e.problem), set()).add(e.problem)
     out: dict[str, list[dict[str, Any]]] = {}
-    for e in evaluations:
-        if e.solution in (EAGER, COMPILED):
-            continue
-        out.setdefault(_key(e.problem), []).append(_record(e, hardware))
+    for e in samples:  # a number two problems share (level 1's 19 and level 3's 19) keeps the full names apart
+        key = _key(e.problem)
+        out.setdefault(key if len(owners[key]) == 1 else e.problem, []).append(_record(e, hardware))
     return dict(sorted(out.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0, kv[0])))
 
 

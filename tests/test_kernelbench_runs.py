@@ -96,6 +96,9 @@ def test_a_kbench_run_exported_in_kernelbench_fields():
     assert not broken["compiled"] and not broken["correctness"] and broken["runtime"] == -1.0
     assert out["mine"][0]["sample_id"] == "fast"
     json.dumps(out)  # serialisable as it is
+    two_levels = [Evaluation(problem=name, solution="sample_0", status=Status.CORRECT, device="cuda", size="full")
+                  for name in ("1_19_ReLU", "3_19_MobileNetV1", "2_43_Conv3d")]
+    assert sorted(eval_results({}, two_levels)) == ["1_19_ReLU", "3_19_MobileNetV1", "43"]
 
 
 def test_report_format_kernelbench_writes_eval_results_beside_run_json(tmp_path: Path):

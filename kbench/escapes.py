@@ -21,6 +21,7 @@ from kbench.procfs import Process, processes
 _PR_SET_CHILD_SUBREAPER = 36
 ESCAPED_CPU_ABS_S = 0.05  # more CPU than this, and more than ESCAPED_CPU_REL of the window: the row is suspect
 ESCAPED_CPU_REL = 0.02
+GPU_DEVICE_PREFIX = "/dev/nvidia"  # a process with one of these open can queue GPU work (a CUDA context)
 
 
 def become_subreaper() -> bool:
@@ -37,6 +38,7 @@ class TreeCpu:
 
     escaped: dict[int, float]
     reaped: float
+    gpu: frozenset[int] = frozenset()  # escaped processes with a GPU device open
 
 
 def _descendants(root: int, table: Iterable[Process]) -> set[int]:
@@ -63,9 +65,26 @@ def own_helpers() -> set[int]:
     return {pid} if isinstance(pid, int) else set()
 
 
-def tree_cpu(candidate: int, group: int, judge: int | None = None, own: Iterable[int] = ()) -> TreeCpu:
+def opens(pid: int, prefix: str) -> bool:
+    """Whether process `pid` has a file whose path starts with `prefix` open (False where /proc cannot tell)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def tree_cpu(candidate: int, group: int, judge: int | None = None, own: Iterable[int] = (),
+             gpu_prefix: str = GPU_DEVICE_PREFIX) -> TreeCpu:
     """The candidate's escaped processes now: its descendants outside `group`, and the judge's other children
-    (orphans re-parented to it) except the candidate and the judge's `own` helpers."""
+    (orphans re-parented to it) except the candidate and the judge's `own` helpers; with their CPU seconds, and
+    which of them hold a GPU device (`gpu_prefix`)."""
     table = processes()
     by_pid = {p.pid: p for p in table}
     judge = os.getpid() if judge is None else judge
@@ -75,7 +94,7 @@ def tree_cpu(candidate: int, group: int, judge: int | None = None, own: Iterable
         tree |= {orphan} | _descendants(orphan, table)
     escaped = {pid: by_pid[pid].cpu_s for pid in tree if pid in by_pid and by_pid[pid].pgid != group}
     reaped = by_pid[candidate].children_cpu_s if candidate in by_pid else 0.0
-    return TreeCpu(escaped, reaped)
+    return TreeCpu(escaped, reaped, frozenset(pid for pid in escaped if opens(pid, gpu_prefix)))
 
 
 def escaped_cpu(before: TreeCpu, after: TreeCpu) -> tuple[float, int]:
@@ -85,8 +104,12 @@ def escaped_cpu(before: TreeCpu, after: TreeCpu) -> tuple[float, int]:
     return sum(busy) + max(0.0, after.reaped - before.reaped), len(busy)
 
 
-def escaped_warning(seconds: float, count: int, window_s: float) -> str | None:
-    """`[escaped_process]` when processes outside the candidate's frozen group took CPU while it was timed."""
+def escaped_warning(seconds: float, count: int, window_s: float, gpu_holders: int = 0) -> str | None:
+    """`[escaped_process]` when processes outside the candidate's frozen group took CPU while it was timed, or held
+    the GPU then (little CPU is enough to keep a GPU busy: one long kernel)."""
+    if gpu_holders:
+        return (f"[escaped_process] {gpu_holders} process(es) the solution started outside its frozen process group "
+                "had the GPU open while it was timed (GPU work they queue runs while the reference is timed)")
     if seconds <= max(ESCAPED_CPU_ABS_S, ESCAPED_CPU_REL * window_s):
         return None
     return (f"[escaped_process] {count or 'finished'} process(es) the solution started outside its frozen process "

@@ -338,16 +338,18 @@ def _time(job: dict[str, Any], session: Session, reference: Any, make: Callable[
     # candidate's follows the judge's sample. Alternating would put the judge's sample right after the candidate's
     # call in every other round, which on the H100 made it bimodal (about 3% apart), so that its median wandered and
     # sampling ran to --max-time.
-    def measure() -> tuple[dict[str, Any], float, int, float]:
+    def measure() -> tuple[dict[str, Any], float, int, float, int]:
         pid, group, own = session.cand.proc.pid, session.cand.pgid, escapes.own_helpers()
         start, tree = _perf_counter(), escapes.tree_cpu(pid, group, own=own)
         found = guarded(device, "timing", lambda: timing.measure_rounds(
             {"eager": eager, "solution": solution}, policy, before_round=before, after_round=after,
             alternate=False), judge_work="timing (the judge's inputs, reference calls and rechecks)")
-        return (found, *escapes.escaped_cpu(tree, escapes.tree_cpu(pid, group, own=own)), _perf_counter() - start)
+        end = escapes.tree_cpu(pid, group, own=own)
+        return (found, *escapes.escaped_cpu(tree, end), _perf_counter() - start, len(tree.gpu | end.gpu))
 
-    (measured, escaped_s, escaped_n, window), machine_figures, busy = machine.watched(measure, device, own_processes=2)
-    if (escaped := escapes.escaped_warning(escaped_s, escaped_n, window)) is not None:
+    (measured, escaped_s, escaped_n, window, gpu_holders), machine_figures, busy = machine.watched(
+        measure, device, own_processes=2)
+    if (escaped := escapes.escaped_warning(escaped_s, escaped_n, window, gpu_holders)) is not None:
         busy = [escaped, *busy]
     rounds = len(measured["solution"].samples)
     if state["checked"] != rounds - 1:

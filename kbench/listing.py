@@ -1,4 +1,4 @@
-"""`kbench list`: problems with origin, sizes and tolerance, and their solutions with devices."""
+"""`kbench list`: problems with origin, sizes and tolerance, and their solutions with devices (and precisions)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,19 @@ from pathlib import Path
 from tabulate import tabulate
 
 from kbench.discovery import list_problems, list_solutions
+from kbench.records import PRECISIONS, SolutionSpec
 from kbench.runner import ProblemCheck
 
 
 def _sizes(constants: dict[str, object], small: dict[str, object]) -> str:
     """Each size constant as full->small, e.g. `batch_size 128->2` (one per line)."""
     return "\n".join(f"{k} {v}->{small[k]}" for k, v in constants.items() if k in small)
+
+
+def _solution(s: SolutionSpec) -> str:
+    """`name (devices)`, and the precisions when it declares fewer than all: `cuda_fused (cuda; fp32)`."""
+    precisions = "" if set(s.precisions) == set(PRECISIONS) else f"; {', '.join(s.precisions)}"
+    return f"{s.name} ({', '.join(s.devices)}{precisions})"
 
 
 def listing(problems_dir: Path, solutions_dir: Path) -> str:
@@ -23,9 +30,9 @@ def listing(problems_dir: Path, solutions_dir: Path) -> str:
         rows.append([
             p.name,
             p.origin,
-            f"atol={p.atol:g} rtol={p.rtol:g}",
+            f"atol={p.atol:g} rtol={p.rtol:g}" + (f" {p.precision}" if p.precision != "fp32" else ""),
             _sizes(dict(p.constants), dict(p.small)),
-            "\n".join(f"{s.name} ({', '.join(s.devices)})" for s in solutions) or "-",
+            "\n".join(_solution(s) for s in solutions) or "-",
         ])
     # Long cells wrap, so a line stays within about 120 columns.
     return tabulate(rows, headers=["problem", "origin", "tolerance", "sizes (full->small)", "solutions"],

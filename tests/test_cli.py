@@ -26,7 +26,8 @@ def test_list_shows_problems_tolerances_and_solution_devices():
     result = runner.invoke(app, ["list", "--problems-dir", str(ROOT / "problems"), "--solutions-dir", str(ROOT / "solutions")])
     assert result.exit_code == 0, result.output
     assert "convtranspose3d_softmax" in result.output and "atol=0.0001" in result.output
-    assert "cuda_fused (cuda)" in result.output and "cpu_fused (cpu)" in result.output
+    assert "cuda_fused (cuda; fp32)" in result.output and "cpu_fused (cpu; fp32)" in result.output
+    assert "triton_fused (cuda)" in result.output  # any precision: none named
     assert "batch_size 4->2" in result.output
 
 

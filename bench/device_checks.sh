@@ -1,0 +1,32 @@
+#!/bin/bash
+# The GPU checks to run on the device before GPU work is called done, logging under $OUT (or ./device-logs).
+#
+#   bash bench/device_checks.sh tests     # pytest -m cuda tests/test_gpu.py (about 6 minutes on the H100)
+#   bash bench/device_checks.sh sample    # the KernelBench sample with honest copies, then its table (about 4 minutes)
+#   bash bench/device_checks.sh all       # both (more than one 10-minute device call: run them as two calls)
+#
+# `sample` needs a KernelBench checkout's KernelBench/ folder at .kb/KernelBench (carry .kb): fetch
+# github:ScalingIntelligence/KernelBench and `git archive HEAD KernelBench | tar -x -C .kb`.
+set -u
+OUT=${OUT:-device-logs}
+mkdir -p "$OUT"
+export PYTHONPATH=.
+what=${1:-all}
+nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/gpu.txt"
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  timeout 560 python3 -m pytest -m cuda tests/test_gpu.py -q -rA --durations=10 -p no:cacheprovider \
+    > "$OUT/gpu_tests.log" 2>&1
+  tail -25 "$OUT/gpu_tests.log"
+fi
+if [ "$what" = sample ] || [ "$what" = all ]; then
+  if [ ! -d .kb/KernelBench/level1 ]; then
+    echo "no KernelBench at .kb/KernelBench: see the header of this script" >&2
+    exit 2
+  fi
+  python3 bench/kernelbench_sample.py prepare .kb/KernelBench .kb/sample
+  timeout 500 python3 -m kbench run --problems-dir .kb/sample/problems --solutions-dir .kb/sample/solutions \
+    --no-compile-baseline --results-dir "$OUT/sample" > "$OUT/sample.log" 2>&1
+  tail -3 "$OUT/sample.log"
+  python3 bench/kernelbench_sample.py table "$OUT"/sample/*/run.json | tee "$OUT/sample_table.md"
+fi

@@ -28,6 +28,8 @@ def _located(value: Path) -> Path:
 
 ProblemsDir = Annotated[Path, typer.Option("--problems-dir", callback=_located, help="Folder of problems (one sub-folder each). Default: problems/ here or in the nearest parent folder that has one.")]
 SolutionsDir = Annotated[Path, typer.Option("--solutions-dir", callback=_located, help="Folder of solutions (solutions/<problem>/<name>.py). Default: beside that problems/.")]
+Precision = Annotated[Optional[str], typer.Option(help="fp32, fp16 or bf16: models and floating inputs of reference and solution cast to it, as KernelBench's --precision. Default: each problem's own (fp32 unless its problem.toml says).")]
+ToleranceProfile = Annotated[str, typer.Option("--tolerance", help="Where atol/rtol come from: problem (problem.toml, else 1e-2; at least 1e-2 at fp16/bf16), kernelbench (KernelBench's current harness: 1e-4 at fp32, 1e-2 at fp16/bf16) or kernelbench-v0.1 (1e-2). --atol/--rtol win.")]
 
 
 def _fail(exc: KbenchError) -> typer.Exit:
@@ -60,7 +62,7 @@ def list_command(
     size: Annotated[Optional[str], typer.Option(help="With --check: full or small (default: full on CUDA, small on CPU).")] = None,
     timeout: Annotated[float, typer.Option(min=1, help="With --check: seconds per problem.")] = 600.0,
     precision: Annotated[Optional[list[str]], typer.Option(help="With --check: fp32, fp16 or bf16; repeat for several. Default: each problem's own.")] = None,
-    tolerance: Annotated[str, typer.Option(help="With --check: tolerance profile (problem, kernelbench, kernelbench-v0.1).")] = "problem",
+    tolerance: ToleranceProfile = "problem",
     no_tf32: Annotated[bool, typer.Option("--no-tf32", help="With --check: TF32 off for cuDNN and matmul.")] = False,
     problems_dir: ProblemsDir = Path("problems"),
     solutions_dir: SolutionsDir = Path("solutions"),
@@ -103,8 +105,8 @@ def run_command(
     trials: Annotated[int, typer.Option(min=1, help="Correctness trials, each with fresh random inputs.")] = 5,
     atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance. Default: the problem's own (1e-2 unless it declares one).")] = None,
     rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance. Default: the problem's own.")] = None,
-    tolerance: Annotated[str, typer.Option(help="Where atol/rtol come from: problem (problem.toml, else 1e-2), kernelbench (KernelBench's current harness: 1e-4 at fp32) or kernelbench-v0.1 (1e-2). --atol/--rtol win.")] = "problem",
-    precision: Annotated[Optional[str], typer.Option(help="fp32, fp16 or bf16: models and floating inputs of reference and solution cast to it, as KernelBench's --precision. Default: each problem's own (fp32 unless its problem.toml says).")] = None,
+    tolerance: ToleranceProfile = "problem",
+    precision: Precision = None,
     no_tf32: Annotated[bool, typer.Option("--no-tf32", help="Turn TF32 off for cuDNN (and matmul) in reference and solution alike.")] = False,
     no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline", help="Skip timing the reference under torch.compile.")] = False,
     two_sizes: Annotated[Optional[bool], typer.Option("--two-sizes/--one-size", help="Also check correctness at the other size (full/small). Default: yes on CUDA, no on CPU.")] = None,
@@ -203,12 +205,12 @@ def build_command(
 @app.command("baseline")
 def baseline_command(
     problem: Annotated[Optional[list[str]], typer.Option("--problem", "-p", help="Problem name or path; repeat for several. Default: all.")] = None,
-    name: Annotated[Optional[str], typer.Option(help="Baseline name: results/baselines/<name>.json. Default: the GPU's name.")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Baseline name: results/baselines/<name>.json. Default: the GPU's name (and -fp16/-bf16 at those precisions).")] = None,
     device: Annotated[str, typer.Option(help="auto, cuda or cpu.")] = "auto",
     size: Annotated[Optional[str], typer.Option(help="full or small. Default: full on CUDA, small on CPU.")] = None,
     no_compile_baseline: Annotated[bool, typer.Option("--no-compile-baseline", help="Skip torch.compile.")] = False,
-    precision: Annotated[Optional[str], typer.Option(help="fp32, fp16 or bf16 (see kbench run --precision). The default name then ends in -<precision>.")] = None,
-    tolerance: Annotated[str, typer.Option(help="Tolerance profile for the torch.compile row's check: problem, kernelbench or kernelbench-v0.1.")] = "problem",
+    precision: Precision = None,
+    tolerance: ToleranceProfile = "problem",
     max_time: Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per problem.")] = 10.0,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds before one child is killed.")] = 900.0,
     results_dir: Annotated[Path, typer.Option(help="Where runs and baselines/ are written.")] = Path("results"),
@@ -386,8 +388,8 @@ def gate_command(
     max_regression: Annotated[str, typer.Option(help="Slowdown allowed against --baseline before a solution fails.")] = "5%",
     junit: Annotated[Optional[Path], typer.Option(help="Also write a JUnit XML report here.")] = None,
     trials: Annotated[int, typer.Option(min=1, help="Correctness trials per size.")] = 5,
-    precision: Annotated[Optional[str], typer.Option(help="fp32, fp16 or bf16 (see kbench run --precision). Default: each problem's own.")] = None,
-    tolerance: Annotated[str, typer.Option(help="Tolerance profile: problem, kernelbench or kernelbench-v0.1 (see kbench run --tolerance).")] = "problem",
+    precision: Precision = None,
+    tolerance: ToleranceProfile = "problem",
     max_time: Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per evaluation.")] = 10.0,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds before one child is killed.")] = 900.0,
     jobs: Annotated[int, typer.Option(min=0, help="Solutions compiled in parallel; 0 = one per CPU core.")] = 0,

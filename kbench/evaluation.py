@@ -11,7 +11,7 @@ from kbench.executors import Executor, local_executor
 from kbench.pool import Slot
 from kbench.records import (
     COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
-    tolerance, trials_from_json,
+    trials_from_json,
 )
 from kbench.timing_checks import escaped_work_warning, few_samples_warning, launch_bound_warning
 
@@ -33,21 +33,15 @@ class Plan:
     executor: Executor = dataclasses.field(default_factory=lambda: local_executor("cpu", 0))
 
 
-def precision_of(plan: Plan, problem: ProblemSpec) -> str:
-    """The precision the problem is evaluated in: --precision, else the problem's own (problem.toml, fp32)."""
-    return plan.config.precision or problem.precision
-
-
 def base_job(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
     cfg = plan.config
-    precision = precision_of(plan, problem)
     return {
         "problem": {"name": problem.name, "path": str(problem.path), "overrides": problem.overrides(plan.size)},
         "device": plan.device,
-        "precision": precision,
+        "precision": cfg.precision_for(problem),
         "seed": cfg.seed,
         "trials": cfg.trials,
-        **dict(zip(("atol", "rtol"), tolerance(cfg.tolerance, precision, (problem.atol, problem.rtol), (cfg.atol, cfg.rtol)))),
+        **dict(zip(("atol", "rtol"), cfg.tolerance_for(problem))),
         "math": dataclasses.asdict(cfg.math),
         "timing": dataclasses.asdict(cfg.timing),
         "kernel_profile": cfg.kernel_profile,
@@ -86,7 +80,7 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
            "ceilings_dir": str(plan.build.cache_dir.parent / "ceilings")}
     outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, None, 1), slot))
     common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds,
-              "precision": precision_of(plan, problem)}
+              "precision": plan.config.precision_for(problem)}
     failure = outcome.failure
     if failure is not None or outcome.result is None:
         status, message = failure or ("crashed", "")
@@ -130,7 +124,7 @@ def with_floor(row: Evaluation, floor: dict[str, Any] | None) -> Evaluation:
 def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, built: BuildResult | None,
                       compile_gain: float | None, slot: Slot = None) -> Evaluation:
     """One solution in its own child; `compile_gain` is eager/compiled time from the reference child."""
-    precision = precision_of(plan, problem)
+    precision = plan.config.precision_for(problem)
     common = {"problem": problem.name, "solution": solution.name, "device": plan.device, "size": plan.size,
               "precision": precision}
     compile_info = built.compile if built else None

@@ -86,6 +86,14 @@ def build_reference(problem: ModuleType, seed: int, device: str, precision: str 
     return construct(lambda: problem.Model(*init), seed, device, precision), init
 
 
+def job_reference(problem: ModuleType, job: dict[str, Any]) -> tuple[Any, list[Any], Callable[[int], list[Any]]]:
+    """The job's reference (seeded with its seed, on its device, in its precision), the constructor's arguments, and
+    the input maker for the same device and precision."""
+    precision = job.get("precision", "fp32")
+    reference, init = build_reference(problem, job["seed"], job["device"], precision)
+    return reference, init, input_maker(problem, job["device"], precision)
+
+
 def _to(x: Any, device: str, precision: str = "fp32") -> Any:
     return cast(x.to(device), precision) if isinstance(x, _tensor_type) else x
 

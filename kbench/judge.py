@@ -19,8 +19,8 @@ import torch
 
 from kbench import correctness, escapes, machine, protocol, timing, trust
 from kbench.harness import (
-    Phases, apply_math_flags, build_reference, guarded, input_maker, load_problem, make_timer, pin,
-    set_sizes, timing_core, with_peak,
+    Phases, apply_math_flags, guarded, job_reference, load_problem, make_timer, pin, set_sizes, timing_core,
+    with_peak,
 )
 from kbench.records import MathFlags, TimingPolicy
 from kbench.session import Announce, CandidateProcess, Session
@@ -67,8 +67,7 @@ def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict
     device, seed = job["device"], job["seed"]
     phases = Phases()
     problem = load_problem(job)
-    reference, init = build_reference(problem, seed, device, job.get("precision", "fp32"))
-    make = input_maker(problem, device, job.get("precision", "fp32"))
+    reference, init, make = job_reference(problem, job)
     probe_inputs = make(seed)
     probe, ref_peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *probe_inputs)),
                               judge_work="the reference's first call")
@@ -247,8 +246,7 @@ def _other_sizes(job: dict[str, Any], problem: Any, session: Session, result: di
     result["size_checks"] = {}
     for other in job.get("other_sizes", []):
         set_sizes(problem, other["overrides"])
-        reference, init = build_reference(problem, seed, device, job.get("precision", "fp32"))
-        make = input_maker(problem, device, job.get("precision", "fp32"))
+        reference, init, make = job_reference(problem, job)
         probe_inputs = make(seed)
         probe = guarded(device, "the reference", partial(reference, *probe_inputs),
                         judge_work=f"the reference's first call at size {other['name']}")
@@ -373,17 +371,13 @@ def primed_rounds(device: str, calibration: timing.Calibration) -> bool:
 
 
 def _copied(values: list[Any], into: list[Any] | None) -> list[Any]:
-    """values copied into `into` (same shapes and dtypes: tensors in place, anything else as is), or fresh copies."""
-    if into is None or len(into) != len(values):
-        return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
-    out = []
+    """values copied into `into`, the judge's second set of inputs (made on first use: a timing has one size)."""
+    if into is None:
+        return correctness.clone_inputs(values)
     for value, slot in zip(values, into):
-        if isinstance(value, torch.Tensor) and isinstance(slot, torch.Tensor) and slot.shape == value.shape \
-                and slot.dtype == value.dtype:
-            out.append(slot.copy_(value))
-        else:
-            out.append(value.clone() if isinstance(value, torch.Tensor) else value)
-    return out
+        if isinstance(value, torch.Tensor):
+            slot.copy_(value)
+    return into
 
 
 def _finish(session: Session, result: dict[str, Any]) -> None:

@@ -11,7 +11,6 @@ float32 rounding in the library's algorithms. Run in the reference's process (ea
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -20,14 +19,6 @@ from kbench import correctness, trust
 from kbench.timing import synchronize
 
 CODE = "tolerance_below_noise"
-
-
-def _exact(reference: Any, inputs: list[Any], device: str) -> Any:
-    ref64 = copy.deepcopy(reference).double()
-    exact = ref64(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs])
-    synchronize(device)
-    del ref64
-    return exact
 
 
 def _like(exact: Any, out: Any) -> Any:
@@ -58,12 +49,11 @@ def reference_noise(reference: Any, inputs: list[Any], out: Any, device: str, pr
                     rtol: float, tf32: bool) -> tuple[dict[str, Any], list[str]]:
     """(figures, warnings): the reference's max error against float64, whether an exact implementation passes at
     (atol, rtol), and the cause when it does not; `[tolerance_below_noise]` or `[check_skipped]` as warnings."""
-    need, free = trust.fp64_memory_estimate(reference, inputs, out), trust.free_bytes(device)
-    if free is not None and need > trust.FP64_HEADROOM * free:
-        return {}, [f"[check_skipped] the reference-noise check needs about {need / 1e9:.1f} GB and "
-                    f"{free / 1e9:.1f} GB is free on the GPU"]
+    if (no_room := trust.fp64_no_room("the reference-noise check", reference, inputs, out, device)) is not None:
+        return {}, [no_room]
     try:
-        exact = _exact(reference, inputs, device)
+        ref64, exact = trust.float64_run(reference, inputs, device)
+        del ref64
         figures: dict[str, Any] = {"precision": precision, "atol": atol, "rtol": rtol,
                                    "max_abs": correctness.max_abs_diff(out, exact),
                                    "exact_passes": _passes(exact, out, atol, rtol)}

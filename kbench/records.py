@@ -150,6 +150,15 @@ class RunConfig:
     tolerance: str = "problem"  # problem | kernelbench | kernelbench-v0.1: where atol/rtol come from (TOLERANCE_PROFILES)
     precision: str | None = None  # fp32 | fp16 | bf16; None takes each problem's own (fp32 unless problem.toml says)
 
+    def precision_for(self, problem: ProblemSpec) -> str:
+        """The precision `problem` is evaluated in: --precision, else the problem's own (problem.toml, fp32)."""
+        return self.precision or problem.precision
+
+    def tolerance_for(self, problem: ProblemSpec) -> tuple[float, float]:
+        """(atol, rtol) for `problem`'s comparisons in this run (see `tolerance`)."""
+        return tolerance(self.tolerance, self.precision_for(problem), (problem.atol, problem.rtol),
+                         (self.atol, self.rtol))
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunConfig:
         """The configuration as run.json stores it (dataclasses.asdict), e.g. to resume a run."""

@@ -16,14 +16,13 @@ from kbench.build import BuildContext, BuildResult, build_all, zygote_env
 from kbench.environment import git_info, host_info
 from kbench.errors import Interrupted, KbenchError, UsageError
 from kbench.evaluation import (
-    Plan, base_job, evaluate_reference, evaluate_solution, on_gpu, precision_of, with_floor, with_next_step,
-    with_suspicion,
+    Plan, base_job, evaluate_reference, evaluate_solution, on_gpu, with_floor, with_next_step, with_suspicion,
 )
 from kbench.executors import make_executor
 from kbench.pool import Slot, run_on_slots
 from kbench.records import (
     COMPILED, EAGER, PRECISIONS, TOLERANCE_PROFILES, Evaluation, MathFlags, ProblemSpec, RunConfig, SolutionSpec,
-    Status, tolerance,
+    Status,
 )
 from kbench.storage import RunStore
 from kbench.zygote import Zygote
@@ -184,8 +183,8 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
         "config": {**dataclasses.asdict(config), "device": device, "size": size},
         "selection": selection,
         "problems": {p.name: {"origin": p.origin, "path": str(p.path),
-                              **dict(zip(("atol", "rtol"), _tolerance(config, p))),  # what its comparisons used
-                              "precision": config.precision or p.precision,
+                              **dict(zip(("atol", "rtol"), config.tolerance_for(p))),  # what its comparisons used
+                              "precision": config.precision_for(p),
                               "problem_atol": p.atol, "problem_rtol": p.rtol,
                               "constants": dict(p.constants), "overrides": p.overrides(size)} for p in problems},
     }
@@ -222,11 +221,6 @@ def not_correct(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
     """The rows that make `kbench run` exit 1: every status but correct and not_run (a row this machine cannot run,
     such as a CUDA solution without a GPU, says so without failing the run)."""
     return [e for e in evaluations if e.status not in PASSING]
-
-
-def _tolerance(config: RunConfig, problem: ProblemSpec) -> tuple[float, float]:
-    return tolerance(config.tolerance, config.precision or problem.precision, (problem.atol, problem.rtol),
-                     (config.atol, config.rtol))
 
 
 def _resumable_config(store: RunStore, env: dict[str, Any]) -> RunConfig:
@@ -276,7 +270,7 @@ def _run_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, l
         reference_rows = rows_of[problem.name]
         floor = reference_rows[0].extra.get("floor") if reference_rows else None
         gain = next((r.speedup_vs_eager for r in reference_rows if r.solution == COMPILED and r.speedup_vs_eager), None)
-        where = {"device": plan.device, "size": plan.size, "precision": precision_of(plan, problem)}
+        where = {"device": plan.device, "size": plan.size, "precision": plan.config.precision_for(problem)}
         if solution.defect:
             return Evaluation(problem=problem.name, solution=solution.name, status=Status.LOAD_ERROR,
                               message=solution.defect, **where)

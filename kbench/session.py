@@ -173,40 +173,43 @@ class Session:
         return [self._shared(lambda o=o: torch.empty(o.shape, dtype=o.dtype, device=o.device))
                 if isinstance(o, _tensor_type) else None for o in outs]
 
-    def bind(self, name: str, inputs: list[Any], outputs: Any = None) -> None:
-        """Model `name` on shared copies of `inputs` (the current buffers when they match); output buffers shaped like
-        `outputs` (kept per name)."""
+    def bind(self, name: str, inputs: list[Any], outputs: Any = None, seal: int = 0) -> None:
+        """Model `name` on shared copies of `inputs` (the current buffers when they match), sealed with `seal` when it
+        is not 0; output buffers shaped like `outputs` (kept per name)."""
         if outputs is not None:
             self.buffers[name] = self._output_buffers(outputs)
         if len(inputs) == len(self.inputs) and all(_same_kind(v, b) for v, b in zip(inputs, self.inputs)):
             self._copy_in(inputs)
         else:
-            self.seal = 0
             self.inputs = []  # the old buffers go before the new ones are made
             self.inputs = [self.shared_copy(x) for x in inputs]
+        self._seal_and_sync(seal)
         self.name = name
         self.ask(protocol.Bind(name, self.inputs, self.buffers[name]))
         self.buffers = {k: v for k, v in self.buffers.items() if k != "calibration" or name == "calibration"}
 
     def _copy_in(self, values: list[Any]) -> None:
-        self.seal = 0  # plain values from here on
         for v, b in zip(values, self.inputs):
             if isinstance(v, _tensor_type):
                 b.copy_(v)
-        timing.synchronize(self.device)  # the values are in memory before the candidate reads them
+
+    def _seal_and_sync(self, seal: int) -> None:
+        """Seal the bound inputs with `seal` (0: leave them plain), then wait until they are in memory: the candidate
+        reads them next."""
+        self.seal = seal
+        if seal:
+            sealing.apply(self.inputs, seal)
+        timing.synchronize(self.device)
 
     def refill(self, values: list[Any], sealed: bool = False) -> None:
         """New values in the bound input buffers (same shapes, dtypes and pointers); new buffers if the shapes differ.
         `sealed`: written sealed (kbench.sealing), for the next `sample` to unseal inside its request."""
+        seal = secrets.randbits(62) | 1 if sealed else 0
         if len(values) == len(self.inputs) and all(_same_kind(v, b) for v, b in zip(values, self.inputs)):
             self._copy_in(values)
+            self._seal_and_sync(seal)
         else:
-            self.bind(self.name, values)
-        self.seal = 0
-        if sealed:
-            self.seal = secrets.randbits(62) | 1
-            sealing.apply(self.inputs, self.seal)
-            timing.synchronize(self.device)
+            self.bind(self.name, values, seal=seal)
 
     def outputs(self) -> list[Any]:
         """The latest delivered outputs: the judge's buffers, with the plain numbers from the reply in their places."""

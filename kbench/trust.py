@@ -113,14 +113,28 @@ def free_bytes(device: str) -> int | None:
     return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
 
 
+def fp64_no_room(what: str, reference: Any, inputs: list[Any], outputs: Any, device: str) -> str | None:
+    """`[check_skipped]` for `what` when a float64 run of the reference would not fit in the free memory, else None."""
+    need, free = fp64_memory_estimate(reference, inputs, outputs), free_bytes(device)
+    if free is None or need <= FP64_HEADROOM * free:
+        return None
+    return f"[check_skipped] {what} needs about {need / 1e9:.1f} GB and {free / 1e9:.1f} GB is free on the GPU"
+
+
+def float64_run(reference: Any, inputs: list[Any], device: str) -> tuple[Any, Any]:
+    """A float64 copy of the reference and its output on float64 copies of the floating inputs."""
+    ref64 = copy.deepcopy(reference).double()
+    exact = ref64(*[_double(x) for x in inputs])
+    synchronize(device)
+    return ref64, exact
+
+
 def accuracy(reference: Any, inputs: list[Any], candidate_out: Any, ref_out: Any, device: str, tf32: bool,
              result: dict[str, Any]) -> None:
     """The float64 oracle, run only when it fits in the free memory: `result["accuracy"]` and `[low_accuracy]`, or
     `[check_skipped]` with the reason. Never a failure of the solution's."""
-    need, free = fp64_memory_estimate(reference, inputs, ref_out), free_bytes(device)
-    if free is not None and need > FP64_HEADROOM * free:
-        result["warnings"].append(f"[check_skipped] float64 accuracy needs about {need / 1e9:.1f} GB and "
-                                  f"{free / 1e9:.1f} GB is free on the GPU")
+    if (no_room := fp64_no_room("float64 accuracy", reference, inputs, ref_out, device)) is not None:
+        result["warnings"].append(no_room)
         return
     try:
         acc = accuracy_against_fp64(reference, inputs, candidate_out, ref_out, device, tf32)
@@ -182,9 +196,7 @@ def accuracy_against_fp64(reference: Any, inputs: list[Any], candidate_out: Any,
     """Max abs error against the reference run in float64: of the reference as run (`ref_out`, its output on
     `inputs`), of the solution and, with tf32, of the float64 reference fed TF32-rounded inputs and parameters (what
     TF32 arithmetic must cost). Each float64 copy is freed as soon as it is used; comparisons go a chunk at a time."""
-    ref64 = copy.deepcopy(reference).double()
-    exact = ref64(*[_double(x) for x in inputs])
-    synchronize(device)
+    ref64, exact = float64_run(reference, inputs, device)
     errors = {"reference": correctness.max_abs_diff(ref_out, exact),
               "solution": correctness.max_abs_diff(candidate_out, exact)}
     if tf32:

@@ -22,8 +22,8 @@ import torch
 
 from kbench import correctness, machine, noise, timing, trust
 from kbench.harness import (
-    Phases, apply_math_flags, build_reference, describe_output, guarded, input_maker, load_problem, make_timer, pin,
-    timing_core, with_peak,
+    Phases, apply_math_flags, describe_output, guarded, job_reference, load_problem, make_timer, pin, timing_core,
+    with_peak,
 )
 from kbench.loading import load_solution
 from kbench.records import MathFlags, TimingPolicy
@@ -56,8 +56,7 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
     phases = Phases()
     problem = load_problem(job)
     with torch.no_grad():
-        reference, _ = build_reference(problem, seed, device, job.get("precision", "fp32"))
-        make = input_maker(problem, device, job.get("precision", "fp32"))
+        reference, _, make = job_reference(problem, job)
         first = make(seed)
         out, peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *first)))
         result: dict[str, Any] = {"status": "correct", "message": "", "output": describe_output(out), "warnings": [],
@@ -134,8 +133,7 @@ def check_problem(job: dict[str, Any]) -> dict[str, Any]:
     apply_math_flags(MathFlags(**job["math"]))
     problem = load_problem(job)
     with torch.no_grad():
-        reference, _ = build_reference(problem, seed, device, job.get("precision", "fp32"))
-        make = input_maker(problem, device, job.get("precision", "fp32"))
+        reference, _, make = job_reference(problem, job)
         inputs = make(seed + 1)
         first = guarded(device, "the reference", lambda: reference(*inputs))
         second = guarded(device, "the reference", lambda: reference(*make(seed + 2)))

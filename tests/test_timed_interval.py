@@ -119,14 +119,14 @@ def test_primed_reference_rounds_time_the_second_call_alone(timers, monkeypatch)
     holds the call alone, and each sample costs one call outside the windows."""
     monkeypatch.setattr(timing, "primes", lambda device, fn, timer: True)
     calls = []
-    real = worker.build_reference
+    real = worker.job_reference
 
     def counted(*args):
-        model, init = real(*args)
+        model, init, make = real(*args)
         model.register_forward_hook(lambda *a: calls.append(1))
-        return model, init
+        return model, init, make
 
-    monkeypatch.setattr(worker, "build_reference", counted)
+    monkeypatch.setattr(worker, "job_reference", counted)
     result = worker.evaluate_reference(_job("reference"))
     assert result["status"] == "correct" and result["extra"]["primed"] is True
     windows = _windows(timers)

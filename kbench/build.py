@@ -51,8 +51,16 @@ def child_env(ctx: BuildContext, solution: SolutionSpec | None, max_jobs: int) -
     env = isolation.worker_path_env()
     ext = extension_dir(ctx, solution)[0] if solution is not None else None
     env.update(toolkit.build_env(ext, ctx.cuda_home, ctx.arch, max_jobs))
-    env["TRITON_CACHE_DIR"] = str(ctx.cache_dir.parent / "triton")  # Triton's JIT cache beside kbench's builds
+    env.update(dsl_cache_env(ctx.cache_dir.parent))
     return env
+
+
+# The kernel DSLs' own compile caches, by environment variable: beside kbench's builds, not in the user's home.
+DSL_CACHES = {"TRITON_CACHE_DIR": "triton", "TILELANG_CACHE_DIR": "tilelang", "CUTE_DSL_CACHE_DIR": "cute_dsl"}
+
+
+def dsl_cache_env(root: Path) -> dict[str, str]:
+    return {var: str(root / folder) for var, folder in DSL_CACHES.items()}
 
 
 def zygote_env(cuda_home: Path | None) -> dict[str, str]:

@@ -140,7 +140,8 @@ def _parse(data: bytes, token: str) -> dict[str, Any] | None:
 
 # Variables that differ between jobs of one run. A child started ahead of its job gets them with the job, so one
 # started child serves any solution (the worker sets them before it loads anything).
-JOB_ENV = ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "TRITON_CACHE_DIR")
+JOB_ENV = ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "TRITON_CACHE_DIR", "TILELANG_CACHE_DIR",
+           "CUTE_DSL_CACHE_DIR")
 
 
 class _Child:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from kbench import correctness, escapes, machine, protocol, timing, trust
+from kbench import correctness, escapes, kernel_names, machine, protocol, timing, trust
 from kbench.harness import (
     Phases, apply_math_flags, guarded, job_reference, load_problem, make_timer, pin, set_sizes, timing_core,
     with_peak,
@@ -135,7 +135,7 @@ def _trust(job: dict[str, Any], session: Session, reference: Any, make: Callable
     phases.mark("trust_determinism")
     source = Path(job["solution"]["path"]).read_text()
     if trust.wants_kernel_profile(job):
-        if trust.declared_kernels(source):
+        if kernel_names.declared(source):
             trust.kernel_profile(lambda: session.profile(make(seed), source), result)
         else:
             trust.no_declared_kernels(result)

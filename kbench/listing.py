@@ -36,7 +36,7 @@ def listing(problems_dir: Path, solutions_dir: Path) -> str:
         ])
     # Long cells wrap, so a line stays within about 120 columns.
     return tabulate(rows, headers=["problem", "origin", "tolerance", "sizes (full->small)", "solutions"],
-                    tablefmt="simple", maxcolwidths=[24, 32, 12, 36, None])
+                    tablefmt="simple", maxcolwidths=[24, 28, 12, 26, 28])
 
 
 def _share(value: float) -> str:

@@ -23,6 +23,9 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from kbench.kernel_names import KERNEL_DECORATORS as GPU_KERNEL_DECORATORS
+from kbench.pynames import import_aliases, qualname, undecorate
+
 FINDING_CODES = ("no_custom_kernel", "kernel_never_called", "try_except_fallback", "threads", "new_stream",
                  "precision_downcast", "harness_access", "monkey_patch", "caching")
 
@@ -41,7 +44,9 @@ _WHY = {
 EXTENSION_BUILDERS = frozenset({"torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load"})
 KERNEL_FACTORIES = frozenset({"cupy.RawKernel", "cupy.RawModule", "cupy.ElementwiseKernel",
                               "cupy.ReductionKernel"})
-KERNEL_DECORATORS = frozenset({"triton.jit", "triton.autotune", "numba.cuda.jit"})
+# Decorators that make a function a GPU kernel, or a host function that compiles and launches DSL kernels.
+KERNEL_DECORATORS = frozenset(GPU_KERNEL_DECORATORS) | {"triton.autotune", "numba.cuda.jit", "tilelang.jit",
+                                                         "cutlass.cute.jit"}
 KEYWORD_ONLY = 99  # an argument position no call reaches
 EXTENSION_SOURCES = (("cpp_sources", 1), ("cuda_sources", 2), ("sycl_sources", KEYWORD_ONLY))
 FACTORY_SOURCES = (("code", 0),)  # cupy.RawKernel(code, name)
@@ -85,32 +90,6 @@ def _finding(code: str, line: int | None, what: str) -> Finding:
     return Finding(code, f"{where}{what}; {_WHY[code]}", line)
 
 
-def _qualname(node: ast.AST, aliases: dict[str, str]) -> str | None:
-    """`tc.Stream` -> 'torch.cuda.Stream' after `import torch.cuda as tc`; None unless rooted in an import."""
-    if isinstance(node, ast.Name):
-        return aliases.get(node.id)
-    if isinstance(node, ast.Attribute):
-        base = _qualname(node.value, aliases)
-        return f"{base}.{node.attr}" if base else None
-    return None
-
-
-def _aliases(tree: ast.Module) -> dict[str, str]:
-    aliases = {"__builtins__": "builtins"}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
-    for node in tree.body:  # `li = load_inline`, `cuda = torch.cuda`
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            target = _qualname(node.value, aliases)
-            if target:
-                aliases[node.targets[0].id] = target
-    return aliases
-
-
 def _key(node: ast.AST) -> str | None:
     """A name an extension object can be held under: `ext` or `self.ext`."""
     if isinstance(node, ast.Name):
@@ -149,10 +128,6 @@ def _under(name: str, prefixes: Iterable[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-def _undecorate(node: ast.expr) -> ast.expr:
-    return node.func if isinstance(node, ast.Call) else node
-
-
 def _flat(targets: Iterable[ast.expr]) -> Iterator[ast.expr]:
     for t in targets:
         if isinstance(t, (ast.Tuple, ast.List)):
@@ -165,7 +140,7 @@ class _Module:
     """One parse of the solution plus the facts several checks share."""
 
     def __init__(self, tree: ast.Module) -> None:
-        self.tree, self.nodes, self.aliases = tree, list(ast.walk(tree)), _aliases(tree)
+        self.tree, self.nodes, self.aliases = tree, list(ast.walk(tree)), import_aliases(tree)
         self.assigns: dict[str, list[ast.expr]] = {}  # name -> every value assigned to it
         self.assigned_to: dict[int, list[ast.expr]] = {}  # id(value) -> its targets, also via `a if c else b`
         self.copies: list[tuple[set[str], ast.expr]] = []  # `self.op = ext`: who may hold an extension
@@ -182,7 +157,7 @@ class _Module:
         self.builds = [c for c in self.calls if self.qual(c.func) in EXTENSION_BUILDERS]
         self.factories = [c for c in self.calls if self.is_factory(c)]
         self.jitted = {n.name for n in self.nodes if isinstance(n, Function)
-                       and any(self.qual(_undecorate(d)) in KERNEL_DECORATORS for d in n.decorator_list)}
+                       and any(self.qual(undecorate(d)) in KERNEL_DECORATORS for d in n.decorator_list)}
         self.exported = {f for c in self.builds for f in self.functions(c) or ()}
         self.moved: set[int] = set()
         self.wrappers: set[str] = set()
@@ -190,7 +165,7 @@ class _Module:
         self.find_wrappers()
 
     def qual(self, node: ast.AST) -> str | None:
-        return _qualname(node, self.aliases)
+        return qualname(node, self.aliases)
 
     def is_factory(self, call: ast.Call) -> bool:
         name = self.qual(call.func) or ""
@@ -319,7 +294,7 @@ def _try_except_fallback(mod: _Module) -> Iterator[Finding]:
             if mod.calls_kernel(node.body) and not reraises:
                 yield _finding("try_except_fallback", node.lineno, "try/except around a kernel call or build")
         elif isinstance(node, (ast.With, ast.AsyncWith)) and mod.calls_kernel(node.body):
-            if any(mod.qual(_undecorate(i.context_expr)) == "contextlib.suppress" for i in node.items):
+            if any(mod.qual(undecorate(i.context_expr)) == "contextlib.suppress" for i in node.items):
                 yield _finding("try_except_fallback", node.lineno, "suppress() around a kernel call or build")
 
 
@@ -480,7 +455,7 @@ def _caching(mod: _Module) -> Iterator[Finding]:
     for node in mod.nodes:
         if isinstance(node, Function):
             for d in node.decorator_list:
-                if mod.qual(_undecorate(d)) in CACHE_DECORATORS:
+                if mod.qual(undecorate(d)) in CACHE_DECORATORS:
                     yield _finding("caching", d.lineno, f"{node.name} is memoized")
         elif isinstance(node, ast.ClassDef):
             for fn in node.body:

@@ -5,16 +5,14 @@ Imported by the worker before any solution, like the comparison and timing modul
 
 from __future__ import annotations
 
-import ast
 import copy
-import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from kbench import correctness
+from kbench import correctness, kernel_names
 from kbench.timing import synchronize
 
 _where, _isfinite = torch.where, torch.isfinite  # bound before any solution is imported
@@ -167,7 +165,7 @@ def kernel_profile(kernel_share: Callable[[], dict[str, Any]], result: dict[str,
 def no_declared_kernels(result: dict[str, Any]) -> None:
     """A source that declares no __global__ kernel: the profile could attribute none of its GPU time to it, so it is
     not run (the static check `no_custom_kernel` speaks for a source with no kernel of any kind)."""
-    result["kernels"] = {"profiled": False, "reason": "the source declares no __global__ kernel",
+    result["kernels"] = {"profiled": False, "reason": "the source declares no kernel (CUDA __global__, Triton, TileLang or CuTe DSL)",
                          "kernels_declared": [], "own_share": None}
 
 
@@ -217,41 +215,13 @@ def _double(x: Any) -> Any:
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
 
-# __global__ [qualifiers] void [qualifiers] name( -- __launch_bounds__ may stand before or after the return type.
-_QUALIFIERS = r"(?:(?:__launch_bounds__\s*\([^)]*\)|static|inline|__forceinline__|__noinline__|extern\s+\"C\")\s*)*"
-_KERNEL_NAME = re.compile(rf"__global__\s+{_QUALIFIERS}void\s+{_QUALIFIERS}(\w+)\s*\(")
-
-
-def declared_kernels(source: str) -> set[str]:
-    """Names of the kernels a solution's source declares: its CUDA __global__ functions and its Triton kernels
-    (functions decorated with triton.jit, autotuned or not; Triton names the GPU kernel after the function)."""
-    return set(_KERNEL_NAME.findall(source)) | triton_kernels(source)
-
-
-def _is_triton_jit(decorator: ast.expr) -> bool:
-    target = decorator.func if isinstance(decorator, ast.Call) else decorator
-    name = target.attr if isinstance(target, ast.Attribute) else target.id if isinstance(target, ast.Name) else ""
-    return name == "jit" and (not isinstance(target, ast.Attribute) or
-                              (isinstance(target.value, ast.Name) and target.value.id == "triton"))
-
-
-def triton_kernels(source: str) -> set[str]:
-    """Functions of `source` decorated with `triton.jit` (or a bare `jit` imported from triton)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
-    return {node.name for node in ast.walk(tree)
-            if isinstance(node, ast.FunctionDef) and any(_is_triton_jit(d) for d in node.decorator_list)}
-
-
 def own_kernel_share(call: Any, arg_sets: list[list[Any]], source: str) -> dict[str, Any]:
-    """GPU time in the solution's own kernels (named by its __global__ functions) vs library kernels, over one
+    """GPU time in the solution's own kernels (those its source declares: kbench.kernel_names) vs library kernels, over one
     call(*args) per entry of arg_sets and nothing else: inputs are prepared before the profile starts."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    names = declared_kernels(source)
+    kernels = kernel_names.declared(source)
     calls = len(arg_sets)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for args in arg_sets:
@@ -264,12 +234,11 @@ def own_kernel_share(call: Any, arg_sets: list[list[Any]], source: str) -> dict[
             continue
         us = float(getattr(event, "device_time", None) or getattr(event, "cuda_time", 0.0))
         kernel = event.name
-        mine = any(re.search(rf"\b{re.escape(n)}(\b|_\d)", kernel) for n in names)  # older Triton: name_0d1d2d
-        own, library = (own + us, library) if mine else (own, library + us)
+        own, library = (own + us, library) if kernel_names.is_own(kernel, kernels) else (own, library + us)
         top[kernel[:80]] = top.get(kernel[:80], 0.0) + us
     total = own + library
     return {
         "own_s": own / 1e6 / calls, "library_s": library / 1e6 / calls,
-        "own_share": own / total if total else 0.0, "kernels_declared": sorted(names),
+        "own_share": own / total if total else 0.0, "kernels_declared": sorted({k.name for k in kernels}),
         "top": sorted(top.items(), key=lambda kv: -kv[1])[:5],
     }

@@ -31,6 +31,8 @@ def _config(tmp_path, cache=None, **kw):
 
 def test_shipped_cuda_solutions_are_correct_at_full_size(tmp_path, build_cache):
     problems, solutions = select(SHIPPED, None, ROOT / "problems", ROOT / "solutions")
+    solutions = {p: [s for s in group if s.name in ("cuda_fused", "tf32_igemm", "triton_fused", "cpu_fused")]
+                 for p, group in solutions.items()}  # the DSL examples have a test of their own
     store = execute(_config(tmp_path, build_cache, compile_baseline=False), problems, solutions, Path.cwd())
     rows = {(e.problem, e.solution): e for e in store.evaluations}
     for problem in SHIPPED:
@@ -120,6 +122,20 @@ def test_a_bf16_run_casts_both_sides_and_skips_the_float_only_solutions(tmp_path
     assert rows["triton_fused"].status == Status.CORRECT, rows["triton_fused"].message  # loads in bf16, math in fp32
     for name in ("cuda_fused", "tf32_igemm"):
         assert rows[name].status == Status.NOT_RUN and "PRECISIONS fp32" in rows[name].message
+
+
+@pytest.mark.parametrize("name, module", [("tilelang_fused", "tilelang"), ("cute_fused", "cutlass.cute")])
+def test_a_kernel_dsl_solution_runs_end_to_end_with_its_kernel_counted_as_its_own(tmp_path, build_cache, name, module):
+    pytest.importorskip(module, reason=f"{module} is not installed in this Python (kbench's extra for it)")
+    problems, solutions = select(["conv3d_gelu"], name, ROOT / "problems", ROOT / "solutions")
+    rows = {e.solution: e for e in execute(_config(tmp_path, build_cache, compile_baseline=False), problems,
+                                            solutions, Path.cwd()).evaluations}
+    row = rows[name]
+    assert row.status == Status.CORRECT, row.message
+    assert set(row.flags) - MACHINE_CODES == set(), row.warnings
+    assert 0 < row.extra["kernels"]["own_share"] < 1, row.extra["kernels"]  # cuDNN's convolution, then its kernel
+    # the DSL compiled in the untimed calls: no timed sample carries a compilation (seconds, against milliseconds)
+    assert max(row.timing.samples) < 3 * row.timing.median, row.timing.samples
 
 
 def test_the_noise_check_names_tf32_where_it_puts_the_reference_beyond_kernelbenchs_1e_4():

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from kbench.static_checks import analyze
-from kbench.trust import declared_kernels
+from kbench.kernel_names import declared_kernels
 from tests.conftest import ROOT
 
 SHIPPED = ["conv3d_gelu", "conv3d_logsumexp", "convtranspose3d_layernorm", "convtranspose3d_softmax"]

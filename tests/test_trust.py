@@ -5,7 +5,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from kbench import trust
+from kbench import kernel_names, trust
 
 
 class NoDouble(nn.Module):
@@ -129,13 +129,13 @@ def test_declared_kernels_finds_each_spelling_of_a_kernel_declaration():
     __global__ static void templated_static (float* x) {}
     __device__ void helper(float* x) {}
     """
-    assert trust.declared_kernels(source) == {"plain", "bounds_first", "bounds_after", "templated_static"}
+    assert kernel_names.declared_kernels(source) == {"plain", "bounds_first", "bounds_after", "templated_static"}
     solutions = Path(__file__).parent.parent / "solutions"
-    assert trust.declared_kernels((solutions / "conv3d_gelu" / "tf32_igemm.py").read_text()) == {"conv3d_tf32_gelu"}
+    assert kernel_names.declared_kernels((solutions / "conv3d_gelu" / "tf32_igemm.py").read_text()) == {"conv3d_tf32_gelu"}
     softmax = (solutions / "convtranspose3d_softmax" / "tf32_igemm.py").read_text()
-    assert trust.declared_kernels(softmax) == {"pack_transposed", "convt3d_tf32_softmax_sigmoid", "scan_wrap"}
+    assert kernel_names.declared_kernels(softmax) == {"pack_transposed", "convt3d_tf32_softmax_sigmoid", "scan_wrap"}
     lse = (solutions / "conv3d_logsumexp" / "tf32_igemm.py").read_text()
-    assert trust.declared_kernels(lse) == {"pack_slabs", "conv3d_tf32_pool_lse", "scan_wrap"}
+    assert kernel_names.declared_kernels(lse) == {"pack_slabs", "conv3d_tf32_pool_lse", "scan_wrap"}
 
 
 def test_the_kernel_profile_runs_on_cuda_unless_the_run_turns_it_off():

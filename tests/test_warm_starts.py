@@ -3,6 +3,7 @@
 import dataclasses
 import os
 import time
+from pathlib import Path
 
 from kbench import isolation
 from kbench.build import BuildContext, child_env, zygote_env
@@ -136,3 +137,13 @@ def test_the_reference_child_reports_the_end_of_its_timing(tmp_path):
     events: list[str] = []
     outcome = isolation._Child(isolation.worker_path_env()).run(job, 60, on_event=events.append)
     assert outcome.result["status"] == "correct" and events == ["timed"]
+
+
+def test_every_kernel_dsls_compile_cache_lives_beside_kbenchs_builds_and_travels_with_the_job(tmp_path):
+    """Triton, TileLang and CuTe DSL would otherwise cache in the user's home; a zygote started before the run's
+    cache folder was known must not fix them either, so they are per-job variables."""
+    ctx = BuildContext(cache_dir=tmp_path / "ext", cuda_home=None, arch="9.0", torch_version="x", timeout_s=1, jobs=1)
+    env = child_env(ctx, None, 1)
+    for var in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR", "CUTE_DSL_CACHE_DIR"):
+        assert Path(env[var]).parent == tmp_path and var in isolation.JOB_ENV
+    assert len({env[v] for v in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR", "CUTE_DSL_CACHE_DIR")}) == 3

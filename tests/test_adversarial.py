@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from kbench.discovery import select
-from kbench.evaluation import MACHINE_CODES
-from kbench.records import EAGER, RunConfig, Status, TimingPolicy
-from kbench.runner import execute
-from kbench.static_checks import analyze
+from kbench.commands.evaluation import MACHINE_CODES
+from kbench.commands.runner import execute
+from kbench.judge.static_checks import analyze
+from kbench.problems.discovery import select
+from kbench.results.records import EAGER, RunConfig, Status, TimingPolicy
 from tests.conftest import FIXTURES
 
 ADVERSARIAL = FIXTURES / "adversarial"

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from kbench import correctness
-from kbench.discovery import select
-from kbench.records import RunConfig, Status, TimingPolicy
-from kbench.runner import execute
+from kbench.commands.runner import execute
+from kbench.judge import correctness
+from kbench.problems.discovery import select
+from kbench.results.records import RunConfig, Status, TimingPolicy
 from tests.conftest import FIXTURES
 
 BUDGET = 1 << 14  # 16 KiB for an output of 1 MiB

@@ -4,9 +4,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from kbench.build import BuildContext, build_one, extension_dir
-from kbench.discovery import load_solution_file
-from kbench.toolkit import BUILT_MARKER
+from kbench.build.compile import build_one, BuildContext, extension_dir
+from kbench.problems.discovery import load_solution_file
+from kbench.system.toolkit import BUILT_MARKER
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.slow

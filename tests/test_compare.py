@@ -5,12 +5,12 @@ import random
 import pytest
 from typer.testing import CliRunner
 
-from kbench import compare
 from kbench.cli import app
 from kbench.errors import UsageError
-from kbench.records import Evaluation, Measurement, Status
-from kbench.stats import mann_whitney_u
-from kbench.storage import LoadedRun, RunStore
+from kbench.reports import compare
+from kbench.results.records import Evaluation, Measurement, Status
+from kbench.results.stats import mann_whitney_u
+from kbench.results.storage import LoadedRun, RunStore
 
 
 def noisy(center, n=40, spread=0.002, seed=0):

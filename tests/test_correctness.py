@@ -5,8 +5,8 @@ import torch
 import pytest
 from torch.profiler import ProfilerActivity, profile
 
-from kbench import correctness
-from kbench.correctness import compare, inputs_unchanged, on_copies, run_trials
+from kbench.judge import correctness
+from kbench.judge.correctness import compare, inputs_unchanged, on_copies, run_trials
 
 
 def test_equal_and_close_outputs_pass_with_error_figures():

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from kbench.discovery import find_problem, find_solutions, list_problems, list_solutions, select
 from kbench.errors import DiscoveryError
+from kbench.problems.discovery import find_problem, find_solutions, list_problems, list_solutions, select
 from tests.conftest import ROOT
 
 SHIPPED = {"conv3d_logsumexp", "conv3d_gelu", "convtranspose3d_layernorm", "convtranspose3d_softmax"}
@@ -102,7 +102,7 @@ def test_an_unknown_problem_toml_key_is_an_error_naming_it(tmp_path: Path):
 
 
 def test_tolerance_profiles_explicit_values_win_then_the_profile_then_the_problem():
-    from kbench.records import tolerance
+    from kbench.results.records import tolerance
 
     problem = (1e-2, 1e-3)
     assert tolerance("problem", "fp32", problem) == (1e-2, 1e-3)

@@ -4,8 +4,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kbench.cli import app
-from kbench.records import COMPILED, EAGER, Status
-from kbench.storage import load_run
+from kbench.results.records import COMPILED, EAGER, Status
+from kbench.results.storage import load_run
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow

@@ -1,11 +1,11 @@
-"""kbench.escapes: the candidate's processes outside its frozen group, their CPU time, and which hold the GPU."""
+"""kbench.system.escapes: the candidate's processes outside its frozen group, their CPU time, and which hold the GPU."""
 
 import os
 import subprocess
 import sys
 import time
 
-from kbench import escapes
+from kbench.system import escapes
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(30)"]
 SPINNER = [sys.executable, "-c", "import time\nend = time.time() + 30\nwhile time.time() < end: pass"]

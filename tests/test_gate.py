@@ -5,8 +5,8 @@ import xml.etree.ElementTree as ET
 from typer.testing import CliRunner
 
 from kbench.cli import app
-from kbench.gate import FAIL, PASS, SKIP, Check, GateResult, cuda_checks, junit_xml
-from kbench.records import CompileInfo, Evaluation, Status, TrialResult
+from kbench.commands.gate import Check, cuda_checks, FAIL, GateResult, junit_xml, PASS, SKIP
+from kbench.results.records import CompileInfo, Evaluation, Status, TrialResult
 from tests.conftest import FIXTURES
 
 runner = CliRunner()

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from kbench.cli import app
-from kbench.discovery import list_solutions
 from kbench.errors import ImportFailure, UsageError
-from kbench.importer import extract_code, fenced_blocks, import_responses, solution_name
+from kbench.problems.discovery import list_solutions
+from kbench.problems.importer import extract_code, fenced_blocks, import_responses, solution_name
 from tests.conftest import FIXTURES, ROOT
 
 runner = CliRunner()

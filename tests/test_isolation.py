@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from kbench.discovery import select
-from kbench.records import COMPILED, EAGER, RunConfig, Status, TimingPolicy
-from kbench.runner import execute
-from kbench.storage import load_run
+from kbench.commands.runner import execute
+from kbench.problems.discovery import select
+from kbench.results.records import COMPILED, EAGER, RunConfig, Status, TimingPolicy
+from kbench.results.storage import load_run
 from tests.conftest import FIXTURES
 
 EXPECTED = {

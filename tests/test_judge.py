@@ -6,9 +6,10 @@ import time
 import pytest
 import torch
 
-from kbench import judge, procstate, protocol
-from kbench.harness import build_reference, input_maker, load_problem
-from kbench.verdicts import Verdict
+from kbench.judge import judge, protocol
+from kbench.judge.harness import build_reference, input_maker, load_problem
+from kbench.judge.verdicts import Verdict
+from kbench.system import procstate
 from tests import judge_targets
 from tests.conftest import FIXTURES
 
@@ -85,13 +86,13 @@ def test_a_fresh_calibration_can_be_taken_after_timing():
 
 
 def _measured(reported_s: float, round_trip_s: float):
-    from kbench.records import Measurement
+    from kbench.results.records import Measurement
 
     return Measurement(samples=(reported_s,) * 20, judge_samples=(round_trip_s,) * 20)
 
 
 def test_a_timer_mismatch_stays_only_when_a_fresh_calibration_cannot_explain_it_either():
-    from kbench.timing import Calibration, timer_mismatch_warning
+    from kbench.measure.timing import Calibration, timer_mismatch_warning
 
     then = Calibration((0.5e-3,) * 10)  # the protocol's cost at calibration
     honest = _measured(0.4e-3, 1.5e-3)  # 1.1 ms beyond the call: the host got slower since

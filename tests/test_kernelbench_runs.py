@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kbench.cli import app
-from kbench.kernelbench_runs import eval_results
-from kbench.records import EAGER, Evaluation, Measurement, Status
+from kbench.problems.kernelbench_runs import eval_results
+from kbench.results.records import EAGER, Evaluation, Measurement, Status
 from tests.conftest import FIXTURES
 
 SUITE = FIXTURES / "suite"

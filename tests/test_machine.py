@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kbench import machine
-from kbench.discovery import select
-from kbench.records import Measurement, RunConfig, Status, TimingPolicy
-from kbench.runner import execute
-from kbench.timing_checks import level_moved_warning
+from kbench.commands.runner import execute
+from kbench.measure.timing_checks import level_moved_warning
+from kbench.problems.discovery import select
+from kbench.results.records import Measurement, RunConfig, Status, TimingPolicy
+from kbench.system import machine
 from tests.conftest import FIXTURES
 
 BUSY_LOOP = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass\n"

@@ -5,7 +5,7 @@ where the tensors go and that the values are the seeded ones."""
 import torch
 import torch.nn as nn
 
-from kbench.harness import construct, input_maker
+from kbench.judge.harness import construct, input_maker
 
 
 class Plain(nn.Module):
@@ -77,7 +77,7 @@ def test_inputs_that_must_be_drawn_on_the_cpu_are_drawn_there_seeded_and_moved()
 
 
 def test_a_gpu_slots_timed_calls_are_issued_from_one_core_of_its_own():
-    from kbench.harness import pin, timing_core
+    from kbench.judge.harness import pin, timing_core
 
     cores = [0, 1, 2, 3]
     assert timing_core(cores, "") == 3 and timing_core(cores, "0") == 3  # one GPU: the last core

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from kbench.pool import gpu_slots, pinned_env, run_on_slots
+from kbench.execution.pool import gpu_slots, pinned_env, run_on_slots
 
 
 def test_slots_follow_the_visible_gpus():
@@ -62,7 +62,7 @@ def test_executor_choices_are_checked():
     import pytest
 
     from kbench.errors import UsageError
-    from kbench.executors import make_executor
+    from kbench.execution.executors import make_executor
 
     with pytest.raises(UsageError, match="Unknown executor 'dask'"):
         make_executor("dask", "cpu", 0, None, None)
@@ -75,8 +75,9 @@ def test_executor_choices_are_checked():
 
 def test_an_interrupt_cancels_queued_builds_and_kills_running_ones(monkeypatch, tmp_path):
     """Ctrl-C or SIGTERM during the build phase must not wait for every queued compile to finish."""
-    from kbench import build, isolation
-    from kbench.records import SolutionSpec
+    from kbench.build import compile as build
+    from kbench.execution import isolation
+    from kbench.results.records import SolutionSpec
 
     started, killed, lock = [], threading.Event(), threading.Lock()
 

@@ -7,13 +7,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from kbench import noise
 from kbench.cli import app
-from kbench.compare import _key
-from kbench.discovery import find_problem, load_solution_file
 from kbench.errors import DiscoveryError
-from kbench.harness import build_reference, cast, input_maker, load_problem
-from kbench.records import Evaluation, Status, tolerance
+from kbench.judge import noise
+from kbench.judge.harness import build_reference, cast, input_maker, load_problem
+from kbench.problems.discovery import find_problem, load_solution_file
+from kbench.reports.compare import _key
+from kbench.results.records import Evaluation, Status, tolerance
 from tests.conftest import FIXTURES
 
 PROBLEMS, SOLUTIONS = FIXTURES / "problems", FIXTURES / "solutions"
@@ -157,7 +157,7 @@ def test_list_check_reports_the_noise_per_precision():
 
 
 def test_the_report_gives_each_problems_reference_noise_beside_its_tolerance():
-    from kbench.leaderboard import markdown
+    from kbench.reports.leaderboard import markdown
 
     noise = {"precision": "fp32", "atol": 1e-4, "rtol": 1e-4, "max_abs": 2.8e-3, "exact_passes": False,
              "cause": "TF32, on in this run for cuDNN or matmul; --no-tf32 turns it off"}

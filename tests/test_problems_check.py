@@ -4,8 +4,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kbench.cli import app
-from kbench.correctness import degenerate_findings
-from kbench.runner import check_problems
+from kbench.commands.runner import check_problems
+from kbench.judge.correctness import degenerate_findings
 from tests.conftest import ROOT
 
 

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from kbench.discovery import select
-from kbench.records import EAGER, RunConfig, Status, TimingPolicy
-from kbench.runner import execute
+from kbench.commands.runner import execute
+from kbench.problems.discovery import select
+from kbench.results.records import EAGER, RunConfig, Status, TimingPolicy
 from tests.conftest import FIXTURES
 
 ray = pytest.importorskip("ray")

@@ -2,9 +2,9 @@
 
 import pytest
 
-from kbench.leaderboard import fast_p, markdown, ranked, summarize, write_report
-from kbench.records import COMPILED, EAGER, Evaluation, Measurement, Status, TrialResult
-from kbench.storage import RunStore
+from kbench.reports.leaderboard import fast_p, markdown, ranked, summarize, write_report
+from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status, TrialResult
+from kbench.results.storage import RunStore
 
 
 def ev(problem, solution, ms=None, vs_eager=None, vs_compile=None, status=Status.CORRECT, err=None):
@@ -105,8 +105,8 @@ def test_report_writes_markdown_and_a_png(tmp_path):
 
 
 def test_counts_stay_integers_in_the_csv_when_some_rows_have_none():
-    from kbench.records import Evaluation, Measurement, Status
-    from kbench.report import results_frame
+    from kbench.reports.tables import results_frame
+    from kbench.results.records import Evaluation, Measurement, Status
 
     rows = [Evaluation(problem="p", solution="a", status=Status.CORRECT, device="cpu", size="small",
                        timing=Measurement((0.001,) * 644)),

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from kbench import roofline
-from kbench.roofline import (
+from kbench.measure import roofline
+from kbench.measure.roofline import (
     Ceilings,
     MeasureSizes,
     Work,
@@ -181,9 +181,9 @@ def test_meta_device_cannot_be_measured():
 
 
 def test_rows_below_the_floor_or_far_above_eager_are_flagged():
-    from kbench.records import Evaluation, Measurement, Status
-    from kbench.roofline import Ceilings, Work, floor, floor_to_json
-    from kbench.evaluation import with_floor
+    from kbench.commands.evaluation import with_floor
+    from kbench.measure.roofline import Ceilings, floor, floor_to_json, Work
+    from kbench.results.records import Evaluation, Measurement, Status
 
     fl = floor(Work(flops=1e9, bytes=1e9), Ceilings("GPU", 1e12, 1e15, "tf32", "now"))  # memory-bound: 1 ms
     def row(ms, eager_ms):

@@ -1,9 +1,9 @@
-"""Sealed inputs (kbench.sealing): a timed round's inputs are readable only after the candidate's request arrives."""
+"""Sealed inputs (kbench.judge.sealing): a timed round's inputs are readable only after the candidate's request arrives."""
 
 import pytest
 import torch
 
-from kbench import judge, sealing
+from kbench.judge import judge, sealing
 from tests.test_judge import _job, _reference
 
 

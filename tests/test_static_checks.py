@@ -7,8 +7,8 @@ from textwrap import dedent
 
 import pytest
 
-from kbench import static_checks
-from kbench.static_checks import FINDING_CODES, Finding, analyze
+from kbench.judge import static_checks
+from kbench.judge.static_checks import analyze, Finding, FINDING_CODES
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "solutions").glob("*/*.py"))
@@ -391,7 +391,7 @@ class ModelNew(nn.Module):
 # harness_access
 
 @pytest.mark.parametrize("cheat", [
-    "import kbench.worker  # here",
+    "import kbench.execution.worker  # here",
     "from kbench import records  # here",
     "import sys\nREF = sys.modules['__main__']  # here",
     "import inspect\nFRAME = inspect.currentframe()  # here",

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from kbench import stats
+from kbench.results import stats
 
 
 def test_quantiles_match_hand_computed_values():

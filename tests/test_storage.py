@@ -3,8 +3,8 @@ import json
 import pytest
 
 from kbench.errors import ResultsError
-from kbench.records import CompileInfo, Evaluation, Measurement, Status, TrialResult
-from kbench.storage import RunStore, atomic_write, load_run, new_run_id
+from kbench.results.records import CompileInfo, Evaluation, Measurement, Status, TrialResult
+from kbench.results.storage import atomic_write, load_run, new_run_id, RunStore
 
 
 def _evaluation(name="sol", status=Status.CORRECT):

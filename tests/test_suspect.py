@@ -1,9 +1,9 @@
 """The `suspect` status: which findings make a passing row untrustworthy, and what such a row shows."""
 
-from kbench.evaluation import SUSPECT_CODES, with_suspicion
-from kbench.leaderboard import fast_p, summarize
-from kbench.records import EAGER, Evaluation, Measurement, Status
-from kbench.timing import Calibration, disturbed_warning
+from kbench.commands.evaluation import SUSPECT_CODES, with_suspicion
+from kbench.measure.timing import Calibration, disturbed_warning
+from kbench.reports.leaderboard import fast_p, summarize
+from kbench.results.records import EAGER, Evaluation, Measurement, Status
 
 
 def _row(warnings=(), status=Status.CORRECT, solution="fast", device="cuda", eager=None):  # noqa: D401
@@ -49,8 +49,8 @@ def test_a_suspect_row_counts_as_failing_in_fast_p_and_the_geomean():
 
 
 def test_the_gate_fails_a_suspect_row_with_its_reason():
-    from kbench.gate import FAIL, cpu_checks
-    from kbench.records import SolutionSpec, TrialResult
+    from kbench.commands.gate import cpu_checks, FAIL
+    from kbench.results.records import SolutionSpec, TrialResult
 
     row = with_suspicion(_row(["[clock_patched] it replaced time.perf_counter"], device="cpu"))
     row = type(row)(**{**row.__dict__, "trials": (TrialResult(seed=1, passed=True),)})

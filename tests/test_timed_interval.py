@@ -7,9 +7,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kbench import candidate, correctness, judge, protocol, timing, worker
-from kbench.harness import build_reference, input_maker, load_problem
-from kbench.records import MathFlags, TimingPolicy
+from kbench.execution import worker
+from kbench.judge import candidate, correctness, judge, protocol
+from kbench.judge.harness import build_reference, input_maker, load_problem
+from kbench.measure import timing
+from kbench.results.records import MathFlags, TimingPolicy
 from tests.conftest import FIXTURES
 
 PROBLEM = FIXTURES / "problems" / "one_op" / "model.py"

@@ -2,9 +2,9 @@
 
 import pytest
 
-from kbench import timing
-from kbench.records import Measurement, TimingPolicy
-from kbench.timing import (
+from kbench.measure import timing
+from kbench.results.records import Measurement, TimingPolicy
+from kbench.measure.timing import (
     TIMER_SLACK_ABS_S, TIMER_SLACK_REL, Calibration, HostTimer, Sampled, converged, escaped_work_warning,
     measure_interleaved, measure_rounds, timer_mismatch_warning, warm_up,
 )
@@ -116,7 +116,7 @@ def test_host_time_far_above_event_time_is_flagged():
 
 
 def test_a_sample_count_cut_short_by_max_time_is_flagged():
-    from kbench.timing import few_samples_warning
+    from kbench.measure.timing import few_samples_warning
 
     policy = TimingPolicy(min_samples=10, max_time_s=2.0)
     assert "[few_samples] only 1 sample(s)" in few_samples_warning(Measurement((0.01,), (), "max_time"), policy)

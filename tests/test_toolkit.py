@@ -1,7 +1,7 @@
 import os
 import stat
 
-from kbench import toolkit
+from kbench.system import toolkit
 
 
 def _toolkit(root):

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from kbench.static_checks import analyze
-from kbench.kernel_names import declared_kernels
+from kbench.judge.kernel_names import declared_kernels
+from kbench.judge.static_checks import analyze
 from tests.conftest import ROOT
 
 SHIPPED = ["conv3d_gelu", "conv3d_logsumexp", "convtranspose3d_layernorm", "convtranspose3d_softmax"]
@@ -20,10 +20,10 @@ CHECK = """
 import os, sys
 from pathlib import Path
 import torch
-from kbench.discovery import find_problem
-from kbench.harness import build_reference, input_maker, load_problem
-from kbench.loading import import_path
-from kbench.correctness import compare
+from kbench.judge.correctness import compare
+from kbench.judge.harness import build_reference, input_maker, load_problem
+from kbench.judge.loading import import_path
+from kbench.problems.discovery import find_problem
 name = sys.argv[1]
 spec = find_problem(name, Path("problems"))
 problem = load_problem({"problem": {"name": name, "path": str(spec.path), "overrides": spec.overrides("small")}})
@@ -84,8 +84,8 @@ CUDA = "__global__ void cuda_kernel(float* x) {}"
 
 @pytest.mark.parametrize("module, extra", [("tilelang", "tilelang"), ("cutlass.cute", "cute")])
 def test_a_solution_in_a_missing_kernel_dsl_is_a_load_error_naming_the_extra(tmp_path, module, extra):
-    from kbench.loading import load_solution
-    from kbench.verdicts import Verdict
+    from kbench.judge.loading import load_solution
+    from kbench.judge.verdicts import Verdict
 
     if importlib.util.find_spec(module.split(".")[0]) is not None:
         pytest.skip(f"{module} is installed here")

@@ -5,9 +5,9 @@ import os
 import time
 from pathlib import Path
 
-from kbench import isolation
-from kbench.build import BuildContext, child_env, zygote_env
-from kbench.records import MathFlags, SolutionSpec, TimingPolicy
+from kbench.build.compile import BuildContext, child_env, zygote_env
+from kbench.execution import isolation
+from kbench.results.records import MathFlags, SolutionSpec, TimingPolicy
 from tests.conftest import FIXTURES
 
 # Prepended to a correct fixture solution: it then loads only if its child sees the TORCH_EXTENSIONS_DIR of its own

@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from kbench import isolation
+from kbench.execution import isolation
 from tests.conftest import FIXTURES
 from tests.test_warm_starts import _job
 

@@ -1,0 +1,1 @@
+"""Compiling solutions into the source-hash cache, several at once, each in its own child."""

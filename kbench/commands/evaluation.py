@@ -1,0 +1,207 @@
+"""One evaluation, as the parent sees it: the job sent to a child, and its outcome turned into records."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from kbench.build.compile import BuildContext, BuildResult, child_env
+from kbench.execution.executors import Executor, local_executor
+from kbench.execution.pool import Slot
+from kbench.results.records import (
+    COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
+    trials_from_json,
+)
+from kbench.measure.timing_checks import escaped_work_warning, few_samples_warning, launch_bound_warning
+
+# Findings that mean the timing cannot be trusted: a row that passes with one of them is `suspect`, keeps its raw
+# samples, and shows no speedup. Other findings (static checks, more than 10x faster than eager) stay warnings.
+SUSPECT_CODES = frozenset({"escaped_timer", "timer_mismatch", "below_floor", "state_changed", "clock_patched",
+                           "reference_disturbed", "escaped_process"})
+# Findings about the machine while a row was timed (kbench.system.machine, kbench.measure.timing_checks), not about the solution.
+MACHINE_CODES = frozenset({"machine_busy", "level_moved", "gpu_busy", "gpu_throttled"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    config: RunConfig
+    device: str
+    size: str
+    env: dict[str, Any]
+    build: BuildContext
+    executor: Executor = dataclasses.field(default_factory=lambda: local_executor("cpu", 0))
+
+
+def base_job(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
+    cfg = plan.config
+    return {
+        "problem": {"name": problem.name, "path": str(problem.path), "overrides": problem.overrides(plan.size)},
+        "device": plan.device,
+        "precision": cfg.precision_for(problem),
+        "seed": cfg.seed,
+        "trials": cfg.trials,
+        **dict(zip(("atol", "rtol"), cfg.tolerance_for(problem))),
+        "math": dataclasses.asdict(cfg.math),
+        "timing": dataclasses.asdict(cfg.timing),
+        "kernel_profile": cfg.kernel_profile,
+    }
+
+
+def other_sizes(plan: Plan, problem: ProblemSpec) -> list[dict[str, Any]]:
+    """The further sizes at which a solution's correctness is checked (none if the problem has no small size)."""
+    two = plan.config.two_sizes if plan.config.two_sizes is not None else plan.device == "cuda"
+    if not two or not problem.has_small:
+        return []
+    other = "small" if plan.size == "full" else "full"
+    return [{"name": other, "overrides": problem.overrides(other)}]
+
+
+def _measurement(data: dict[str, Any] | None) -> Measurement | None:
+    return Measurement.from_json(data) if data else None
+
+
+def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    found = list(extra)
+    if timing is not None and (few := few_samples_warning(timing, plan.config.timing)):
+        found.append(few)
+    if timing is not None and plan.device == "cuda" and not timing.judge_samples:  # a candidate's: the judge checks
+        warning = escaped_work_warning(timing)
+        if warning:
+            found.append(warning)
+    if timing is not None and plan.device == "cuda" and (launch := launch_bound_warning(timing)):
+        found.append(launch)
+    return tuple(found)
+
+
+def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> list[Evaluation]:
+    """The eager row, and the torch.compile row unless it was switched off."""
+    job = {**base_job(plan, problem), "mode": "reference", "compile_baseline": plan.config.compile_baseline,
+           "ceilings_dir": str(plan.build.cache_dir.parent / "ceilings")}
+    outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, None, 1), slot))
+    common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds,
+              "precision": plan.config.precision_for(problem)}
+    failure = outcome.failure
+    if failure is not None or outcome.result is None:
+        status, message = failure or ("crashed", "")
+        return [Evaluation(solution=EAGER, status=Status(status), message=message, **common)]
+    result = outcome.result
+    if result["status"] != "correct":
+        return [Evaluation(solution=EAGER, status=Status(result["status"]), message=result["message"], **common)]
+    eager = _measurement(result["timing"])
+    rows = [Evaluation(solution=EAGER, status=Status.CORRECT, timing=eager, eager_timing=eager, speedup_vs_eager=1.0,
+                       warnings=_warnings(plan, eager, result.get("warnings", ())),
+                       extra={"output": result["output"], **result.get("extra", {}),
+                              **({"floor": result["floor"]} if "floor" in result else {})}, **common)]
+    compiled = result.get("compiled")
+    if compiled is not None:
+        timing = _measurement(compiled.get("timing"))
+        speedup = eager.median / timing.median if timing and eager else None
+        rows.append(Evaluation(
+            solution=COMPILED, status=Status(compiled["status"]), message=compiled.get("message", ""),
+            trials=trials_from_json(compiled.get("trials", ())), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
+            speedup_vs_compile=1.0 if timing else None, warnings=_warnings(plan, timing),
+            compile=CompileInfo(ok=True, seconds=compiled.get("compile", {}).get("seconds", 0.0)), **common,
+        ))
+    return rows
+
+
+def with_floor(row: Evaluation, floor: dict[str, Any] | None) -> Evaluation:
+    """Add % of the hardware floor and implausible-speed warnings to a timed row."""
+    if floor is None or row.timing is None:
+        return row
+    from kbench.measure import roofline
+
+    fl = roofline.floor_from_json(floor)
+    eager = row.eager_timing.median if row.eager_timing is not None and row.solution != EAGER else None
+    checks = (("below_floor", roofline.below_floor(row.timing.median, fl)),  # untrusted timing: suspect
+              ("implausible_speed", roofline.far_ahead(row.timing.median, eager)))  # a heuristic: a warning
+    found = [f"[{code}] {why}" for code, why in checks if why is not None]
+    extra = {**row.extra, "percent_of_floor": roofline.percent_of_floor(row.timing.median, fl)}
+    return dataclasses.replace(row, warnings=row.warnings + tuple(found), extra=extra)
+
+
+def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, built: BuildResult | None,
+                      compile_gain: float | None, slot: Slot = None) -> Evaluation:
+    """One solution in its own child; `compile_gain` is eager/compiled time from the reference child."""
+    precision = plan.config.precision_for(problem)
+    common = {"problem": problem.name, "solution": solution.name, "device": plan.device, "size": plan.size,
+              "precision": precision}
+    compile_info = built.compile if built else None
+    if precision not in solution.precisions:
+        return Evaluation(status=Status.NOT_RUN, compile=compile_info, **common,
+                          message=f"declares PRECISIONS {', '.join(solution.precisions)}; this run is in {precision}")
+    if plan.device not in solution.devices:
+        reason = f"supports {', '.join(solution.devices)} only; this run is on {plan.device}"
+        if built is not None and not built.ok:
+            return Evaluation(status=Status(built.status), message=built.message, compile=compile_info, **common)
+        if built is not None:
+            reason += " (it compiled and linked)"
+        return Evaluation(status=Status.NOT_RUN, message=reason, compile=compile_info, **common)
+    if built is None or not built.ok:
+        status = built.status if built else "not_run"
+        message = built.message if built else "not built"
+        return Evaluation(status=Status(status), message=message, compile=compile_info, **common)
+    job = {**base_job(plan, problem), "mode": "evaluate", "other_sizes": other_sizes(plan, problem),
+           "solution": {"name": solution.name, "path": str(solution.path)}}
+    outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, solution, 1), slot))
+    failure = outcome.failure
+    if failure is not None or outcome.result is None:
+        status, message = failure or ("crashed", "")
+        return Evaluation(status=Status(status), message=message, compile=compile_info, seconds=outcome.seconds, **common)
+    result = outcome.result
+    timing, eager = _measurement(result.get("timing")), _measurement(result.get("eager_timing"))
+    speedup = eager.median / timing.median if timing and eager else None
+    return Evaluation(
+        status=Status(result["status"]), message=result.get("message", ""), compile=compile_info,
+        trials=trials_from_json(result.get("trials", ())), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
+        size_checks={k: trials_from_json(v) for k, v in result.get("size_checks", {}).items()},
+        speedup_vs_compile=speedup / compile_gain if speedup and compile_gain else None,
+        warnings=_warnings(plan, timing, [*static_warnings(solution), *result.get("warnings", ())]),
+        seconds=outcome.seconds, extra={**result.get("extra", {}), **{k: result[k] for k in ("accuracy", "kernels") if k in result}},
+        **common,
+    )
+
+
+def static_warnings(solution: SolutionSpec) -> list[str]:
+    """Findings of the static checks on the solution's source, as `[code] message (line N)` warnings."""
+    from kbench.judge.static_checks import analyze
+
+    try:
+        source = solution.path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [f"[{f.code}] {f.message}" for f in analyze(source)]
+
+
+def on_gpu(row: Evaluation, slot: Slot) -> Evaluation:
+    """Record which slot (a GPU index, or a Ray task slot) ran the evaluation when runs are spread out."""
+    return row if slot is None else dataclasses.replace(row, extra={**row.extra, "gpu": slot})
+
+
+def with_next_step(row: Evaluation, timeout_s: float) -> Evaluation:
+    """The row's message with what to do next, where there is something to do: the option that gives a slow solution
+    more time, the command that shows a compiler's whole log, the one that reruns a failing solution alone."""
+    alone = f"`kbench run -p {row.problem} -s {row.solution}`"
+    hints = {
+        Status.TIMEOUT: f"raise --timeout (now {timeout_s:g} s) if it needs longer, or look for a hang",
+        Status.COMPILE_ERROR: f"`kbench build -p {row.problem} -s {row.solution}` prints the compiler's log "
+                              "(also in run.json: compile.log)",
+        Status.CRASHED: f"rerun it alone with {alone} to see all it printed",
+        Status.RUNTIME_ERROR: f"rerun it alone with {alone}",
+        Status.SUSPECT: "the README's \"Timing protocol\" says what the warning means",
+    }
+    hint = hints.get(row.status)
+    if hint is None or row.solution in (EAGER, COMPILED) or not row.message or hint in row.message:
+        return row
+    return dataclasses.replace(row, message=f"{row.message} (next: {hint})")
+
+
+def with_suspicion(row: Evaluation) -> Evaluation:
+    """A passing row whose timing cannot be trusted becomes `suspect`: its samples stay, its speedups go."""
+    reasons = [w for w in row.warnings if w.startswith("[") and w[1:w.find("]")] in SUSPECT_CODES]
+    if row.status != Status.CORRECT or not reasons or row.solution in (EAGER, COMPILED):
+        return row
+    extra = {**row.extra, "speedup_vs_eager": row.speedup_vs_eager, "speedup_vs_compile": row.speedup_vs_compile}
+    return dataclasses.replace(row, status=Status.SUSPECT, message=f"outputs pass, timing not trusted: {reasons[0]}",
+                               speedup_vs_eager=None, speedup_vs_compile=None, extra=extra)

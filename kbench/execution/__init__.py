@@ -1,0 +1,1 @@
+"""Child processes: isolation, the zygote, GPU slots, executors (local, Ray) and the worker's entry point."""

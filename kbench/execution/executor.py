@@ -1,0 +1,26 @@
+"""What an executor is: how many evaluations run at once (slots) and how one child is started."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kbench.execution.isolation import ChildOutcome
+from kbench.execution.pool import Slot, pinned_env
+
+Launcher = Callable[[dict[str, Any], float, dict[str, str]], ChildOutcome]
+
+
+@dataclass(frozen=True)
+class Executor:
+    """How many evaluations run at once (slots) and how one child is started (launch)."""
+
+    name: str
+    slots: tuple[Slot, ...]
+    launch: Launcher
+    pins: bool  # slots are GPU indices to pin children to (local); Ray pins its own tasks
+    close: Callable[[], None] = lambda: None  # called once the run's evaluations are over
+
+    def env(self, env: dict[str, str], slot: Slot) -> dict[str, str]:
+        return pinned_env(env, slot) if self.pins else env

@@ -1,0 +1,38 @@
+"""Where evaluation children run: here (one per visible GPU), or as Ray tasks on a cluster."""
+
+from __future__ import annotations
+
+from kbench.errors import UsageError
+from kbench.execution import isolation
+from kbench.execution.executor import Executor, Launcher  # noqa: F401 - Launcher: re-exported
+from kbench.execution.pool import gpu_slots, visible_devices
+from kbench.execution.zygote import Zygote
+
+EXECUTORS = ("local", "ray")
+
+
+def local_executor(device: str, gpu_count: int, zygote: Zygote | None = None) -> Executor:
+    """Children on this machine, forked by a zygote per slot; on CUDA each slot keeps its next child started ahead
+    (isolation.WarmStarts)."""
+    slots = tuple(gpu_slots(device, gpu_count, visible_devices()))
+    warm = isolation.WarmStarts(ahead=device == "cuda")
+    if zygote is not None:  # started before the probe with the environment every child shares
+        if slots == (None,):
+            warm.adopt(zygote, zygote.env)
+        else:
+            zygote.close()  # each GPU's children are pinned: a zygote per slot
+    return Executor("local", slots, warm, pins=True, close=warm.close)
+
+
+def make_executor(name: str, device: str, gpu_count: int, address: str | None, parallel: int | None,
+                  zygote: Zygote | None = None) -> Executor:
+    """The named executor; `zygote`, the run's first (kbench.commands.runner), goes to the local one or is closed."""
+    if name not in EXECUTORS:
+        raise UsageError(f"Unknown executor '{name}'. Use one of: {', '.join(EXECUTORS)}")
+    if name == "local":
+        if address:
+            raise UsageError("--address goes with --executor ray")
+        return local_executor(device, gpu_count, zygote)
+    from kbench.execution.ray_executor import ray_executor
+
+    return ray_executor(device, address, parallel)

@@ -1,0 +1,233 @@
+"""One process per run that imports torch and kbench once and forks every job's worker from there.
+
+`python -m kbench.execution.worker` spends seconds importing torch, kbench and the FLOP counter's machinery before it can
+take a job, and its candidate (spawned) as many again. The zygote pays that once per run and environment: the
+parent starts it (`Zygote`), then for each job hands it the job's stdin, log and result descriptors over a Unix
+socket, and it forks a worker that has everything imported and no job yet. The zygote never touches a GPU and
+never runs a job, so every worker still starts from the same clean state (a CUDA context does not survive a fork:
+each worker, and its candidate, makes its own after the fork). Each worker is its own session and process group, as
+a worker started with `subprocess` is, and the zygote reports how each one ended, so the parent sees the same
+outcomes.
+
+Nothing of a job reaches the zygote: it learns descriptors and one flag, never a job, a token or a path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any
+
+from kbench.system.lifetime import die_with_parent
+
+START_TIMEOUT_S = 120.0  # the zygote's imports; a fork request waits this long for its first answer
+
+
+class ZygoteError(RuntimeError):
+    """The zygote could not fork a worker (it died or never started); the caller starts one the slow way."""
+
+
+class ForkedWorker:
+    """A worker forked by the zygote, as kbench.execution.isolation uses a subprocess.Popen: pid, stdin, poll(), wait()."""
+
+    def __init__(self, zygote: Zygote, pid: int, stdin: Any) -> None:
+        self.zygote, self.pid, self.stdin = zygote, pid, stdin
+
+    @property
+    def returncode(self) -> int | None:
+        return self.zygote.exit_code(self.pid)
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.zygote.wait_exit(self.pid, timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
+        return code
+
+
+class Zygote:
+    """The parent's handle on one zygote: fork requests in, fork and exit reports out (a reader thread)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.sock, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.log = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "kbench.execution.zygote", "--control-fd", str(child_end.fileno())],
+                                         stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                         pass_fds=(child_end.fileno(),), start_new_session=True, env=env)
+        finally:
+            child_end.close()
+        self._lock = threading.Lock()  # one fork request at a time
+        self._changed = threading.Condition()
+        self._forked: list[int] = []
+        self._exits: dict[int, int] = {}
+        self._dead = False
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(4096)
+            except OSError:
+                data = b""
+            with self._changed:
+                if not data:
+                    self._dead = True
+                    self._changed.notify_all()
+                    return
+                message = json.loads(data)
+                if "forked" in message:
+                    self._forked.append(int(message["forked"]))
+                else:
+                    self._exits[int(message["exited"])] = int(message["code"])
+                self._changed.notify_all()
+
+    def fork(self, stdin_fd: int, log_fd: int, result_fd: int, warm: bool) -> int:
+        """A new worker reading its job from stdin_fd, writing output to log_fd and its result to result_fd."""
+        with self._lock:
+            try:
+                socket.send_fds(self.sock, [json.dumps({"warm": warm}).encode()], [stdin_fd, log_fd, result_fd])
+            except OSError as exc:
+                raise ZygoteError(f"the zygote is gone ({exc}){self._tail()}") from None
+            with self._changed:
+                if not self._changed.wait_for(lambda: self._forked or self._dead, START_TIMEOUT_S) or not self._forked:
+                    raise ZygoteError(f"the zygote forked no worker{self._tail()}")
+                return self._forked.pop(0)
+
+    def exit_code(self, pid: int) -> int | None:
+        with self._changed:
+            if pid in self._exits:
+                return self._exits[pid]
+            return -signal.SIGKILL if self._dead else None  # its workers die with it (PDEATHSIG)
+
+    def wait_exit(self, pid: int, timeout: float | None) -> int | None:
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self._exits or self._dead, timeout)
+        return self.exit_code(pid)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and not self._dead
+
+    def _tail(self) -> str:
+        self.log.seek(0)
+        lines = [ln for ln in self.log.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        return f": {lines[-1][:300]}" if lines else ""
+
+    def close(self) -> None:
+        """Kill the zygote; the workers it forked die with it."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        self.sock.close()
+        self.log.close()
+
+
+# ---- the zygote's side ------------------------------------------------------------------------------------------
+
+def _prepare() -> None:
+    """What every worker would otherwise import (no GPU is touched)."""
+    from kbench.execution import worker  # noqa: F401 - imported for the forks
+    from kbench.judge import candidate, judge, session  # noqa: F401
+
+
+def _warm() -> None:
+    """The FLOP counter's set-up (seconds), done once the requests waiting at start are served: the run's first worker
+    (its probe) need not wait for it; the reference's workers, which count FLOPs, get it from here."""
+    from kbench.execution import worker
+
+    worker._warm_flop_counter()
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def _become_worker(sock: socket.socket, wake: tuple[int, int], fds: list[int], warm: bool, started: int) -> None:
+    """In the forked child: a session of its own (as a worker started with subprocess has), the job's descriptors
+    instead of the zygote's, then one job (never returns). Closing `started` tells the zygote the session exists."""
+    try:
+        os.setsid()
+        os.close(started)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sock.close()
+        for fd in wake:
+            os.close(fd)
+        die_with_parent()
+        stdin_fd, log_fd, result_fd = fds
+        os.dup2(stdin_fd, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(stdin_fd)
+        os.close(log_fd)
+        from kbench.execution import worker
+
+        worker.serve(result_fd, warm, forked=True)
+    finally:
+        os._exit(70)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="kbench zygote (internal): forks workers with kbench imported")
+    parser.add_argument("--control-fd", type=int, required=True)
+    args = parser.parse_args()
+    # No PDEATHSIG here: it fires when the *thread* that started the zygote ends (a build pool's thread, say), not the
+    # parent. The zygote ends when its socket reaches EOF, which the parent's death brings, and its workers with it.
+    sock = socket.socket(fileno=args.control_fd)
+    _prepare()
+    wake = os.pipe()
+    os.set_blocking(wake[1], False)
+    signal.set_wakeup_fd(wake[1])
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    warmed = False
+    while True:
+        ready, _, _ = select.select([sock, wake[0]], [], [], None if warmed else 0)
+        if not ready and not warmed:
+            _warm()
+            warmed = True
+            continue
+        if wake[0] in ready:
+            os.read(wake[0], 4096)
+        _reap(sock)
+        if sock not in ready:
+            continue
+        data, fds, _, _ = socket.recv_fds(sock, 4096, 3)
+        if not data:
+            os._exit(0)  # the parent closed its end
+        sys.stdout.flush()
+        sys.stderr.flush()
+        started_r, started_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(started_r)
+            _become_worker(sock, wake, fds, bool(json.loads(data).get("warm")), started_w)
+        os.close(started_w)
+        os.read(started_r, 1)  # EOF once the worker has its own session (and so its own group): only then the reply
+        os.close(started_r)
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"forked": pid}).encode())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Importing a solution file: extension builds timed and told apart from other import errors.
+
+Used by the candidate's process (the only one that imports solutions) and by the build child.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from types import ModuleType
+from typing import Any
+
+from kbench.judge.verdicts import NO_MODELNEW, short, syntax_error, Verdict
+
+_perf_counter = time.perf_counter
+
+
+class BuildFailed(Exception):
+    """load_inline / load raised while the solution was being imported."""
+
+
+def first_error_line(text: str) -> str:
+    """The compiler log's first line that names an error (the line a person looks for first)."""
+    for line in text.splitlines():
+        if "error" in line.lower() and "Error building extension" not in line:
+            return line.strip()[:300]
+    return text.strip().splitlines()[0][:300] if text.strip() else "build failed"
+
+
+def import_path(module_name: str, path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _instrumented_import(path: str) -> tuple[ModuleType, list[float]]:
+    """Import a solution, timing each extension build and telling build failures from other errors."""
+    from torch.utils import cpp_extension
+
+    build_seconds: list[float] = []
+    originals = {name: getattr(cpp_extension, name) for name in ("load_inline", "load")}
+
+    def wrap(original: Any) -> Any:
+        def build(*args: Any, **kwargs: Any) -> Any:
+            kwargs["verbose"] = True  # the compiler's output becomes the compile log
+            start = _perf_counter()
+            try:
+                return original(*args, **kwargs)
+            except Exception as exc:
+                raise BuildFailed(str(exc)) from exc
+            finally:
+                build_seconds.append(_perf_counter() - start)
+
+        return build
+
+    for name, original in originals.items():
+        setattr(cpp_extension, name, wrap(original))
+    try:
+        return import_path("kbench_solution", path), build_seconds
+    finally:
+        for name, original in originals.items():
+            setattr(cpp_extension, name, original)
+
+
+# Kernel DSLs a solution may import, by top-level module: (what it is, kbench's optional extra that installs it).
+BACKENDS = {"triton": ("Triton", "triton"), "cutlass": ("CuTe DSL (nvidia-cutlass-dsl)", "cute"),
+            "tilelang": ("TileLang", "tilelang")}
+
+
+def missing_backend(exc: BaseException) -> str | None:
+    """The load_error message for a solution whose kernel DSL is not installed here, else None."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    found = BACKENDS.get(exc.name.split(".")[0])
+    if found is None:
+        return None
+    what, extra = found
+    return (f"the solution is written in {what}, which is not installed in this Python (pip install "
+            f"'kbench[{extra}]' on a machine where it installs)")
+
+
+def load_solution(path: str) -> tuple[ModuleType, dict[str, Any]]:
+    """The solution module and {seconds, build_seconds}; a Verdict (compile_error, load_error) when it cannot load."""
+    start = _perf_counter()
+    try:
+        module, builds = _instrumented_import(path)
+    except BuildFailed as exc:
+        raise Verdict("compile_error", first_error_line(str(exc))) from exc
+    except SyntaxError as exc:
+        raise Verdict("load_error", syntax_error(exc)) from exc
+    except BaseException as exc:  # noqa: BLE001 - a solution may raise anything, SystemExit included
+        raise Verdict("load_error", missing_backend(exc) or f"importing the solution raised {short(exc)}") from exc
+    if not isinstance(getattr(module, "ModelNew", None), type):
+        raise Verdict("load_error", NO_MODELNEW)
+    return module, {"seconds": _perf_counter() - start, "build_seconds": builds}

@@ -1,0 +1,166 @@
+"""The judge <-> candidate protocol: typed commands one way, validated JSON replies the other.
+
+The judge sends commands pickled (torch's reductions share tensors: CUDA IPC on the GPU, shared memory on the
+CPU). Unpickling runs code, so the other direction never uses it: the candidate answers with one JSON object,
+which the judge reads with a size limit and checks field by field into a `Reply`. Tensors travel only from the
+judge: the candidate writes its outputs into buffers the judge allocated and shared, so nothing the solution
+built ever reaches the judge's process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_REPLY_BYTES = 1 << 20
+
+
+class ProtocolError(Exception):
+    """The candidate's process sent something that is not a valid reply."""
+
+
+# ---- commands (judge -> candidate) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Calibrate:
+    """Before the solution is imported: build the reference itself (the problem file at `path` with its size
+    `overrides`, `init`, the judge's `state`) on the shared `inputs` and `outputs`, so that the judge can time it
+    through the whole sample path and learn what a round trip costs beyond the timed window, on this machine now."""
+
+    device: str
+    math: dict[str, bool]
+    path: str
+    overrides: dict[str, Any]
+    init: list[Any]
+    state: dict[str, Any]
+    inputs: list[Any]
+    outputs: list[Any]
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
+class Load:
+    """Import the solution (its extensions build into env's TORCH_EXTENSIONS_DIR)."""
+
+    path: str
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Build:
+    """Seed, construct ModelNew(*init) under the run's settings, copy in the judge's weights (matched by name and
+    shape) and keep the model under `name`."""
+
+    name: str
+    init: list[Any]
+    state: dict[str, Any]
+    seed: int
+    device: str
+    precision: str = "fp32"  # ModelNew is cast to it, as the reference is
+
+
+@dataclass(frozen=True)
+class Bind:
+    """Make model `name` current, called on `inputs`, its outputs delivered into `outputs` (None for a non-tensor)."""
+
+    name: str
+    inputs: list[Any]
+    outputs: list[Any]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One untimed call on the bound inputs; outputs delivered."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One timed call (flush, events around the call, device-wide synchronize); outputs delivered afterwards. With
+    `seal`, the bound inputs are sealed with that seed (kbench.judge.sealing): unseal them before the timer starts."""
+
+    seal: int = 0
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The own-kernel share over `calls` calls on clones of the bound inputs (CUDA)."""
+
+    calls: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Report what changed in the process (replaced functions, settings left changed) and exit."""
+
+
+# ---- replies (candidate -> judge) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One validated reply. `status` is "ok" or a verdict the candidate's side reached (load_error, compile_error,
+    runtime_error, incorrect) with `message`."""
+
+    status: str
+    message: str = ""
+    timed_s: float = 0.0
+    wall_s: float = 0.0
+    issue_s: float = 0.0  # host seconds to issue the timed call (launch-bound when close to timed_s)
+    values: tuple[Any, ...] = ()  # non-tensor outputs (numbers), in output order
+    figures: dict[str, Any] = field(default_factory=dict)  # load/build details, kernel share, findings
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+STATUSES = ("ok", "load_error", "compile_error", "runtime_error", "incorrect")
+_SCALARS = (int, float, str, bool, type(None))
+
+
+def encode(reply: dict[str, Any]) -> bytes:
+    return json.dumps(reply, default=str).encode()
+
+
+def _seconds(data: dict[str, Any], key: str) -> float:
+    value = data.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ProtocolError(f"{key} is {value!r}, not a finite non-negative number")
+    return float(value)
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """JSON made of scalars, lists and string-keyed objects, at most 8 levels deep."""
+    if depth > 8:
+        return False
+    if isinstance(value, _SCALARS):
+        return True
+    if isinstance(value, list):
+        return all(_plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def decode(data: bytes) -> Reply:
+    """Parse and check one reply; ProtocolError on anything else."""
+    if len(data) > MAX_REPLY_BYTES:
+        raise ProtocolError(f"a reply of {len(data)} bytes (at most {MAX_REPLY_BYTES})")
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"a reply that is not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"a reply that is a {type(obj).__name__}, not an object")
+    status, message = obj.get("status"), obj.get("message", "")
+    if status not in STATUSES or not isinstance(message, str):
+        raise ProtocolError(f"a reply with status {status!r}")
+    values, figures = obj.get("values", []), obj.get("figures", {})
+    if not isinstance(values, list) or not _plain(values) or not isinstance(figures, dict) or not _plain(figures):
+        raise ProtocolError("a reply whose values or figures are not plain JSON")
+    return Reply(status, message[:4000], _seconds(obj, "timed_s"), _seconds(obj, "wall_s"), _seconds(obj, "issue_s"),
+                 tuple(values), figures)

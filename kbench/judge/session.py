@@ -1,0 +1,258 @@
+"""The judge's handle on the candidate: its process (spawned, frozen, killed) and the buffers shared with it.
+
+On CUDA every buffer shared with the candidate comes from a private memory pool, so the IPC mappings it receives
+hold nothing of the judge's but those buffers. See kbench.judge.judge for how an evaluation uses them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.multiprocessing as torch_mp
+
+from kbench.judge import candidate, correctness, protocol, sealing, trust
+from kbench.judge.verdicts import Verdict
+from kbench.measure import timing
+
+_perf_counter = time.perf_counter
+_tensor_type = torch.Tensor
+Announce = Callable[..., None]
+
+
+def _same_kind(value: Any, buffer: Any) -> bool:
+    """Can `buffer` take `value`: tensors of one shape, dtype and device, or equal plain values."""
+    if isinstance(value, _tensor_type) and isinstance(buffer, _tensor_type):
+        return value.shape == buffer.shape and value.dtype == buffer.dtype and value.device == buffer.device
+    return not isinstance(value, _tensor_type) and not isinstance(buffer, _tensor_type) and value == buffer
+
+
+class CandidateProcess:
+    """The solution's process as the judge sees it: spawned with a pipe, frozen (SIGSTOP to its process group) except
+    while it answers a command, and killed with its group at the end."""
+
+    def __init__(self, target: Callable[..., None] = candidate.main, init_cuda: bool = False, fork: bool = False) -> None:
+        """Start it: spawned, it imports Python, torch and kbench; forked (`fork`, from a worker the zygote forked, before
+        the worker has a job or a CUDA context), it has them already and keeps no descriptor of the worker's but its
+        pipe, stdout and stderr. With `init_cuda` (a worker started ahead of its CUDA job) it creates its CUDA context
+        before its first command."""
+        ctx = torch_mp.get_context("fork" if fork else "spawn")
+        self.conn, child_end = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=target, args=(child_end, init_cuda, fork), name="kbench-candidate")
+        self.proc.start()
+        child_end.close()
+        self.pgid = self.proc.pid  # the candidate makes itself a group leader first thing
+
+    def announce(self, announce: Announce) -> None:
+        """Tell the parent the candidate's process group, so that it is killed too if this judge is killed."""
+        announce("group", pgid=self.pgid)
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def request(self, command: Any) -> tuple[protocol.Reply, float]:
+        """Send one command, wait for its reply; the reply and the judge's clock over the round trip."""
+        self._signal(signal.SIGCONT)
+        start = _perf_counter()
+        try:
+            self.conn.send(command)
+            data = self.conn.recv_bytes(protocol.MAX_REPLY_BYTES)
+        except (EOFError, OSError) as exc:
+            raise Verdict(*self._death(exc)) from None
+        seconds = _perf_counter() - start
+        self._signal(signal.SIGSTOP)
+        try:
+            return protocol.decode(data), seconds
+        except protocol.ProtocolError as exc:
+            raise Verdict("runtime_error", f"the solution's process broke the protocol: {exc}") from None
+
+    def _exitcode(self, wait_s: float) -> int | None:
+        """The candidate's exit code once it has ended, polled without blocking: multiprocessing's own join trusts a
+        pipe the candidate can write to, and would then block for good in waitpid."""
+        deadline = _perf_counter() + wait_s
+        while True:
+            code = self.proc.exitcode  # waitpid(WNOHANG)
+            if code is not None or _perf_counter() >= deadline:
+                return code
+            time.sleep(0.01)
+
+    def _death(self, exc: BaseException) -> tuple[str, str]:
+        code = self._exitcode(2.0)
+        if code is None:
+            return "runtime_error", f"the solution's process broke the protocol ({type(exc).__name__}: {exc})"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return "crashed", f"the solution's process was killed by {name}"
+        return "crashed", f"the solution's process exited with code {code} before answering"
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+        try:
+            os.kill(self.proc.pid, signal.SIGKILL)  # in case it never made its own group
+        except ProcessLookupError:
+            pass
+        self._exitcode(5.0)
+        self.conn.close()
+
+
+class Session:
+    """The buffers the judge shares with the candidate and the calls it asks for. On CUDA every shared buffer comes
+    from a private memory pool, so the IPC mappings the candidate gets hold nothing of the judge's but those buffers."""
+
+    def __init__(self, cand: CandidateProcess, device: str) -> None:
+        self.cand = cand
+        self.device = device
+        self.pool = torch.cuda.MemPool() if device == "cuda" and hasattr(torch.cuda, "MemPool") else None
+        self.buffers: dict[str, list[Any]] = {}  # output buffers per model name
+        self.name = ""
+        self.inputs: list[Any] = []
+        self.precision = "fp32"  # the run's (records.PRECISIONS); set with the calibration
+        self.values: tuple[Any, ...] = ()
+        self.peak_bytes = 0  # the solution's largest peak of GPU memory over a call (as its process reports it)
+        self.seal = 0  # the seed the bound inputs are sealed with (kbench.judge.sealing), 0 when they are not
+
+    def _shared(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        if self.pool is not None:
+            with torch.cuda.use_mem_pool(self.pool):
+                return make()
+        return make().share_memory_() if self.device == "cpu" else make()
+
+    def shared_copy(self, x: Any) -> Any:
+        if not isinstance(x, _tensor_type):
+            return x
+        buf = self._shared(lambda: torch.empty_like(x))
+        buf.copy_(x)
+        return buf
+
+    def ask(self, command: Any) -> protocol.Reply:
+        reply, _ = self.cand.request(command)
+        if not reply.ok:
+            raise Verdict(reply.status, reply.message)
+        return reply
+
+    def start_calibration(self, job: dict[str, Any], reference: Any, init: list[Any], inputs: list[Any],
+                          outputs: Any) -> None:
+        """The reference itself, built in the candidate's process before the solution is imported (see _calibrate)."""
+        self.name = "calibration"
+        self.precision = job.get("precision", "fp32")
+        self.buffers[self.name] = self._output_buffers(outputs)
+        self.inputs = [self.shared_copy(x) for x in inputs]
+        problem = job["problem"]
+        self.ask(protocol.Calibrate(self.device, job["math"], problem["path"], problem.get("overrides", {}), init,
+                                    self._shared_state(reference), self.inputs, self.buffers[self.name],
+                                    self.precision))
+
+    def load(self, path: str, env: dict[str, str]) -> dict[str, Any]:
+        return self.ask(protocol.Load(path, env)).figures
+
+    def _shared_state(self, reference: Any) -> dict[str, Any]:
+        """Copies of the reference's weights to hand over: the candidate never maps the reference's own tensors."""
+        return {k: self.shared_copy(v.detach()) for k, v in reference.state_dict().items()}
+
+    def build(self, name: str, reference: Any, init: list[Any], seed: int) -> int:
+        reply = self.ask(protocol.Build(name, init, self._shared_state(reference), seed, self.device, self.precision))
+        return int(reply.figures.get("copied", 0))
+
+    def _output_buffers(self, outputs: Any) -> list[Any]:
+        """Shared buffers shaped like `outputs`: the current model's own when they match (no second set in memory)."""
+        outs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+        current = self.buffers.get(self.name, [])
+        if len(current) == len(outs) and all(_same_kind(o, b) if b is not None else not isinstance(o, _tensor_type)
+                                             for o, b in zip(outs, current)):
+            return current
+        return [self._shared(lambda o=o: torch.empty(o.shape, dtype=o.dtype, device=o.device))
+                if isinstance(o, _tensor_type) else None for o in outs]
+
+    def bind(self, name: str, inputs: list[Any], outputs: Any = None, seal: int = 0) -> None:
+        """Model `name` on shared copies of `inputs` (the current buffers when they match), sealed with `seal` when it
+        is not 0; output buffers shaped like `outputs` (kept per name)."""
+        if outputs is not None:
+            self.buffers[name] = self._output_buffers(outputs)
+        if len(inputs) == len(self.inputs) and all(_same_kind(v, b) for v, b in zip(inputs, self.inputs)):
+            self._copy_in(inputs)
+        else:
+            self.inputs = []  # the old buffers go before the new ones are made
+            self.inputs = [self.shared_copy(x) for x in inputs]
+        self._seal_and_sync(seal)
+        self.name = name
+        self.ask(protocol.Bind(name, self.inputs, self.buffers[name]))
+        self.buffers = {k: v for k, v in self.buffers.items() if k != "calibration" or name == "calibration"}
+
+    def _copy_in(self, values: list[Any]) -> None:
+        for v, b in zip(values, self.inputs):
+            if isinstance(v, _tensor_type):
+                b.copy_(v)
+
+    def _seal_and_sync(self, seal: int) -> None:
+        """Seal the bound inputs with `seal` (0: leave them plain), then wait until they are in memory: the candidate
+        reads them next."""
+        self.seal = seal
+        if seal:
+            sealing.apply(self.inputs, seal)
+        timing.synchronize(self.device)
+
+    def refill(self, values: list[Any], sealed: bool = False) -> None:
+        """New values in the bound input buffers (same shapes, dtypes and pointers); new buffers if the shapes differ.
+        `sealed`: written sealed (kbench.judge.sealing), for the next `sample` to unseal inside its request."""
+        seal = secrets.randbits(62) | 1 if sealed else 0
+        if len(values) == len(self.inputs) and all(_same_kind(v, b) for v, b in zip(values, self.inputs)):
+            self._copy_in(values)
+            self._seal_and_sync(seal)
+        else:
+            self.bind(self.name, values, seal=seal)
+
+    def outputs(self) -> list[Any]:
+        """The latest delivered outputs: the judge's buffers, with the plain numbers from the reply in their places."""
+        values = iter(self.values)
+        return [b if b is not None else next(values, None) for b in self.buffers[self.name]]
+
+    def call(self) -> list[Any]:
+        reply = self.ask(protocol.Call())
+        self.values = reply.values
+        peak = reply.figures.get("peak_bytes")
+        if isinstance(peak, int) and not isinstance(peak, bool) and peak >= 0:
+            self.peak_bytes = max(self.peak_bytes, peak)
+        return self.outputs()
+
+    def call_on(self, inputs: list[Any]) -> tuple[list[Any], bool]:
+        """A correctness.CandidateCall: `inputs`' values into the shared buffers, one call; the outputs (the shared
+        buffers themselves, valid until the next call) and whether the solution changed its input buffers."""
+        self.refill(inputs)
+        out = self.call()
+        return out, not correctness.inputs_unchanged(inputs, self.inputs)
+
+    def copied_outputs(self, inputs: list[Any]) -> list[Any]:
+        """One call's outputs as the judge's own copies (the shared buffers are overwritten by the next call)."""
+        out, _ = self.call_on(inputs)
+        return [o.clone() if isinstance(o, _tensor_type) else o for o in out]
+
+    def release(self) -> None:
+        """End the candidate and free every shared buffer (before the judge's memory-hungry float64 oracle)."""
+        self.cand.kill()
+        self.buffers, self.inputs = {}, []
+        if self.device == "cuda":
+            self.pool = None
+            torch.cuda.empty_cache()
+
+    def sample(self) -> timing.Sampled:
+        seal, self.seal = self.seal, 0  # a seal is for the one request after the refill that made it
+        reply, seconds = self.cand.request(protocol.Sample(seal))
+        if not reply.ok:
+            raise Verdict(reply.status, reply.message)
+        self.values = reply.values
+        return timing.Sampled(reply.timed_s, reply.wall_s, seconds, reply.issue_s)
+
+    def profile(self, inputs: list[Any], source: str) -> dict[str, Any]:
+        self.refill(inputs)
+        return dict(self.ask(protocol.Profile(trust.PROFILED_CALLS, source)).figures.get("kernels", {}))

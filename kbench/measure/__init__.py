@@ -1,0 +1,1 @@
+"""Timers, stopping rules, timing checks and roofline ceilings."""

@@ -1,0 +1,175 @@
+"""What a finished measurement says beyond its median: the timing protocol's warnings and the calibration record.
+
+Plain Python over recorded samples (no torch), so the parent can judge rows without importing torch; kbench.measure.timing
+re-exports everything here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kbench.results.records import Measurement, TimingPolicy
+from kbench.results.stats import mann_whitney_u, median, quantile
+
+STOP_CONVERGED = "converged"
+STOP_MAX_TIME = "max_time"
+
+
+def few_samples_warning(m: Measurement, policy: TimingPolicy) -> str | None:
+    """A warning when --max-time ended sampling before the minimum sample count: the median is shaky."""
+    if m.stop_reason == STOP_MAX_TIME and len(m.samples) < policy.min_samples:
+        return (f"[few_samples] only {len(m.samples)} sample(s) before the {policy.max_time_s:g} s cap "
+                f"(minimum {policy.min_samples}); raise --max-time for a reliable median")
+    return None
+
+
+# Host time above event time by both margins means work ran outside the timed stream.
+HOST_EXCESS_ABS_S = 100e-6
+HOST_EXCESS_REL = 0.5
+
+
+def escaped_work_warning(m: Measurement, baseline_s: float = 0.0) -> str | None:
+    """A warning when the host clock saw much more time than the events did (e.g. a side stream). `baseline_s` is the
+    excess a call without escaped work shows (for a candidate: its calibration's, which includes the GPU's switch
+    between the judge's and the candidate's contexts)."""
+    if not m.host_samples:
+        return None
+    timed, wall = m.median, median(m.host_samples)
+    excess = wall - timed - baseline_s
+    if excess > HOST_EXCESS_ABS_S and excess > HOST_EXCESS_REL * timed:
+        return (
+            f"[escaped_timer] host time {wall * 1e3:.3f} ms exceeds event time {timed * 1e3:.3f} ms: "
+            "work may run outside the timed stream, so the event time may be too low"
+        )
+    return None
+
+
+# The judge's clock over a round trip to the candidate may exceed the candidate's reported time by what the protocol
+# costs (measured before the solution was imported), plus these slacks.
+TIMER_SLACK_ABS_S = 100e-6
+TIMER_SLACK_SPREAD = 4.0  # times the calibration's p90 - p50 spread (pipe and scheduling jitter on this machine now)
+TIMER_SLACK_REL = 0.05
+# On the CPU the solution's own thread pools (an extension's OpenMP runtime, say) make each round trip cost more than
+# the calibration with the reference foresees: the check there only catches gross fakes (a call that took more
+# than twice its reported time plus 1 ms).
+TIMER_SLACK_ABS_CPU_S = 1e-3
+TIMER_SLACK_REL_CPU = 1.0
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a round trip to the candidate costs beyond its timed window, from no-op samples taken before import."""
+
+    overhead: tuple[float, ...]  # judge round trip minus reported time, per calibration round
+    eager: tuple[float, ...] = ()  # the judge's eager samples in the same rounds (a trusted neighbour)
+    host_gap: tuple[float, ...] = ()  # the candidate's host window minus its event time, per calibration round
+    eager_issue: tuple[float, ...] = ()  # the host seconds each of the judge's eager calls took to issue
+
+    @property
+    def reference_launch_bound(self) -> bool:
+        """Whether the reference's calls are launch-bound (`issue_bound`), from the judge's calibration samples."""
+        return issue_bound(self.eager_issue, self.eager)
+
+    @property
+    def host_gap_p50(self) -> float:
+        return quantile(self.host_gap, 0.5) if self.host_gap else 0.0
+
+    @property
+    def p50(self) -> float:
+        return quantile(self.overhead, 0.5) if self.overhead else 0.0
+
+    @property
+    def p90(self) -> float:
+        return quantile(self.overhead, 0.9) if self.overhead else 0.0
+
+    def slack(self, timed_median: float, cpu: bool = False) -> float:
+        floor, rel = (TIMER_SLACK_ABS_CPU_S, TIMER_SLACK_REL_CPU) if cpu else (TIMER_SLACK_ABS_S, TIMER_SLACK_REL)
+        return max(floor, TIMER_SLACK_SPREAD * (self.p90 - self.p50)) + rel * timed_median
+
+
+def timer_mismatch_warning(m: Measurement, calibration: Calibration, cpu: bool = False) -> str | None:
+    """`[timer_mismatch]` when the judge's clock saw more than the reported time plus what the protocol costs.
+
+    The candidate's own timer runs in the solution's process, where anything can be replaced; the judge's clock
+    around each round trip cannot be. A call cannot take less than it reports plus the protocol's own cost, so a
+    gap beyond the calibrated slack means the reported time is too low (a faked timer, or work the events missed).
+    """
+    if not m.judge_samples or len(m.judge_samples) != len(m.samples):
+        return None
+    gap = median([j - t for j, t in zip(m.judge_samples, m.samples)]) - calibration.p50
+    slack = calibration.slack(m.median, cpu)
+    if gap <= slack:
+        return None
+    return (f"[timer_mismatch] the judge's clock saw {median(m.judge_samples) * 1e3:.3f} ms per timed round trip, "
+            f"the candidate reported {m.median * 1e3:.3f} ms, and the protocol accounts for "
+            f"{calibration.p50 * 1e3:.3f} ms (+{slack * 1e3:.3f} ms slack): the reported time is too low")
+
+
+# The judge's eager samples beside the solution against those beside the trusted calibration candidate (the
+# reference itself): slower by this much, and significantly, means the solution's process reached the reference.
+DISTURBED_RATIO = 1.15
+DISTURBED_P = 0.01
+
+
+def disturbed_warning(beside: Measurement, calibration: Calibration) -> str | None:
+    """`[reference_disturbed]` when the eager reference ran much and significantly slower beside the solution than
+    beside the calibration candidate, under the same protocol: work of the solution's (GPU work it queued before its
+    process was frozen, say) reached the reference's timed calls.
+
+    Not for a launch-bound reference (`launch_bound_warning`): its time is the judge's host issuing launches, which
+    varied by up to 1.8x between processes and phases on the H100 for honest copies of level-3 models (the frozen
+    candidate cannot use the CPU, and GPU work it left behind would lengthen the GPU time, making the calls no
+    longer launch-bound)."""
+    if not beside.samples or not calibration.eager or launch_bound_warning(beside) is not None:
+        return None
+    ratio = beside.median / median(calibration.eager)
+    if ratio <= DISTURBED_RATIO or mann_whitney_u(beside.samples, calibration.eager)[1] >= DISTURBED_P:
+        return None
+    return (f"[reference_disturbed] the eager reference took {beside.median * 1e3:.3f} ms beside the solution and "
+            f"{median(calibration.eager) * 1e3:.3f} ms beside the reference itself ({ratio:.2f}x): "
+            "something slowed the reference while it was timed")
+
+
+# Two halves of a timing's samples (in the order they were taken) this far apart, and significantly: the level moved.
+LEVEL_MOVED_RATIO = 1.10
+LEVEL_MOVED_P = 0.01
+LEVEL_MOVED_MIN_SAMPLES = 20
+
+
+def level_moved_warning(m: Measurement, what: str) -> str | None:
+    """`[level_moved]` when the second half of the samples sits at another level than the first: each half may be
+    tight (a narrow confidence interval) while the machine's speed changed under the timing (another process
+    started, the CPU's clock moved), so the median describes neither."""
+    n = len(m.samples)
+    if n < LEVEL_MOVED_MIN_SAMPLES:
+        return None
+    first, second = m.samples[: n // 2], m.samples[n // 2:]
+    ratio = median(second) / median(first)
+    if max(ratio, 1 / ratio) < LEVEL_MOVED_RATIO or mann_whitney_u(first, second)[1] >= LEVEL_MOVED_P:
+        return None
+    return (f"[level_moved] {what}'s time moved from {median(first) * 1e3:.3f} ms in the first half of its samples "
+            f"to {median(second) * 1e3:.3f} ms in the second ({ratio:.2f}x): the machine's speed changed while it "
+            "was timed")
+
+
+# Issuing a call's work takes the host this share of the GPU time or more: the GPU waits on launches, and the time
+# measures the host's launch overhead (Python, dispatch, driver) as much as the kernels.
+LAUNCH_BOUND_SHARE = 0.8
+
+
+def issue_bound(issue: Sequence[float], timed: Sequence[float]) -> bool:
+    """Whether the host's median time to issue a call is at least LAUNCH_BOUND_SHARE of its median timed time."""
+    return bool(issue) and bool(timed) and median(issue) >= LAUNCH_BOUND_SHARE * median(timed)
+
+
+def launch_bound_warning(m: Measurement) -> str | None:
+    """`[launch_bound]` when the host's time to issue a call comes close to the call's GPU time."""
+    if not m.issue_samples or not m.samples:
+        return None
+    issue = median(m.issue_samples)
+    if issue < LAUNCH_BOUND_SHARE * m.median:
+        return None
+    return (f"[launch_bound] the host takes {issue * 1e3:.3f} ms to issue a call whose GPU time is {m.median * 1e3:.3f} ms: "
+            "launch overhead dominates, and the time follows the host CPU's speed (fewer, larger kernels or a CUDA "
+            "graph would help)")

@@ -1,0 +1,1 @@
+"""What people read: terminal, markdown and CSV tables, compare, the leaderboard report."""

@@ -1,0 +1,156 @@
+"""Compare two runs row by row: noise-aware speed verdicts from raw samples, and status changes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbench.errors import UsageError
+from kbench.results.records import Evaluation, Status
+from kbench.results.stats import mann_whitney_u, median
+from kbench.results.storage import latest_run, latest_two, load, LoadedRun, resolve
+
+ALPHA = 0.05  # significance level of the rank test
+
+FASTER, SLOWER, SAME, UNCLEAR = "faster", "slower", "same", "unclear"
+NEW, REMOVED, FIXED, BROKEN, FAILING = "new", "removed", "fixed", "newly failing", "failing"
+NOT_RUN = "not run"  # not run in either run (a solution for another device): nothing to compare, nothing wrong
+# asv-style marks: + slower, - faster, ~ not significant, ! newly failing, x failing in both.
+MARKS = {SLOWER: "+", FASTER: "-", UNCLEAR: "~", SAME: "", BROKEN: "!", FAILING: "x", FIXED: "*", NEW: "n", REMOVED: "r",
+         NOT_RUN: ""}
+
+
+@dataclass(frozen=True)
+class Row:
+    problem: str
+    solution: str
+    size: str
+    change: str
+    before_ms: float | None = None
+    after_ms: float | None = None
+    ratio: float | None = None  # after / before median
+    p_value: float | None = None
+    before_status: str = ""
+    after_status: str = ""
+
+    @property
+    def mark(self) -> str:
+        return MARKS[self.change]
+
+    @property
+    def regression(self) -> bool:
+        return self.change in (SLOWER, BROKEN)
+
+
+def environment_key(run: LoadedRun) -> tuple[str, str]:
+    env = run.doc.get("environment", {})
+    gpu = env.get("gpu") or {}
+    return str(gpu.get("name") or env.get("cpu") or "?"), str(env.get("torch", "?"))
+
+
+def check_environments(before: LoadedRun, after: LoadedRun) -> None:
+    a, b = environment_key(before), environment_key(after)
+    if a != b:
+        raise UsageError(
+            f"Runs are from different machines or torch versions ({a[0]}, torch {a[1]} vs {b[0]}, torch {b[1]}); "
+            "their times are not comparable. Pass --ignore-env to compare anyway."
+        )
+
+
+def speed_verdict(before: Sequence[float], after: Sequence[float], threshold: float, alpha: float = ALPHA) -> tuple[str, float, float]:
+    """(verdict, after/before median ratio, p-value) from the raw samples of both sides.
+
+    A change smaller than `threshold` (relative) is `same` however significant; a larger one is
+    `faster`/`slower` only when the rank test finds the samples differ at level alpha, else `unclear`.
+    """
+    ratio = median(after) / median(before)
+    _, p = mann_whitney_u(before, after)
+    if abs(ratio - 1) < threshold:
+        return SAME, ratio, p
+    if p >= alpha:
+        return UNCLEAR, ratio, p
+    return (SLOWER if ratio > 1 else FASTER), ratio, p
+
+
+def _key(e: Evaluation, run: LoadedRun) -> tuple[str, str, str, str, str]:
+    """Rows match on problem, solution, size, precision and the math settings: a bf16 row is never compared with an
+    fp32 one."""
+    math = run.doc.get("config", {}).get("math", {})
+    return e.problem, e.solution, e.size, e.precision, repr(sorted(math.items()))
+
+
+def _row(b: Evaluation | None, a: Evaluation | None, threshold: float) -> Row:
+    ref = a or b
+    assert ref is not None
+    base = {"problem": ref.problem, "solution": ref.solution, "size": ref.size,
+            "before_status": b.status.value if b else "", "after_status": a.status.value if a else ""}
+    if b is None:
+        return Row(change=NEW, after_ms=_ms(a), **base)
+    if a is None:
+        return Row(change=REMOVED, before_ms=_ms(b), **base)
+    if b.status == a.status == Status.NOT_RUN:
+        return Row(change=NOT_RUN, **base)
+    ok_b, ok_a = b.status == Status.CORRECT, a.status == Status.CORRECT
+    if not ok_a:
+        return Row(change=BROKEN if ok_b else FAILING, before_ms=_ms(b), **base)
+    if not ok_b:
+        return Row(change=FIXED, after_ms=_ms(a), **base)
+    if b.timing is None or a.timing is None:
+        return Row(change=UNCLEAR, before_ms=_ms(b), after_ms=_ms(a), **base)
+    change, ratio, p = speed_verdict(b.timing.samples, a.timing.samples, threshold)
+    return Row(change=change, before_ms=_ms(b), after_ms=_ms(a), ratio=ratio, p_value=p, **base)
+
+
+def _ms(e: Evaluation | None) -> float | None:
+    return e.timing.median * 1e3 if e is not None and e.timing is not None else None
+
+
+def compare_runs(before: LoadedRun, after: LoadedRun, threshold: float, ignore_env: bool = False) -> list[Row]:
+    """Rows matched by problem, solution, size and math flags, in the after run's order."""
+    if not ignore_env:
+        check_environments(before, after)
+    old = {_key(e, before): e for e in before.evaluations}
+    new = {_key(e, after): e for e in after.evaluations}
+    keys = list(new) + [k for k in old if k not in new]
+    return [_row(old.get(k), new.get(k), threshold) for k in keys]
+
+
+def select_runs(a: str | None, b: str | None, baseline: str | None, results_dir: Path,
+                warn: list[str]) -> tuple[LoadedRun, LoadedRun]:
+    """What `kbench compare [A] [B] [--baseline X]` compares: (before, after)."""
+    if baseline is not None:
+        if b is not None:
+            raise UsageError("With --baseline, name at most one run to compare against it.")
+        after = load(resolve(a, results_dir)) if a else latest_run(results_dir, warn)
+        return load(resolve(baseline, results_dir)), after
+    if a is not None and b is not None:
+        return load(resolve(a, results_dir)), load(resolve(b, results_dir))
+    if a is not None:
+        raise UsageError("Name two runs (kbench compare A B), or one with --baseline, or none for the latest two.")
+    return latest_two(results_dir, warn)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    before: LoadedRun
+    after: LoadedRun
+    rows: tuple[Row, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def regressions(self) -> tuple[Row, ...]:
+        return tuple(r for r in self.rows if r.regression)
+
+
+def compare(a: str | None, b: str | None, baseline: str | None, results_dir: Path, threshold: float,
+            ignore_env: bool = False) -> Comparison:
+    """`kbench compare`: pick the two runs, match their rows, decide each row's change."""
+    if not 0 <= threshold < 1:
+        raise UsageError(f"--threshold must be a fraction in [0, 1), e.g. 1% or 0.01; got {threshold}")
+    warn: list[str] = []
+    before, after = select_runs(a, b, baseline, results_dir, warn)
+    rows = compare_runs(before, after, threshold, ignore_env)
+    if ignore_env and environment_key(before) != environment_key(after):
+        warn.append(f"comparing across environments: {environment_key(before)} vs {environment_key(after)}")
+    return Comparison(before, after, tuple(rows), tuple(warn))

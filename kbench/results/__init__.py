@@ -1,0 +1,1 @@
+"""Frozen records, statistics derived from raw samples, and the versioned run file."""

@@ -1,0 +1,294 @@
+"""Frozen specs and result records: what a run is asked to do and what it found."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from kbench.results import stats
+
+
+class Status(str, Enum):
+    CORRECT = "correct"
+    INCORRECT = "incorrect"
+    COMPILE_ERROR = "compile_error"
+    LOAD_ERROR = "load_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    NOT_RUN = "not_run"
+    SUSPECT = "suspect"  # the outputs pass, but the timing cannot be trusted
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Names of the two rows every problem gets besides its solutions.
+EAGER = "eager"
+COMPILED = "torch.compile"
+
+
+# Precisions a run can evaluate in, KernelBench's names: models and floating inputs are cast to the dtype.
+PRECISIONS: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+# The problem's own tolerance (problem.toml) is for fp32; at a reduced precision it is at least this loose.
+REDUCED_PRECISION_TOLERANCE = 1e-2
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """A KernelBench-format problem file plus the metadata kbench needs to judge it."""
+
+    name: str
+    path: Path
+    origin: str = "user file"
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    precision: str = "fp32"  # the precision a run takes when --precision does not say (problem.toml `precision`)
+    constants: tuple[tuple[str, Any], ...] = ()  # module-level size constants, read from the AST
+    small: tuple[tuple[str, Any], ...] = ()  # overrides of those constants for --size small
+
+    @property
+    def has_small(self) -> bool:
+        return bool(self.small)
+
+    def overrides(self, size: str) -> dict[str, Any]:
+        """Explicit values of the size constants that differ between sizes, for `size`."""
+        if size == "small":
+            return dict(self.small)
+        full = dict(self.constants)
+        return {name: full[name] for name, _ in self.small}
+
+
+@dataclass(frozen=True)
+class SolutionSpec:
+    """A file defining ModelNew for one problem."""
+
+    problem: str
+    name: str
+    path: Path
+    devices: tuple[str, ...] = ("cuda",)
+    precisions: tuple[str, ...] = tuple(PRECISIONS)  # those it declares (`PRECISIONS = ("fp32",)`); default all
+    defect: str = ""  # why the file cannot load, seen without running it (a syntax error, no ModelNew): its load_error
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    """When to stop sampling; see the README's timing protocol."""
+
+    warmup_calls: int = 3
+    warmup_s: float = 0.025
+    min_samples: int = 10
+    min_time_s: float = 0.1
+    max_time_s: float = 10.0
+    rel_ci: float = 0.01  # stop once the median's 95% CI lies within +-1% of it
+
+
+@dataclass(frozen=True)
+class MathFlags:
+    """Precision switches applied identically to reference and solution."""
+
+    cudnn_tf32: bool = True  # PyTorch's default
+    matmul_tf32: bool = False  # PyTorch's default
+
+    @property
+    def allows_tf32(self) -> bool:
+        return self.cudnn_tf32 or self.matmul_tf32
+
+    @classmethod
+    def from_tf32(cls, tf32: bool) -> MathFlags:
+        return cls() if tf32 else cls(cudnn_tf32=False, matmul_tf32=False)
+
+
+# Tolerance profiles: (atol, rtol) per precision, or None for the problem's own (problem.toml). KernelBench's current
+# harness compares fp32 at 1e-4 and fp16/bf16 at 1e-2; its v0 and v0.1 used 1e-2 for every precision.
+TOLERANCE_PROFILES: dict[str, dict[str, tuple[float, float]] | None] = {
+    "problem": None,
+    "kernelbench": {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (1e-2, 1e-2)},
+    "kernelbench-v0.1": {"fp32": (1e-2, 1e-2), "fp16": (1e-2, 1e-2), "bf16": (1e-2, 1e-2)},
+}
+
+
+def tolerance(profile: str, precision: str, problem: tuple[float, float],
+              explicit: tuple[float | None, float | None] = (None, None)) -> tuple[float, float]:
+    """(atol, rtol) for a comparison: explicit --atol/--rtol win, then the profile's value for the precision, then the
+    problem's own."""
+    table = TOLERANCE_PROFILES[profile]
+    if table is not None:
+        base = table[precision]
+    elif precision == "fp32":
+        base = problem
+    else:
+        base = (max(problem[0], REDUCED_PRECISION_TOLERANCE), max(problem[1], REDUCED_PRECISION_TOLERANCE))
+    return (explicit[0] if explicit[0] is not None else base[0], explicit[1] if explicit[1] is not None else base[1])
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    device: str = "auto"  # auto | cuda | cpu
+    size: str | None = None  # full | small; None picks full on CUDA, small on CPU
+    trials: int = 5
+    seed: int = 42
+    atol: float | None = None  # None keeps each problem's own tolerance
+    rtol: float | None = None
+    math: MathFlags = MathFlags()
+    compile_baseline: bool = True
+    two_sizes: bool | None = None  # correctness at full and small; None: yes on CUDA, no on CPU
+    timeout_s: float = 900.0
+    jobs: int = 0  # 0 = one per CPU core
+    timing: TimingPolicy = TimingPolicy()
+    results_dir: Path = Path("results")
+    cache_dir: Path | None = None
+    executor: str = "local"  # local | ray
+    address: str | None = None  # Ray cluster address; None starts a local Ray instance
+    parallel: int | None = None  # evaluations at once under Ray (default: the cluster's GPUs; 1 on CPU)
+    kernel_profile: bool = True  # the own-kernel share check (CUDA; its profiler's start-up costs seconds per child)
+    build_unrunnable: bool = False  # also compile solutions this run cannot run (the GPU-less gate's CUDA ones)
+    tolerance: str = "problem"  # problem | kernelbench | kernelbench-v0.1: where atol/rtol come from (TOLERANCE_PROFILES)
+    precision: str | None = None  # fp32 | fp16 | bf16; None takes each problem's own (fp32 unless problem.toml says)
+
+    def precision_for(self, problem: ProblemSpec) -> str:
+        """The precision `problem` is evaluated in: --precision, else the problem's own (problem.toml, fp32)."""
+        return self.precision or problem.precision
+
+    def tolerance_for(self, problem: ProblemSpec) -> tuple[float, float]:
+        """(atol, rtol) for `problem`'s comparisons in this run (see `tolerance`)."""
+        return tolerance(self.tolerance, self.precision_for(problem), (problem.atol, problem.rtol),
+                         (self.atol, self.rtol))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunConfig:
+        """The configuration as run.json stores it (dataclasses.asdict), e.g. to resume a run."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        values["math"] = MathFlags(**data.get("math", {}))
+        values["timing"] = TimingPolicy(**data.get("timing", {}))
+        values["results_dir"] = Path(data.get("results_dir", "results"))
+        values["cache_dir"] = Path(data["cache_dir"]) if data.get("cache_dir") else None
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Raw per-call samples (seconds) of one callable; every statistic is derived from them."""
+
+    samples: tuple[float, ...]
+    host_samples: tuple[float, ...] = ()
+    stop_reason: str = ""
+    judge_samples: tuple[float, ...] = ()  # the judge's clock over each round trip, for a call timed in another process
+    issue_samples: tuple[float, ...] = ()  # host seconds to issue each call's work (CUDA; see timing.CudaEventTimer)
+
+    @property
+    def median(self) -> float:
+        return stats.median(self.samples)
+
+    def summary(self) -> dict[str, float]:
+        return stats.summarize(self.samples)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"unit": "s", "stop_reason": self.stop_reason, **self.summary()}
+        out["samples"] = list(self.samples)
+        out["host_samples"] = list(self.host_samples)
+        if self.judge_samples:
+            out["judge_samples"] = list(self.judge_samples)
+        if self.issue_samples:
+            out["issue_samples"] = list(self.issue_samples)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Measurement:
+        return cls(tuple(data["samples"]), tuple(data.get("host_samples", ())), data.get("stop_reason", ""),
+                   tuple(data.get("judge_samples", ())), tuple(data.get("issue_samples", ())))
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One correctness trial: a fresh input seed, candidate output against reference output."""
+
+    seed: int
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatched: int | None = None
+    numel: int | None = None
+    chunks: int | None = None  # pieces the comparison took the output in, to stay within its memory budget
+    message: str = ""
+
+
+def trials_from_json(data: Sequence[dict[str, Any]]) -> tuple[TrialResult, ...]:
+    return tuple(TrialResult(**t) for t in data)
+
+
+@dataclass(frozen=True)
+class CompileInfo:
+    ok: bool
+    seconds: float = 0.0
+    cached: bool = False
+    log: str = ""
+    cache_key: str = ""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The verdict for one problem x one solution (or the eager / torch.compile reference rows)."""
+
+    problem: str
+    solution: str
+    status: Status
+    device: str
+    size: str
+    message: str = ""
+    compile: CompileInfo | None = None
+    precision: str = "fp32"
+    trials: tuple[TrialResult, ...] = ()
+    size_checks: dict[str, tuple[TrialResult, ...]] = field(default_factory=dict)  # trials at other sizes
+    timing: Measurement | None = None
+    eager_timing: Measurement | None = None  # eager reference timed in the same child, interleaved
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    warnings: tuple[str, ...] = ()
+    seconds: float = 0.0  # wall time of the whole evaluation, child start to result
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The codes of the warnings, e.g. ('non_deterministic', 'monkey_patch')."""
+        return tuple(w[1 : w.index("]")] for w in self.warnings if w.startswith("[") and "]" in w)
+
+    @property
+    def max_abs_err(self) -> float | None:
+        errs = [t.max_abs_err for t in self.trials if t.max_abs_err is not None]
+        return max(errs) if errs else None
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["status"] = self.status.value
+        out["timing"] = self.timing.to_json() if self.timing else None
+        out["eager_timing"] = self.eager_timing.to_json() if self.eager_timing else None
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Evaluation:
+        compile_info = data.get("compile")
+        return cls(
+            problem=data["problem"],
+            solution=data["solution"],
+            status=Status(data["status"]),
+            device=data.get("device", ""),
+            size=data.get("size", ""),
+            message=data.get("message", ""),
+            precision=data.get("precision", "fp32"),
+            compile=CompileInfo(**compile_info) if compile_info else None,
+            trials=trials_from_json(data.get("trials", ())),
+            size_checks={k: trials_from_json(v) for k, v in data.get("size_checks", {}).items()},
+            timing=Measurement.from_json(data["timing"]) if data.get("timing") else None,
+            eager_timing=Measurement.from_json(data["eager_timing"]) if data.get("eager_timing") else None,
+            speedup_vs_eager=data.get("speedup_vs_eager"),
+            speedup_vs_compile=data.get("speedup_vs_compile"),
+            warnings=tuple(data.get("warnings", ())),
+            seconds=data.get("seconds", 0.0),
+            extra=data.get("extra", {}),
+        )

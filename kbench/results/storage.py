@@ -1,0 +1,179 @@
+"""Versioned, atomically written result files: results/<run-id>/run.json, results.csv, results.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kbench.errors import ResultsError, UsageError
+from kbench.results.records import Evaluation
+
+FORMAT = "kbench-run"
+VERSION = 1
+RUN_FILE = "run.json"
+BASELINES = "baselines"  # results/baselines/<name>.json: curated runs kept in git
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """Sortable by time: 20261122-071500-3fa2 (UTC, then a random suffix against collisions)."""
+    now = now or datetime.now(timezone.utc)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_read_umask()  # read once at import: os.umask can only be read by setting it
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename: readers see the old or the new file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600; results are ordinary files
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunStore:
+    """The results of one run, rewritten in full after every evaluation so none is ever lost."""
+
+    def __init__(self, directory: Path, header: dict[str, Any]) -> None:
+        self.directory = directory
+        self.header = header
+        self.evaluations: list[Evaluation] = []
+
+    @classmethod
+    def create(cls, results_dir: Path, header: dict[str, Any]) -> RunStore:
+        run_id = new_run_id()
+        directory = results_dir / run_id
+        try:
+            directory.mkdir(parents=True, exist_ok=False)
+        except OSError as exc:
+            raise ResultsError(f"Cannot create the results folder {directory}: {exc.strerror}") from None
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        store = cls(directory, {"format": FORMAT, "version": VERSION, "run_id": run_id, "started": now, **header})
+        store.save(state="running")
+        return store
+
+    @classmethod
+    def resume(cls, path: Path) -> RunStore:
+        """Reopen an earlier run (e.g. an interrupted one) to add the evaluations it did not finish."""
+        doc, evaluations = load_run(path)
+        directory = path if path.is_dir() else path.parent
+        header = {k: v for k, v in doc.items() if k not in ("evaluations", "state", "finished")}
+        store = cls(directory, header)
+        store.evaluations = list(evaluations)
+        return store  # nothing is written until the caller has accepted it (same machine, same torch)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.header["run_id"])
+
+    def add(self, evaluation: Evaluation) -> None:
+        self.evaluations.append(evaluation)
+        self.save(state="running")
+
+    def document(self, state: str) -> dict[str, Any]:
+        doc = {**self.header, "state": state, "evaluations": [e.to_json() for e in self.evaluations]}
+        if state != "running":
+            doc["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        return doc
+
+    def save(self, state: str) -> None:
+        atomic_write(self.directory / RUN_FILE, json.dumps(self.document(state), indent=1, default=str) + "\n")
+
+    def finish(self, state: str = "complete") -> None:
+        """The run file in its final state (the tables beside it: kbench.reports.tables.write_tables)."""
+        self.save(state)
+
+
+def load_run(path: Path) -> tuple[dict[str, Any], list[Evaluation]]:
+    """Read a run.json (or a run directory) of any known version."""
+    file = path / RUN_FILE if path.is_dir() else path
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultsError(f"No results at {file}") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{file} is not a readable kbench result ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ResultsError(f"{file} is not a kbench run file")
+    if doc.get("version", 0) > VERSION:
+        raise ResultsError(f"{file} has format version {doc['version']}; this kbench reads up to {VERSION}. Upgrade kbench.")
+    try:
+        evaluations = [Evaluation.from_json(e) for e in doc.get("evaluations", [])]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultsError(f"{file} has a malformed evaluation ({exc})") from None
+    return doc, evaluations
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    path: Path
+    label: str
+    doc: dict[str, Any]
+    evaluations: tuple[Evaluation, ...]
+
+
+def load(path: Path) -> LoadedRun:
+    doc, evaluations = load_run(path)
+    return LoadedRun(path, str(doc.get("run_id", path)), doc, tuple(evaluations))
+
+
+def run_dirs(results_dir: Path) -> list[Path]:
+    """Run directories under results_dir, oldest first (run ids sort by time)."""
+    if not results_dir.is_dir():
+        return []
+    return sorted(d for d in results_dir.iterdir() if (d / RUN_FILE).is_file() and d.name != BASELINES)
+
+
+def resolve(ref: str, results_dir: Path) -> Path:
+    """A run id, a run directory, a run.json, a baseline name (results/baselines/<name>.json) or file."""
+    for candidate in (Path(ref), results_dir / ref, results_dir / BASELINES / f"{ref}.json"):
+        if candidate.is_file() or (candidate / RUN_FILE).is_file():
+            return candidate
+    known = ", ".join(d.name for d in run_dirs(results_dir)[-5:]) or "(none)"
+    raise UsageError(f"No run or baseline '{ref}' under {results_dir}. Recent runs: {known}")
+
+
+def _readable(results_dir: Path, warn: list[str]) -> Iterator[LoadedRun]:
+    """Readable runs, newest first; unreadable ones are skipped with a warning, never a crash."""
+    for directory in reversed(run_dirs(results_dir)):
+        try:
+            yield load(directory)
+        except ResultsError as exc:
+            warn.append(f"skipped {directory.name}: {exc}")
+
+
+def latest_run(results_dir: Path, warn: list[str]) -> LoadedRun:
+    for run in _readable(results_dir, warn):
+        return run
+    raise UsageError(f"No readable run under {results_dir}. Start one with: kbench run")
+
+
+def latest_two(results_dir: Path, warn: list[str]) -> tuple[LoadedRun, LoadedRun]:
+    """(the run before the latest, the latest), both readable."""
+    runs = []
+    for run in _readable(results_dir, warn):
+        runs.append(run)
+        if len(runs) == 2:
+            return runs[1], runs[0]
+    raise UsageError(f"Need two readable runs under {results_dir} to compare; found {len(runs)}. Name them: kbench compare A B")

@@ -1,0 +1,135 @@
+"""Processes a solution started outside its frozen process group, and the CPU they took while it was timed.
+
+The judge freezes the candidate's process group between requests (SIGSTOP), so the solution's code runs only
+while its own call runs. A process the solution starts in a group or session of its own is not frozen: it could
+keep cores (or the GPU) busy while the judge times the eager reference, and so buy a speedup. The judge is a child
+subreaper (`become_subreaper`): what such a process leaves behind when its parent exits is re-parented to the
+judge, not to init, so the whole tree stays in view. `escaped_cpu` sums, over a timed window, the CPU time of
+every process of the candidate's tree that is not in its frozen group (the re-parented ones included) and of the
+children the candidate reaped in the window (a finished helper's time lands there)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kbench.system.procfs import Process, processes
+
+_PR_SET_CHILD_SUBREAPER = 36
+ESCAPED_CPU_ABS_S = 0.05  # more CPU than this, and more than ESCAPED_CPU_REL of the window: the row is suspect
+ESCAPED_CPU_REL = 0.02
+GPU_DEVICE_PREFIX = "/dev/nvidia"  # a process with one of these open can queue GPU work (a CUDA context)
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its descendants' orphans (Linux); False where that is not possible."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+@dataclass(frozen=True)
+class TreeCpu:
+    """CPU seconds per escaped process, and the candidate's reaped children's, at one moment."""
+
+    escaped: dict[int, float]
+    reaped: float
+    gpu: frozenset[int] = frozenset()  # escaped processes with a GPU device open
+
+
+def _descendants(root: int, table: Iterable[Process]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for p in table:
+        children.setdefault(p.ppid, []).append(p.pid)
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def own_helpers() -> set[int]:
+    """The judge's own child processes that are not the solution's: multiprocessing's resource tracker, if running."""
+    try:
+        from multiprocessing import resource_tracker
+
+        pid = getattr(resource_tracker._resource_tracker, "_pid", None)
+    except (ImportError, AttributeError):
+        return set()
+    return {pid} if isinstance(pid, int) else set()
+
+
+def opens(pid: int, prefix: str) -> bool:
+    """Whether process `pid` has a file whose path starts with `prefix` open (False where /proc cannot tell)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def tree_cpu(candidate: int, group: int, judge: int | None = None, own: Iterable[int] = (),
+             gpu_prefix: str = GPU_DEVICE_PREFIX) -> TreeCpu:
+    """The candidate's escaped processes now: its descendants outside `group`, and the judge's other children
+    (orphans re-parented to it) except the candidate and the judge's `own` helpers; with their CPU seconds, and
+    which of them hold a GPU device (`gpu_prefix`)."""
+    table = processes()
+    by_pid = {p.pid: p for p in table}
+    judge = os.getpid() if judge is None else judge
+    skip = {candidate, *own}
+    tree = _descendants(candidate, table)
+    for orphan in (p.pid for p in table if p.ppid == judge and p.pid not in skip):
+        tree |= {orphan} | _descendants(orphan, table)
+    escaped = {pid: by_pid[pid].cpu_s for pid in tree if pid in by_pid and by_pid[pid].pgid != group}
+    reaped = by_pid[candidate].children_cpu_s if candidate in by_pid else 0.0
+    return TreeCpu(escaped, reaped, frozenset(pid for pid in escaped if opens(pid, gpu_prefix)))
+
+
+def escaped_cpu(before: TreeCpu, after: TreeCpu) -> tuple[float, int]:
+    """CPU seconds the escaped processes took between two readings, and how many took any."""
+    taken = {pid: cpu - before.escaped.get(pid, 0.0) for pid, cpu in after.escaped.items()}
+    busy = [t for t in taken.values() if t > 0]
+    return sum(busy) + max(0.0, after.reaped - before.reaped), len(busy)
+
+
+def escaped_warning(seconds: float, count: int, window_s: float, gpu_holders: int = 0) -> str | None:
+    """`[escaped_process]` when processes outside the candidate's frozen group took CPU while it was timed, or held
+    the GPU then (little CPU is enough to keep a GPU busy: one long kernel)."""
+    if gpu_holders:
+        return (f"[escaped_process] {gpu_holders} process(es) the solution started outside its frozen process group "
+                "had the GPU open while it was timed (GPU work they queue runs while the reference is timed)")
+    if seconds <= max(ESCAPED_CPU_ABS_S, ESCAPED_CPU_REL * window_s):
+        return None
+    return (f"[escaped_process] {count or 'finished'} process(es) the solution started outside its frozen process "
+            f"group took {seconds:.2f} s of CPU during the {window_s:.1f} s of timing (they ran while the reference "
+            "was timed, which can make the solution look faster)")
+
+
+def kill_escaped(candidate: int, group: int) -> int:
+    """After the candidate is gone: stop, kill and reap what it left outside its group (re-parented to this judge, the
+    subreaper, or still below a survivor); how many were found."""
+    found = set(tree_cpu(candidate, group, own=own_helpers()).escaped)
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in found:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+    for pid in found:
+        try:
+            os.waitpid(pid, os.WNOHANG)  # a re-parented child of this judge: leave no zombie
+        except ChildProcessError:
+            pass
+    return len(found)

@@ -1,0 +1,147 @@
+"""Is the machine quiet while kbench times? CPU time other processes took during a timing, and the load average.
+
+Read from /proc on Linux (elsewhere nothing is measured and nothing is said). The processes of the timing's own
+session (the judge and its candidate, or the reference's process) are kbench's; every other process's CPU time is
+the figure: the machine's busy time over the window minus the session's own.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kbench.system.procfs import CLOCK_TICKS, processes
+
+# Other processes kept at least this many cores busy on average (CPU runs: any of it shares the timed cores), or on
+# a GPU run this share of the machine's cores (the timed process needs one core to issue its launches).
+T = TypeVar("T")
+BUSY_CORES_CPU = 0.5
+BUSY_SHARE_GPU = 0.25
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    """Busy CPU seconds of the whole machine and of this session's processes, at one instant."""
+
+    at: float
+    machine_busy_s: float
+    session_busy_s: float
+    load_average: float
+
+
+def _machine_busy_s() -> float:
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    guest = sum(fields[8:10]) if len(fields) > 9 else 0  # already counted in user and nice
+    return (sum(fields) - idle - guest) / CLOCK_TICKS
+
+
+def _session_busy_s(sid: int) -> float:
+    return sum(p.cpu_s for p in processes() if p.sid == sid)
+
+
+def snapshot() -> CpuSnapshot | None:
+    """Now; None where /proc cannot be read."""
+    try:
+        return CpuSnapshot(time.monotonic(), _machine_busy_s(), _session_busy_s(os.getsid(0)), os.getloadavg()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def others(before: CpuSnapshot | None, after: CpuSnapshot | None) -> dict[str, float]:
+    """What other processes used between two snapshots: `other_cores` (their CPU seconds per second), the load
+    average at the start, the window and the machine's core count. Empty when either snapshot is missing."""
+    if before is None or after is None or after.at <= before.at:
+        return {}
+    window = after.at - before.at
+    other = (after.machine_busy_s - before.machine_busy_s) - (after.session_busy_s - before.session_busy_s)
+    return {"other_cores": round(max(other, 0.0) / window, 3), "load_average": round(before.load_average, 2),
+            "window_s": round(window, 3), "cores": float(os.cpu_count() or 1)}
+
+
+def watched(measure: Callable[[], T], device: str, own_processes: int) -> tuple[T, dict[str, Any], list[str]]:
+    """measure(), and what the machine did meanwhile: other processes' CPU time (and on CUDA the GPU as nvidia-smi
+    sees it right after, with `own_processes` of kbench's holding contexts on it), as figures and warnings."""
+    before = snapshot()
+    result = measure()
+    figures: dict[str, Any] = dict(others(before, snapshot()))
+    found = [w for w in (busy_warning(figures, device),) if w is not None]
+    if device == "cuda":
+        figures["gpu"] = gpu_state()
+        found += gpu_warnings(figures["gpu"], own_processes)
+    return result, figures, found
+
+
+def busy_warning(figures: dict[str, Any], device: str) -> str | None:
+    """`[machine_busy]` when other processes kept cores busy while this row was timed."""
+    if not figures:
+        return None
+    cores, other = figures["cores"], figures["other_cores"]
+    limit = BUSY_CORES_CPU if device == "cpu" else max(1.0, BUSY_SHARE_GPU * cores)
+    if other < limit:
+        return None
+    return (f"[machine_busy] other processes kept {other:.1f} of {cores:.0f} CPU cores busy while this was timed "
+            f"(load average {figures['load_average']:.1f} at the start): the times may be slower than on a quiet "
+            "machine")
+
+
+# nvidia-smi's clock-event reasons that mean the GPU ran slower than it could: software power cap, hardware slowdown,
+# software and hardware thermal slowdown, power brake.
+THROTTLE_BITS = {0x4: "power cap", 0x8: "hardware slowdown", 0x40: "thermal (software)", 0x80: "thermal (hardware)",
+                 0x100: "power brake"}
+_GPU_QUERIES = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")  # newer and older drivers' name
+
+
+def _smi(args: list[str]) -> str | None:
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe, *args], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def gpu_state(run: object = _smi) -> dict[str, object]:
+    """The timed GPU as nvidia-smi sees it now: SM clock and its maximum (MHz), the active throttle reasons, and how
+    many compute processes hold a context on it. Empty where nvidia-smi is missing or says nothing."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
+    state: dict[str, object] = {}
+    for query in _GPU_QUERIES:
+        out = run(["-i", visible, f"--query-gpu=clocks.sm,clocks.max.sm,{query}", "--format=csv,noheader,nounits"])
+        if out:
+            fields = [f.strip() for f in out.strip().splitlines()[0].split(",")]
+            try:
+                sm, top, reasons = int(fields[0]), int(fields[1]), int(fields[2], 16)
+            except (ValueError, IndexError):
+                continue
+            state.update(sm_mhz=sm, max_sm_mhz=top,
+                         throttled=[name for bit, name in THROTTLE_BITS.items() if reasons & bit])
+            break
+    apps = run(["-i", visible, "--query-compute-apps=pid", "--format=csv,noheader"])
+    if apps is not None:
+        state["compute_processes"] = len([line for line in apps.splitlines() if line.strip()])
+    return state
+
+
+def gpu_warnings(state: dict[str, object], own_processes: int) -> list[str]:
+    """`[gpu_busy]` when other processes hold contexts on the timed GPU, `[gpu_throttled]` when it was slowed (read
+    right after the timing, while its clocks still show the work)."""
+    found = []
+    others = int(state.get("compute_processes", 0)) - own_processes  # type: ignore[call-overload]
+    if "compute_processes" in state and others > 0:
+        found.append(f"[gpu_busy] {others} other process(es) held a context on this GPU while this was timed: "
+                     "the times may be slower than on an idle GPU")
+    throttled = state.get("throttled") or []
+    if throttled:
+        found.append(f"[gpu_throttled] the GPU was slowed while this was timed ({', '.join(throttled)}; SM clock "  # type: ignore[arg-type]
+                     f"{state.get('sm_mhz')} of {state.get('max_sm_mhz')} MHz)")
+    return found

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from kbench.errors import ResultsError
+from kbench.errors import ResultsError, UsageError
 from kbench.results.records import CompileInfo, Evaluation, Measurement, Status, TrialResult
 from kbench.results.storage import atomic_write, load_run, new_run_id, RunStore
 
@@ -76,3 +76,13 @@ def test_result_json_is_plain(tmp_path):
     store.add(_evaluation())
     raw = json.loads((store.directory / "run.json").read_text())
     assert raw["evaluations"][0]["status"] == "correct"
+
+
+def test_a_python_package_is_never_taken_for_a_results_folder(tmp_path):
+    """Run from inside kbench/, the default `results` is kbench's own package: no run is written into it."""
+    package = tmp_path / "results"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    with pytest.raises(UsageError, match="is a Python package, not a results folder"):
+        RunStore.create(package, {})
+    assert [p.name for p in package.iterdir()] == ["__init__.py"]

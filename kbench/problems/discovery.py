@@ -115,14 +115,18 @@ DEFAULT_DIRS = (Path("problems"), Path("solutions"))
 def locate(folder: Path, start: Path | None = None) -> Path:
     """A default folder (`problems` or `solutions`) found from any directory: where it is, else in the nearest of the
     working directory's parents that holds a `problems/` folder (the repository's root). Other folders are taken as
-    they are."""
-    if folder not in DEFAULT_DIRS or folder.exists():
-        return folder
+    they are. A Python package is never a problems or solutions folder (kbench's own `problems` package, for one)."""
     here = (start or Path.cwd()).resolve()
+    if folder not in DEFAULT_DIRS or (folder.exists() and not _is_package(here / folder)):
+        return folder
     for root in here.parents:
-        if (root / "problems").is_dir():
+        if (root / "problems").is_dir() and not _is_package(root / "problems"):
             return root / folder
     return folder
+
+
+def _is_package(folder: Path) -> bool:
+    return (folder / "__init__.py").is_file()
 
 
 def _problem_entries(problems_dir: Path) -> list[Path]:

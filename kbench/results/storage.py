@@ -62,6 +62,9 @@ class RunStore:
 
     @classmethod
     def create(cls, results_dir: Path, header: dict[str, Any]) -> RunStore:
+        if (results_dir / "__init__.py").is_file():
+            raise UsageError(f"{results_dir} is a Python package, not a results folder: run kbench from the "
+                             "repository root or pass --results-dir")
         run_id = new_run_id()
         directory = results_dir / run_id
         try:

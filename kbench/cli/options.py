@@ -1,0 +1,53 @@
+"""Every option more than one command takes, declared once; defaults come from RunConfig (kbench.results.records)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kbench.problems.discovery import locate
+from kbench.results.records import MathFlags, RunConfig, TimingPolicy
+
+DEFAULT = RunConfig()  # the one place defaults live
+
+
+def _located(value: Path) -> Path:
+    return locate(value)
+
+
+Problems = Annotated[Optional[list[str]], typer.Option("--problem", "-p", help="Problem name or path to a KernelBench-format .py file; repeat for several. Default: all.")]
+Solution = Annotated[Optional[str], typer.Option("--solution", "-s", help="One solution: a name in solutions/<problem>/ or a path to a ModelNew file. Default: all of each problem's.")]
+Device = Annotated[str, typer.Option(help="auto, cuda or cpu.")]
+Size = Annotated[Optional[str], typer.Option(help="full or small. Default: full on CUDA, small on CPU.")]
+Trials = Annotated[int, typer.Option(min=1, help="Correctness trials, each with fresh random inputs.")]
+Precision = Annotated[Optional[str], typer.Option(help="fp32, fp16 or bf16: models and floating inputs of reference and solution cast to it, as KernelBench's --precision. Default: each problem's own (fp32 unless its problem.toml says).")]
+ToleranceProfile = Annotated[str, typer.Option("--tolerance", help="Where atol/rtol come from: problem (problem.toml, else 1e-2; at least 1e-2 at fp16/bf16), kernelbench (KernelBench's current harness: 1e-4 at fp32, 1e-2 at fp16/bf16) or kernelbench-v0.1 (1e-2). --atol/--rtol win.")]
+NoCompileBaseline = Annotated[bool, typer.Option("--no-compile-baseline", help="Skip timing the reference under torch.compile.")]
+Timeout = Annotated[float, typer.Option(min=1, help="Seconds before one child (build or evaluation) is killed.")]
+Jobs = Annotated[int, typer.Option(min=0, help="Solutions compiled in parallel; 0 = one per CPU core.")]
+MaxTime = Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per evaluation.")]
+Resume = Annotated[Optional[str], typer.Option(help="Finish an earlier (e.g. interrupted) run: its id or folder. Its own settings apply; finished work is kept.")]
+ResultsDir = Annotated[Path, typer.Option(help="Where results/<run-id>/ (and baselines/) are written and read.")]
+CacheDir = Annotated[Optional[Path], typer.Option(help="Extension build cache. Default: ~/.cache/kbench/extensions.")]
+ProblemsDir = Annotated[Path, typer.Option("--problems-dir", callback=_located, help="Folder of problems (one sub-folder each). Default: problems/ here or in the nearest parent folder that has one.")]
+SolutionsDir = Annotated[Path, typer.Option("--solutions-dir", callback=_located, help="Folder of solutions (solutions/<problem>/<name>.py). Default: beside that problems/.")]
+
+PROBLEMS_DIR, SOLUTIONS_DIR = Path("problems"), Path("solutions")
+
+
+def run_config(*, no_tf32: bool = False, no_compile_baseline: bool = False, max_time: float = DEFAULT.timing.max_time_s,
+               timeout: float = DEFAULT.timeout_s, **fields: object) -> RunConfig:
+    """The RunConfig of run, baseline and gate from their options: what the CLI names differently is mapped here
+    (--no-tf32, --no-compile-baseline, --max-time, --timeout); every other option is a RunConfig field of its name."""
+    return RunConfig(math=MathFlags.from_tf32(not no_tf32), compile_baseline=not no_compile_baseline,
+                     timing=TimingPolicy(max_time_s=max_time), timeout_s=timeout, **fields)  # type: ignore[arg-type]
+
+
+def fraction(text: str) -> float:
+    """'5%' or '0.05' as a fraction."""
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise typer.BadParameter(f"expected a percentage like 1% or a fraction like 0.01, got {text!r}") from None

@@ -1,0 +1,85 @@
+"""kbench compare and report: what the stored runs say."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from kbench.cli.app import command
+from kbench.cli.options import DEFAULT, ResultsDir, fraction
+from kbench.errors import UsageError
+
+
+@command("compare")
+def compare_command(
+    a: Annotated[Optional[str], typer.Argument(help="Before: a run id, run directory, run.json or baseline. Default: the run before the latest.")] = None,
+    b: Annotated[Optional[str], typer.Argument(help="After: likewise. Default: the latest run.")] = None,
+    baseline: Annotated[Optional[str], typer.Option(help="Compare against a stored baseline (name under results/baselines/ or a file) instead.")] = None,
+    threshold: Annotated[str, typer.Option(help="Smallest change that counts (below it: same).")] = "1%",
+    fmt: Annotated[str, typer.Option("--format", help="table, md, csv or json.")] = "table",
+    fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when a row is slower or newly failing.")] = False,
+    ignore_env: Annotated[bool, typer.Option("--ignore-env", help="Compare runs from different GPUs or torch versions anyway.")] = False,
+    results_dir: ResultsDir = DEFAULT.results_dir,
+) -> None:
+    """Did it get faster or slower for real? Compare two runs row by row.
+
+    Each row's verdict comes from the raw samples of both runs (Mann-Whitney U test, p < 0.05) and a
+    minimum effect (--threshold). Marks: + slower, - faster, ~ unclear, ! newly failing, x failing,
+    * fixed, n new, r removed.
+
+    Examples:
+
+      kbench compare
+
+      kbench compare 20261122-074644-be41 20261122-091500-a1b2 --format md
+
+      kbench compare --baseline h100 --fail-on-regression
+    """
+    from kbench.reports.compare import compare
+    from kbench.reports.tables import FORMATS, comparison_frame, render
+
+    if fmt not in FORMATS:
+        raise UsageError(f"Unknown format '{fmt}'. Use one of: {', '.join(FORMATS)}")
+    result = compare(a, b, baseline, results_dir, fraction(threshold), ignore_env)
+    for warning in result.warnings:
+        typer.secho(f"[warning] {warning}", err=True, fg=typer.colors.YELLOW)
+    if fmt == "table":
+        typer.echo(f"before: {result.before.label}\nafter:  {result.after.label}\n")
+    typer.echo(render(comparison_frame(result.rows), fmt))
+    if fail_on_regression and result.regressions:
+        typer.secho(f"[error] {len(result.regressions)} regression(s)", err=True, fg=typer.colors.RED)
+        raise typer.Exit(code=1)
+
+
+@command("report")
+def report_command(
+    run: Annotated[Optional[str], typer.Argument(help="A run id, run directory or run.json. Default: the latest run.")] = None,
+    no_chart: Annotated[bool, typer.Option("--no-chart", help="Skip the PNG chart.")] = False,
+    format: Annotated[str, typer.Option("--format", help="markdown (report.md and the chart) or kernelbench (eval_results.json in KernelBench's field names).")] = "markdown",
+    results_dir: ResultsDir = DEFAULT.results_dir,
+) -> None:
+    """Rank each problem's solutions and summarize the suite (fast_p, geometric-mean speedup).
+
+    Writes report.md and speedups.png (needs matplotlib: pip install 'kbench[plot]') next to run.json; with
+    --format kernelbench, eval_results.json as KernelBench's eval_from_generations.py writes it.
+
+    Examples:
+
+      kbench report
+
+      kbench report 20261122-074644-be41 --no-chart
+
+      kbench report --format kernelbench
+    """
+    from kbench.reports.leaderboard import write_kernelbench, write_report
+
+    if format not in ("markdown", "kernelbench"):
+        raise UsageError(f"Unknown report format '{format}'. Use markdown or kernelbench.")
+    if format == "kernelbench":
+        typer.echo(f"eval_results: {write_kernelbench(run, results_dir)}")
+        return
+    md_path, png, text = write_report(run, results_dir, with_chart=not no_chart)
+    typer.echo(text)
+    skipped = "" if no_chart else "\nchart:  skipped (matplotlib is not installed; pip install 'kbench[plot]' draws it)"
+    typer.echo(f"report: {md_path}" + (f"\nchart:  {png}" if png else skipped))

@@ -1,0 +1,206 @@
+"""kbench run, build, baseline and gate: the commands that build and evaluate solutions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kbench.cli.app import command, progress
+from kbench.cli.options import (
+    DEFAULT, PROBLEMS_DIR, SOLUTIONS_DIR, CacheDir, Device, Jobs, MaxTime, NoCompileBaseline, Precision, Problems,
+    ProblemsDir, ResultsDir, Resume, Size, Solution, SolutionsDir, Timeout, ToleranceProfile, Trials, fraction,
+    run_config,
+)
+
+
+@command("run")
+def run_command(
+    problem: Problems = None,
+    solution: Solution = None,
+    device: Device = DEFAULT.device,
+    size: Size = DEFAULT.size,
+    trials: Trials = DEFAULT.trials,
+    atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance. Default: the problem's own (1e-2 unless it declares one).")] = None,
+    rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance. Default: the problem's own.")] = None,
+    tolerance: ToleranceProfile = DEFAULT.tolerance,
+    precision: Precision = DEFAULT.precision,
+    no_tf32: Annotated[bool, typer.Option("--no-tf32", help="Turn TF32 off for cuDNN (and matmul) in reference and solution alike.")] = False,
+    no_compile_baseline: NoCompileBaseline = False,
+    two_sizes: Annotated[Optional[bool], typer.Option("--two-sizes/--one-size", help="Also check correctness at the other size (full/small). Default: yes on CUDA, no on CPU.")] = DEFAULT.two_sizes,
+    timeout: Timeout = DEFAULT.timeout_s,
+    jobs: Jobs = DEFAULT.jobs,
+    max_time: MaxTime = DEFAULT.timing.max_time_s,
+    seed: Annotated[int, typer.Option(help="Seed for weights; trial i uses seed + 1 + i for inputs.")] = DEFAULT.seed,
+    executor: Annotated[str, typer.Option(help="local (one evaluation per visible GPU) or ray (Ray tasks, one GPU each).")] = DEFAULT.executor,
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address (with --executor ray). Default: a local Ray instance.")] = DEFAULT.address,
+    parallel: Annotated[Optional[int], typer.Option(min=1, help="With --executor ray: evaluations at once. Default: the cluster's GPUs (CPU: 1).")] = DEFAULT.parallel,
+    kernel_profile: Annotated[bool, typer.Option("--kernel-profile/--no-kernel-profile", help="Profile each CUDA solution for the share of GPU time in its own kernels (the no_custom_kernel check). Off saves about 4 s per evaluation (the profiler's start-up).")] = DEFAULT.kernel_profile,
+    resume: Resume = None,
+    results_dir: ResultsDir = DEFAULT.results_dir,
+    cache_dir: CacheDir = DEFAULT.cache_dir,
+    problems_dir: ProblemsDir = PROBLEMS_DIR,
+    solutions_dir: SolutionsDir = SOLUTIONS_DIR,
+) -> None:
+    """Compile, validate and time solutions against their reference; write results/<run-id>/.
+
+    Examples:
+
+      kbench run --problem conv3d_logsumexp
+
+      kbench run -p conv3d_gelu -s cuda_fused --max-time 5
+
+      kbench run -p ~/KernelBench/level2/43_Conv3d_Max_LogSumExp_ReLU.py -s my_solution.py
+
+      kbench run --problems-dir ~/KernelBench/level1 --solutions-dir my_solutions/
+
+      kbench run --resume 20261122-074644-be41
+
+      kbench run -p conv3d_gelu --precision bf16 --tolerance kernelbench
+
+      kbench run --executor ray --address ray://head:10001
+    """
+    from kbench.commands.runner import not_correct, run
+    from kbench.reports.tables import results_frame, to_terminal
+
+    config = run_config(
+        device=device, size=size, trials=trials, atol=atol, rtol=rtol, tolerance=tolerance, precision=precision,
+        no_tf32=no_tf32, no_compile_baseline=no_compile_baseline, two_sizes=two_sizes, timeout=timeout, jobs=jobs,
+        max_time=max_time, results_dir=results_dir, cache_dir=cache_dir, seed=seed, executor=executor,
+        address=address, parallel=parallel, kernel_profile=kernel_profile,
+    )
+    store = run(config, problem or [], solution, problems_dir, solutions_dir, progress, resume)
+    typer.echo(to_terminal(results_frame(store.evaluations)))
+    typer.echo(f"\nresults: {store.directory}")
+    failed = not_correct(store.evaluations)
+    if failed:
+        typer.echo(f"{len(failed)} of {len(store.evaluations)} row(s) not correct "
+                   f"({', '.join(sorted({e.status.value for e in failed}))}): exit 1", err=True)
+        raise typer.Exit(1)
+
+
+@command("build")
+def build_command(
+    problem: Problems = None,
+    solution: Solution = None,
+    jobs: Jobs = DEFAULT.jobs,
+    timeout: Timeout = DEFAULT.timeout_s,
+    cache_dir: CacheDir = DEFAULT.cache_dir,
+    problems_dir: ProblemsDir = PROBLEMS_DIR,
+    solutions_dir: SolutionsDir = SOLUTIONS_DIR,
+) -> None:
+    """Compile and link solutions without running them (no GPU needed); exit 1 if any fails.
+
+    CUDA solutions build on a machine without a GPU when a CUDA toolkit is found: kbench sets
+    CUDA_HOME itself and, with no GPU to ask, TORCH_CUDA_ARCH_LIST=9.0 unless you set it.
+
+    Examples:
+
+      kbench build
+
+      kbench build -p conv3d_gelu -s cuda_fused
+    """
+    from kbench.commands.runner import build_only
+    from kbench.reports.tables import build_table
+
+    results = build_only(problem or [], solution, problems_dir, solutions_dir, cache_dir, jobs, timeout, progress)
+    typer.echo(build_table(results))
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        typer.echo(f"\n--- {r.solution.problem}/{r.solution.name}: {r.status} ---\n{r.compile.log[-3000:]}", err=True)
+    if failed:
+        raise typer.Exit(code=1)
+
+
+@command("baseline")
+def baseline_command(
+    problem: Problems = None,
+    name: Annotated[Optional[str], typer.Option(help="Baseline name: results/baselines/<name>.json. Default: the GPU's name (and -fp16/-bf16 at those precisions).")] = None,
+    device: Device = DEFAULT.device,
+    size: Size = DEFAULT.size,
+    no_compile_baseline: NoCompileBaseline = False,
+    precision: Precision = DEFAULT.precision,
+    tolerance: ToleranceProfile = DEFAULT.tolerance,
+    max_time: MaxTime = DEFAULT.timing.max_time_s,
+    timeout: Timeout = DEFAULT.timeout_s,
+    results_dir: ResultsDir = DEFAULT.results_dir,
+    resume: Resume = None,
+    problems_dir: ProblemsDir = PROBLEMS_DIR,
+) -> None:
+    """Time only the references (eager and torch.compile) of a problem suite and store them as a baseline.
+
+    Examples:
+
+      kbench baseline
+
+      kbench baseline --problems-dir ~/KernelBench/level1 --name level1-h100
+
+      kbench baseline --problems-dir ~/KernelBench/level1 --name level1-h100 --resume 20261123-101500-ab12
+
+      kbench baseline --problems-dir ~/KernelBench/level1 --precision bf16
+    """
+    from kbench.commands.runner import baseline
+    from kbench.reports.tables import results_frame, to_terminal
+
+    config = run_config(device=device, size=size, no_compile_baseline=no_compile_baseline, timeout=timeout,
+                        max_time=max_time, results_dir=results_dir, precision=precision, tolerance=tolerance)
+    store, target = baseline(config, problem or [], problems_dir, name, progress, resume)
+    typer.echo(to_terminal(results_frame(store.evaluations)))
+    typer.echo(f"\nbaseline: {target}")
+
+
+@command("gate")
+def gate_command(
+    problem: Problems = None,
+    solution: Solution = None,
+    baseline: Annotated[Optional[str], typer.Option(help="GPU only: fail solutions slower than this baseline beyond noise.")] = None,
+    max_regression: Annotated[str, typer.Option(help="Slowdown allowed against --baseline before a solution fails.")] = "5%",
+    junit: Annotated[Optional[Path], typer.Option(help="Also write a JUnit XML report here.")] = None,
+    trials: Trials = DEFAULT.trials,
+    precision: Precision = DEFAULT.precision,
+    tolerance: ToleranceProfile = DEFAULT.tolerance,
+    max_time: MaxTime = DEFAULT.timing.max_time_s,
+    timeout: Timeout = DEFAULT.timeout_s,
+    jobs: Jobs = DEFAULT.jobs,
+    results_dir: ResultsDir = DEFAULT.results_dir,
+    cache_dir: CacheDir = DEFAULT.cache_dir,
+    problems_dir: ProblemsDir = PROBLEMS_DIR,
+    solutions_dir: SolutionsDir = SOLUTIONS_DIR,
+) -> None:
+    """The CI correctness gate: exit 0 only when every selected solution passes every check run here.
+
+    With a GPU: each CUDA solution must build and be correct at full and small size (and, with
+    --baseline, not be slower than the baseline beyond noise). Without one: every CUDA solution must
+    compile and link, and every CPU solution must be correct at small size. What could not be
+    checked is said plainly; the gate never passes on zero checks.
+
+    Examples:
+
+      kbench gate
+
+      kbench gate --junit results/gate.xml
+
+      kbench gate --baseline h100 --max-regression 5%
+    """
+    from kbench.commands.gate import FAIL, PASS, SKIP, gate, write_junit
+
+    config = run_config(trials=trials, timeout=timeout, jobs=jobs, max_time=max_time, results_dir=results_dir,
+                        cache_dir=cache_dir, precision=precision, tolerance=tolerance)
+    result = gate(problem or [], solution, problems_dir, solutions_dir, config, baseline, fraction(max_regression),
+                  progress)
+    if junit is not None:
+        write_junit(result, junit)
+    for check in result.checks:
+        if check.outcome == FAIL:
+            typer.secho(f"FAIL {check.problem}/{check.solution} {check.name}: {check.message}", fg=typer.colors.RED)
+            typer.echo(f"     reproduce: {check.reproduce}")
+    for note in result.notes:
+        typer.echo(f"not checked here: {note}")
+    verdict = "PASSED" if result.passed else "FAILED"
+    typer.echo(f"gate {verdict} ({result.mode}): {result.count(PASS)} passed, {result.count(FAIL)} failed, "
+               f"{result.count(SKIP)} skipped")
+    if not result.passed:
+        if result.count(PASS) == 0 and result.count(FAIL) == 0:
+            typer.echo("no check ran, so the gate cannot pass")
+        raise typer.Exit(code=1)

@@ -6,7 +6,9 @@
 #   bash bench/device_checks.sh tests-a   # the full-size, attack-class, precision, noise and kernel DSL tests
 #   bash bench/device_checks.sh tests-b   # the rest
 #   bash bench/device_checks.sh sample    # the KernelBench sample with honest copies, then its table (about 4 minutes)
-#   bash bench/device_checks.sh all       # both (more than one 10-minute device call: run them as two calls)
+#   bash bench/device_checks.sh four      # all four shipped problems, every solution (about 4 minutes), then the
+#                                         # SASS of every extension it built, in $OUT/sass.tgz (cuobjdump)
+#   bash bench/device_checks.sh all       # tests and sample (more than one 10-minute device call: run them apart)
 #
 # `sample` needs a KernelBench checkout's KernelBench/ folder at .kb/KernelBench (carry .kb): fetch
 # github:ScalingIntelligence/KernelBench and `git archive HEAD KernelBench | tar -x -C .kb`.
@@ -27,6 +29,19 @@ if [ "${what#tests}" != "$what" ] || [ "$what" = all ]; then
   timeout 560 python3 -m pytest -m cuda tests/test_gpu.py "${select[@]}" -q -rA --durations=10 -p no:cacheprovider \
     > "$OUT/gpu_tests$what.log" 2>&1
   tail -25 "$OUT/gpu_tests$what.log"
+fi
+if [ "$what" = four ]; then
+  cache="$OUT/four-cache"
+  timeout 520 python3 -m kbench run --results-dir "$OUT/four" --cache-dir "$cache" > "$OUT/four.log" 2>&1
+  tail -30 "$OUT/four.log"
+  cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+  mkdir -p "$OUT/sass"
+  for so in $(find "$cache" -name "*.so"); do
+    "$cuobjdump" -sass "$so" > "$OUT/sass/$(basename "$so").sass" 2>&1
+  done
+  rm -rf "$cache"
+  ls "$OUT/sass"
+  tar -czf "$OUT/sass.tgz" -C "$OUT" sass && rm -r "$OUT/sass"  # one file: the device returns few files per call
 fi
 if [ "$what" = sample ] || [ "$what" = all ]; then
   if [ ! -d .kb/KernelBench/level1 ]; then

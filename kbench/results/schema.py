@@ -1,0 +1,54 @@
+"""The run file's JSON schema, generated from the records: `python -m kbench.results.schema > docs/run.schema.json`.
+
+docs/run.schema.json is its published copy (a test keeps the two equal, and checks run files against it). pydantic
+reads the frozen dataclasses of kbench.results.records as they are; it is needed only to generate or check, never to
+run kbench.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kbench.results.records import Evaluation, RunConfig
+from kbench.results.storage import FORMAT, VERSION
+
+
+@dataclass(frozen=True)
+class RunFile:
+    """run.json: the header the runner writes, then one record per evaluation."""
+
+    format: Literal["kbench-run"]
+    version: int
+    run_id: str
+    started: str
+    state: Literal["running", "complete", "interrupted"]
+    config: RunConfig
+    evaluations: list[Evaluation]
+    finished: str | None = None
+    environment: dict[str, Any] = field(default_factory=dict)  # GPU, driver, torch, CUDA, host (kbench.system)
+    git: dict[str, Any] | None = None  # commit id and whether the tree was dirty
+    selection: dict[str, Any] = field(default_factory=dict)  # the problems and solutions asked for
+    problems: dict[str, Any] = field(default_factory=dict)  # per problem: tolerance, precision, sizes used
+
+
+def run_schema() -> dict[str, Any]:
+    """The JSON schema of a run file of this version."""
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(RunFile).json_schema(mode="serialization")
+    schema["$id"] = f"https://kbench.invalid/schema/{FORMAT}-{VERSION}.json"
+    schema["title"] = f"kbench run file, version {VERSION}"
+    return schema
+
+
+def check(doc: dict[str, Any]) -> None:
+    """Raise (pydantic's ValidationError) unless `doc` is a run file this version's schema describes."""
+    from pydantic import TypeAdapter
+
+    TypeAdapter(RunFile).validate_python(doc)
+
+
+if __name__ == "__main__":
+    print(json.dumps(run_schema(), indent=1, sort_keys=True))

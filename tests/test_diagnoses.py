@@ -97,9 +97,9 @@ def test_problems_are_found_from_a_folder_below_the_root_and_a_miss_says_what_to
 
 
 def test_long_work_prints_a_line_at_least_every_heartbeat(tmp_path, monkeypatch):
-    from kbench.commands import runner as run_module
+    from kbench.commands import progress as progress_module
 
-    monkeypatch.setattr(run_module, "HEARTBEAT_S", 0.5)
+    monkeypatch.setattr(progress_module, "HEARTBEAT_S", 0.5)
     slow = "import time\ntime.sleep(2.5)\n" + GOOD  # 2.5 s importing: the candidate's load
     result, rows = _run(tmp_path, {"slow": slow})
     assert rows["slow"]["status"] == "correct"

@@ -1,11 +1,13 @@
 """Every broken fixture solution gets its exact verdict, and the run goes on past each one."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from kbench.commands.runner import execute
+from kbench.execution import isolation
 from kbench.problems.discovery import select
 from kbench.results.records import COMPILED, EAGER, RunConfig, Status, TimingPolicy
 from kbench.results.storage import load_run
@@ -144,3 +146,12 @@ def test_each_evaluation_records_where_its_time_went(fixture_run):
     assert sum(good.values()) <= by_name["good"].seconds  # the rest is the child's start-up and import of torch
     assert good["timing"] > 0
     assert list(wrong) == ["calibration", "load", "trials"]  # an incorrect solution stops after its trials
+
+
+def test_children_can_import_kbench_from_where_the_parent_found_it(tmp_path):
+    """The child's PYTHONPATH starts with the folder that holds the kbench package (a source checkout works
+    without an install), not a folder inside it."""
+    import kbench
+
+    first = isolation.worker_path_env()["PYTHONPATH"].split(os.pathsep)[0]
+    assert (Path(first) / "kbench" / "__init__.py").resolve() == Path(kbench.__file__).resolve()

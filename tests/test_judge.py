@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from kbench.judge import judge, protocol
+from kbench.judge import judge, judge_timing, protocol
 from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.judge.verdicts import Verdict
 from kbench.system import procstate
@@ -69,19 +69,19 @@ def test_calibration_measures_the_round_trip_beyond_the_reported_time():
     problem, reference, init, make = _reference()
     cand = judge.CandidateProcess()
     try:
-        calibration = judge._calibrate({**_job(), "device": "cpu"}, judge.Session(cand, "cpu"), reference, init, make,
-                                       make(1), reference(*make(1)))
+        calibration = judge_timing.calibrate({**_job(), "device": "cpu"}, judge.Session(cand, "cpu"), reference, init,
+                                             make, make(1), reference(*make(1)))
     finally:
         cand.kill()
-    low, high = judge.CALIBRATION_SAMPLES
-    assert low - judge.CALIBRATION_DISCARD <= len(calibration.overhead) <= high - judge.CALIBRATION_DISCARD
+    low, high = judge_timing.CALIBRATION_SAMPLES
+    assert low - judge_timing.CALIBRATION_DISCARD <= len(calibration.overhead) <= high - judge_timing.CALIBRATION_DISCARD
     assert all(gap > 0 for gap in calibration.overhead)  # a round trip always costs more than the call alone
 
 
 def test_a_fresh_calibration_can_be_taken_after_timing():
     """What settles a [timer_mismatch]: calibration rounds now, in a new candidate holding only the reference."""
     problem, reference, init, make = _reference()
-    calibration = judge._recalibrate({**_job(), "device": "cpu"}, reference, init, make)
+    calibration = judge_timing.recalibrate({**_job(), "device": "cpu"}, reference, init, make)
     assert calibration is not None and calibration.overhead and all(gap > 0 for gap in calibration.overhead)
 
 
@@ -98,15 +98,15 @@ def test_a_timer_mismatch_stays_only_when_a_fresh_calibration_cannot_explain_it_
     honest = _measured(0.4e-3, 1.5e-3)  # 1.1 ms beyond the call: the host got slower since
     found = [timer_mismatch_warning(honest, then), "[threads] x"]
     assert found[0] is not None and found[0].startswith("[timer_mismatch]")
-    kept, figures = judge.settle_mismatch(found, honest, "cuda", lambda: Calibration((1.05e-3,) * 10))
+    kept, figures = judge_timing.settle_mismatch(found, honest, "cuda", lambda: Calibration((1.05e-3,) * 10))
     assert kept == ["[threads] x"] and figures["cleared"] is True and figures["p50_s"] == pytest.approx(1.05e-3)
     liar = _measured(0.1e-3, 1.5e-3)  # reports 0.1 ms of a call that took 1 ms: no calibration of today explains it
-    kept, figures = judge.settle_mismatch([timer_mismatch_warning(liar, then)], liar, "cuda",
-                                          lambda: Calibration((0.55e-3,) * 10))
+    kept, figures = judge_timing.settle_mismatch([timer_mismatch_warning(liar, then)], liar, "cuda",
+                                                 lambda: Calibration((0.55e-3,) * 10))
     assert len(kept) == 1 and kept[0].startswith("[timer_mismatch]") and figures["cleared"] is False
-    assert judge.settle_mismatch(["[threads] x"], liar, "cuda", lambda: pytest.fail("not needed")) == (
+    assert judge_timing.settle_mismatch(["[threads] x"], liar, "cuda", lambda: pytest.fail("not needed")) == (
         ["[threads] x"], None)
-    kept, figures = judge.settle_mismatch([timer_mismatch_warning(liar, then)], liar, "cuda", lambda: None)
+    kept, figures = judge_timing.settle_mismatch([timer_mismatch_warning(liar, then)], liar, "cuda", lambda: None)
     assert len(kept) == 1 and figures == {"ran": False}  # could not recalibrate: the first verdict stands
 
 

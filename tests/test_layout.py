@@ -66,3 +66,19 @@ def test_no_two_modules_import_each_other_even_through_others():
                     seen.add(nxt)
                     stack.append((nxt, path + [nxt]))
     assert cycles == [], "\n".join(sorted(set(cycles))[:20])
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 60
+
+
+def test_no_module_is_over_300_lines_and_no_function_over_60():
+    long = []
+    for module, path in _modules().items():
+        tree = ast.parse(path.read_text())
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            long.append(f"{module}: {lines} lines")
+        long += [f"{module}.{node.name}: {node.end_lineno - node.lineno + 1} lines" for node in ast.walk(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert long == [], "\n".join(long)

@@ -8,7 +8,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kbench.execution import worker
-from kbench.judge import candidate, correctness, judge, protocol
+from kbench.judge import candidate, correctness, judge, judge_timing, protocol
 from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.measure import timing
 from kbench.results.records import MathFlags, TimingPolicy
@@ -53,7 +53,7 @@ def timers(monkeypatch):
         made.append(CountingTimer())
         return made[-1]
 
-    for module in (worker, judge, candidate):
+    for module in (worker, judge_timing, candidate):
         monkeypatch.setattr(module, "make_timer", make)
     yield made
     torch.set_grad_enabled(True)
@@ -79,7 +79,7 @@ def test_the_instrument_sees_work_of_the_harness_inside_the_markers():
 
 
 def test_the_reference_process_times_the_call_and_nothing_else(timers):
-    result = worker.evaluate_reference(_job("reference"))
+    result = worker.time_reference(_job("reference"))
     assert result["status"] == "correct" and len(result["timing"]["samples"]) >= POLICY.min_samples
     windows = _windows(timers)
     assert len(windows) >= POLICY.min_samples + POLICY.warmup_calls
@@ -92,7 +92,7 @@ def test_the_judge_times_the_eager_reference_and_nothing_else(timers):
     assert result["status"] == "correct", result.get("message")
     windows = _windows(timers)
     rounds = result["extra"]["protocol"]["rounds"]
-    assert len(windows) >= rounds + judge.CALIBRATION_SAMPLES[0]
+    assert len(windows) >= rounds + judge_timing.CALIBRATION_SAMPLES[0]
     assert all(w == THE_CALL for w in windows), windows
 
 
@@ -129,7 +129,7 @@ def test_primed_reference_rounds_time_the_second_call_alone(timers, monkeypatch)
         return model, init, make
 
     monkeypatch.setattr(worker, "job_reference", counted)
-    result = worker.evaluate_reference(_job("reference"))
+    result = worker.time_reference(_job("reference"))
     assert result["status"] == "correct" and result["extra"]["primed"] is True
     windows = _windows(timers)
     assert windows and all(w == THE_CALL for w in windows), windows
@@ -139,8 +139,8 @@ def test_primed_reference_rounds_time_the_second_call_alone(timers, monkeypatch)
 def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_untimed_call(timers, monkeypatch):
     """Primed rounds: the candidate's untimed call sees the last round's inputs, the timed one this round's; the
     judge's eager call is timed on its second copy of the same values after an untimed call of its own."""
-    monkeypatch.setattr(judge, "primed_rounds", lambda device, calibration: True)
-    monkeypatch.setattr(judge, "seals", lambda device: True)  # as on a GPU
+    monkeypatch.setattr(judge_timing, "primed_rounds", lambda device, calibration: True)
+    monkeypatch.setattr(judge_timing, "seals", lambda device: True)  # as on a GPU
     log: list[tuple[str, object]] = []
     real_sample, real_refill = judge.Session.sample, judge.Session.refill
 

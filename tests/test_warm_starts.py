@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from kbench.build.compile import BuildContext, child_env, zygote_env
-from kbench.execution import isolation
+from kbench.execution import isolation, warm_starts
 from kbench.results.records import MathFlags, SolutionSpec, TimingPolicy
 from tests.conftest import FIXTURES
 
@@ -109,7 +109,7 @@ def test_the_next_child_starts_only_after_the_running_job_has_timed(tmp_path, mo
             created.append(time.monotonic())
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(isolation, "_Child", Recording)
+    monkeypatch.setattr(warm_starts, "_Child", Recording)
     path, env = _solution(tmp_path / "slow")
     path.write_text("import time\ntime.sleep(2)\n" + path.read_text())  # 2 s of loading, before any timing
     warm = isolation.WarmStarts()

@@ -44,7 +44,7 @@ def list_command(
       kbench list --check --precision fp32 --precision bf16 --tolerance kernelbench
     """
     from kbench.commands.listing import check_table, listing
-    from kbench.commands.runner import check_problems
+    from kbench.commands.build_and_check import check_problems
 
     typer.echo(listing(problems_dir, solutions_dir))
     if check:

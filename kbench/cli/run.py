@@ -61,7 +61,7 @@ def run_command(
 
       kbench run --executor ray --address ray://head:10001
     """
-    from kbench.commands.runner import not_correct, run
+    from kbench.commands.run import run
     from kbench.reports.tables import results_frame, to_terminal
 
     config = run_config(
@@ -73,9 +73,16 @@ def run_command(
     store = run(config, problem or [], solution, problems_dir, solutions_dir, progress, resume)
     typer.echo(to_terminal(results_frame(store.evaluations)))
     typer.echo(f"\nresults: {store.directory}")
-    failed = not_correct(store.evaluations)
+    _exit_unless_correct(store.evaluations)
+
+
+def _exit_unless_correct(evaluations) -> None:  # noqa: ANN001 - Evaluation records
+    """Exit 1, saying how many rows and which statuses, when any row is not correct."""
+    from kbench.commands.run import not_correct
+
+    failed = not_correct(evaluations)
     if failed:
-        typer.echo(f"{len(failed)} of {len(store.evaluations)} row(s) not correct "
+        typer.echo(f"{len(failed)} of {len(evaluations)} row(s) not correct "
                    f"({', '.join(sorted({e.status.value for e in failed}))}): exit 1", err=True)
         raise typer.Exit(1)
 
@@ -101,7 +108,7 @@ def build_command(
 
       kbench build -p conv3d_gelu -s cuda_fused
     """
-    from kbench.commands.runner import build_only
+    from kbench.commands.build_and_check import build_only
     from kbench.reports.tables import build_table
 
     results = build_only(problem or [], solution, problems_dir, solutions_dir, cache_dir, jobs, timeout, progress)
@@ -140,7 +147,7 @@ def baseline_command(
 
       kbench baseline --problems-dir ~/KernelBench/level1 --precision bf16
     """
-    from kbench.commands.runner import baseline
+    from kbench.commands.baseline import baseline
     from kbench.reports.tables import results_frame, to_terminal
 
     config = run_config(device=device, size=size, no_compile_baseline=no_compile_baseline, timeout=timeout,

@@ -44,7 +44,7 @@ def evaluate(job: dict[str, Any]) -> dict[str, Any]:
     return judge.evaluate(job, _announce, _spare)
 
 
-def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
+def time_reference(job: dict[str, Any]) -> dict[str, Any]:
     """The eager reference timed (and, if asked, torch.compile of it, checked against eager and timed).
 
     Each model gets inputs drawn afresh before every round, as the judge does beside a solution (the same values for
@@ -59,17 +59,7 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
     problem = load_problem(job)
     with torch.no_grad():
         reference, _, make = job_reference(problem, job)
-        first = make(seed)
-        out, peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *first)))
-        result: dict[str, Any] = {"status": "correct", "message": "", "output": describe_output(out), "warnings": [],
-                                  "extra": {"phases": phases.seconds}}
-        phases.mark("setup")
-        _degenerate_check(job, reference, make, out, result)
-        phases.mark("degenerate_check")
-        result["extra"]["noise"], found = _noise(job, reference, first, out)
-        result["warnings"] += found
-        del out, first
-        phases.mark("noise_check")
+        result, peak = _checked_reference(job, reference, make, phases)
         models = {"eager": reference}
         compiled: dict[str, Any] | None = None
         if job.get("compile_baseline"):
@@ -77,25 +67,7 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
             if compiled["status"] == "correct":
                 models["compiled"] = compiled.pop("model")
             phases.mark("compile")
-        timer = make_timer(device)
-        inputs: dict[str, list[Any] | None] = {}
-
-        def fresh(index: int) -> None:
-            for name in models:
-                inputs[name] = None  # the last round's go before this round's are drawn
-                inputs[name] = make(seed + 1000 + index)
-            timing.settle(device)
-
-        primed = timing.primes(device, partial(reference, *make(seed + 999)), timer)  # as the judge's rounds
-        samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timer, primed)
-                    for name, model in models.items()}
-        measured, result["extra"]["machine"], busy = machine.watched(
-            lambda: guarded(device, "timing", lambda: timing.measure_rounds(samplers, policy, before_round=fresh)),
-            device, own_processes=1)
-        moved = timing.level_moved_warning(measured["eager"], "the eager reference")
-        result["warnings"] += busy + ([moved] if moved else [])
-        result["extra"]["primed"] = primed
-        inputs.clear()
+        measured = _time_models(job, policy, reference, make, models, result)
         phases.mark("timing")
         _announce("timed")
     result["timing"] = measured["eager"].to_json()
@@ -109,6 +81,51 @@ def evaluate_reference(job: dict[str, Any]) -> dict[str, Any]:
             compiled["eager_timing"] = result["timing"]
         result["compiled"] = compiled
     return result
+
+
+def _checked_reference(job: dict[str, Any], reference: Any, make: Any, phases: Phases) -> tuple[dict[str, Any], Any]:
+    """The reference's first call, then its degenerate-output and noise checks: the result so far, and the first
+    call's peak memory."""
+    device, seed = job["device"], job["seed"]
+    first = make(seed)
+    out, peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *first)))
+    result: dict[str, Any] = {"status": "correct", "message": "", "output": describe_output(out), "warnings": [],
+                              "extra": {"phases": phases.seconds}}
+    phases.mark("setup")
+    _degenerate_check(job, reference, make, out, result)
+    phases.mark("degenerate_check")
+    result["extra"]["noise"], found = _noise(job, reference, first, out)
+    result["warnings"] += found
+    del out, first
+    phases.mark("noise_check")
+    return result, peak
+
+
+def _time_models(job: dict[str, Any], policy: TimingPolicy, reference: Any, make: Any, models: dict[str, Any],
+                 result: dict[str, Any]) -> dict[str, Any]:
+    """The models timed in rounds, fresh inputs before each (primed as the judge's rounds are); the machine's figures
+    and warnings go into `result`."""
+    device, seed = job["device"], job["seed"]
+    timer = make_timer(device)
+    inputs: dict[str, list[Any] | None] = {}
+
+    def fresh(index: int) -> None:
+        for name in models:
+            inputs[name] = None  # the last round's go before this round's are drawn
+            inputs[name] = make(seed + 1000 + index)
+        timing.settle(device)
+
+    primed = timing.primes(device, partial(reference, *make(seed + 999)), timer)  # as the judge's rounds
+    samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timer, primed)
+                for name, model in models.items()}
+    measured, result["extra"]["machine"], busy = machine.watched(
+        lambda: guarded(device, "timing", lambda: timing.measure_rounds(samplers, policy, before_round=fresh)),
+        device, own_processes=1)
+    moved = timing.level_moved_warning(measured["eager"], "the eager reference")
+    result["warnings"] += busy + ([moved] if moved else [])
+    result["extra"]["primed"] = primed
+    inputs.clear()
+    return measured
 
 
 def _degenerate_check(job: dict[str, Any], reference: Any, make: Any, out: Any, result: dict[str, Any]) -> None:
@@ -192,7 +209,7 @@ def _warm_flop_counter() -> None:
     roofline.problem_work(torch.nn.Linear(2, 2), [torch.zeros(1, 2)], device="meta")
 
 
-MODES = {"evaluate": evaluate, "reference": evaluate_reference, "build": build, "probe": probe, "check": check_problem}
+MODES = {"evaluate": evaluate, "reference": time_reference, "build": build, "probe": probe, "check": check_problem}
 
 
 def main() -> None:

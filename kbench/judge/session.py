@@ -143,7 +143,7 @@ class Session:
 
     def start_calibration(self, job: dict[str, Any], reference: Any, init: list[Any], inputs: list[Any],
                           outputs: Any) -> None:
-        """The reference itself, built in the candidate's process before the solution is imported (see _calibrate)."""
+        """The reference itself, built in the candidate's process before the solution is imported (see kbench.judge.judge_timing.calibrate)."""
         self.name = "calibration"
         self.precision = job.get("precision", "fp32")
         self.buffers[self.name] = self._output_buffers(outputs)

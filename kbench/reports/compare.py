@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kbench.errors import UsageError
 from kbench.results.records import Evaluation, Status
@@ -43,10 +44,15 @@ class Row:
         return self.change in (SLOWER, BROKEN)
 
 
-def environment_key(run: LoadedRun) -> tuple[str, str]:
-    env = run.doc.get("environment", {})
+def machine_key(env: Mapping[str, Any], cpu: bool = True) -> tuple[str, str]:
+    """(device, torch version) of an environment record (a probe's, a run's): the GPU's name, else the CPU's model
+    (`cpu`; else "?"). Timings are comparable only between the same keys; a resume ignores the CPU model (cpu=False)."""
     gpu = env.get("gpu") or {}
-    return str(gpu.get("name") or env.get("cpu") or "?"), str(env.get("torch", "?"))
+    return str(gpu.get("name") or (env.get("cpu") if cpu else None) or "?"), str(env.get("torch", "?"))
+
+
+def environment_key(run: LoadedRun) -> tuple[str, str]:
+    return machine_key(run.doc.get("environment", {}))
 
 
 def check_environments(before: LoadedRun, after: LoadedRun) -> None:

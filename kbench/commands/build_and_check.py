@@ -1,0 +1,76 @@
+"""`kbench build` and `kbench list --check`: compile solutions, or check references, without a run."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kbench.build.compile import build_all, BuildResult
+from kbench.commands.evaluation import base_job, Plan
+from kbench.commands.machine import build_context, probe_environment, resolve_device, resolve_size
+from kbench.commands.progress import build_progress, Progress
+from kbench.errors import KbenchError, UsageError
+from kbench.execution import isolation
+from kbench.results.records import MathFlags, PRECISIONS, ProblemSpec, RunConfig, TOLERANCE_PROFILES
+
+
+def build_only(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path, solutions_dir: Path,
+               cache_dir: Path | None, jobs: int, timeout_s: float, progress: Progress = lambda _: None) -> list[BuildResult]:
+    """`kbench build`: compile and link the selected solutions (any device's) without running them."""
+    from kbench.problems.discovery import select
+
+    _, solutions = select(problem_refs, solution_ref, problems_dir, solutions_dir)
+    chosen = [s for group in solutions.values() for s in group]
+    if not chosen:
+        raise UsageError("No solutions selected, so nothing to build.")
+    ctx = build_context(probe_environment(), cache_dir, timeout_s, jobs)
+    needs_cuda = [s for s in chosen if "cuda" in s.devices]
+    if needs_cuda and ctx.cuda_home is None:
+        names = ", ".join(f"{s.problem}/{s.name}" for s in needs_cuda)
+        raise KbenchError(f"No CUDA toolkit found for {names}. Set CUDA_HOME to the toolkit's folder.")
+    progress(f"building {len(chosen)} solution(s) for arch {ctx.arch} (CUDA toolkit: {ctx.cuda_home or 'none'}) into {ctx.cache_dir} ...")
+    results = build_all(ctx, chosen, build_progress(progress))
+    return [results[s.path] for s in chosen]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProblemCheck:
+    problem: ProblemSpec
+    size: str
+    findings: tuple[str, ...]
+    figures: dict[str, Any]
+    error: str = ""
+    precision: str = "fp32"
+
+
+def check_problems(problem_refs: Sequence[str], problems_dir: Path, device: str, size: str | None,
+                   timeout_s: float, progress: Progress = lambda _: None, precisions: Sequence[str] = (),
+                   profile: str = "problem", tf32: bool = True) -> list[ProblemCheck]:
+    """`kbench list --check`: each reference's degenerate-output and noise checks, per precision (default: the
+    problem's own), each in its own child."""
+    from kbench.problems.discovery import find_problem, list_problems
+
+    bad = [p for p in precisions if p not in PRECISIONS] + ([profile] if profile not in TOLERANCE_PROFILES else [])
+    if bad:
+        raise UsageError(f"Unknown precision or tolerance profile {', '.join(bad)}: precisions are "
+                         f"{', '.join(PRECISIONS)}, profiles {', '.join(TOLERANCE_PROFILES)}")
+    problems = [find_problem(r, problems_dir) for r in problem_refs] if problem_refs else list_problems(problems_dir)
+    env = probe_environment()
+    device = resolve_device(device, env)
+    size = resolve_size(size, device)
+    checks = []
+    for problem in problems:
+        for precision in precisions or (problem.precision,):
+            config = RunConfig(device=device, precision=precision, tolerance=profile, math=MathFlags.from_tf32(tf32))
+            plan = Plan(config, device, size, env, None)  # type: ignore[arg-type]
+            progress(f"checking {problem.name} ({device}, {size}, {precision}) ...")
+            outcome = isolation.run_child({**base_job(plan, problem), "mode": "check"}, timeout_s,
+                                          isolation.worker_path_env())
+            result = outcome.result or {}
+            error = "" if result.get("status") == "correct" else (
+                result.get("message") or (outcome.failure or ("", "no result"))[1])
+            checks.append(ProblemCheck(problem, size, tuple(result.get("findings", ())), result.get("figures", {}),
+                                       error, precision))
+    return checks

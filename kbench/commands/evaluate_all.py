@@ -1,0 +1,97 @@
+"""A run's evaluations: build its solutions, then each problem's reference and each solution on the executor's slots."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from kbench.build.compile import build_all
+from kbench.commands.evaluation import (
+    Plan, evaluate_reference, evaluate_solution, on_gpu, with_floor, with_next_step, with_suspicion,
+)
+from kbench.commands.progress import build_progress, heartbeat, Progress
+from kbench.execution import isolation
+from kbench.execution.pool import run_on_slots, Slot
+from kbench.results.records import COMPILED, EAGER, Evaluation, ProblemSpec, SolutionSpec, Status
+from kbench.results.storage import RunStore
+
+UNRUNNABLE_HINT = "`kbench build` or `kbench gate` compiles it without a GPU"
+
+
+def to_build(device: str, solutions: Sequence[SolutionSpec], cuda_home: Path | None,
+             build_unrunnable: bool = False) -> tuple[list[SolutionSpec], dict[Path, str]]:
+    """Which solutions to compile, and why the others are skipped: a solution this run cannot run is compiled only
+    when asked (`build_unrunnable`, the GPU-less gate), so a first run on a laptop is about what can run."""
+    chosen, skipped = [], {}
+    for s in solutions:
+        if s.defect:
+            continue  # nothing to compile: its row is a load_error (see evaluate_all)
+        runs_here = device in s.devices
+        if runs_here or (build_unrunnable and "cuda" in s.devices and cuda_home is not None):
+            chosen.append(s)
+        elif build_unrunnable and "cuda" in s.devices:
+            skipped[s.path] = "no CUDA toolkit found (set CUDA_HOME) and no GPU here; not built"
+        elif "cuda" in s.devices and device == "cpu":
+            skipped[s.path] = f"supports {', '.join(s.devices)} only; this run is on cpu (not compiled: {UNRUNNABLE_HINT})"
+        else:
+            skipped[s.path] = f"supports {', '.join(s.devices)} only; this run is on {device}"
+    return chosen, skipped
+
+
+def is_done(store: RunStore, problem: str, solution: str) -> bool:
+    return any(e.problem == problem and e.solution == solution for e in store.evaluations)
+
+
+def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
+                 store: RunStore, cuda_home: Path | None, progress: Progress) -> None:
+    """Build what is left to run, then the references (each problem's solutions need its floor and torch.compile
+    gain), then the solutions; every row is stored as it comes."""
+    every = [s for p in problems for s in solutions.get(p.name, []) if not is_done(store, p.name, s.name)]
+    chosen, skipped = to_build(plan.device, every, cuda_home, plan.config.build_unrunnable)
+    unrunnable = sum(UNRUNNABLE_HINT in reason for reason in skipped.values())
+    if unrunnable:
+        progress(f"skipping {unrunnable} CUDA solution(s): no GPU here ({UNRUNNABLE_HINT.replace(' it ', ' them ')})")
+    if chosen:
+        progress(f"building {len(chosen)} solution(s) into {plan.build.cache_dir} ...")
+
+    local = plan.executor.name == "local"  # its workers are forked with everything imported
+    with heartbeat(progress, f"building {len(chosen)} solution(s)", bool(chosen)):
+        builds = build_all(plan.build, chosen, build_progress(progress), plan.executor.launch if local else isolation.run_child)
+    slots = list(plan.executor.slots)
+    if len(slots) > 1 or plan.executor.name != "local":
+        progress(f"evaluating {len(slots)} at once ({plan.executor.name}; one evaluation per GPU): {', '.join(map(str, slots))}")
+
+    # References first: each problem's solutions need its floor and torch.compile gain.
+    def reference(problem: ProblemSpec, slot: Slot) -> list[Evaluation]:
+        progress(f"{problem.name}: reference (eager{', torch.compile' if plan.config.compile_baseline else ''}) ...")
+        with heartbeat(progress, f"{problem.name}: reference"):
+            rows = evaluate_reference(plan, problem, slot)
+        return [on_gpu(with_floor(row, rows[0].extra.get("floor")), slot) for row in rows]
+
+    run_on_slots([p for p in problems if not is_done(store, p.name, EAGER)], slots, reference,
+                 lambda _, rows: [store.add(row) for row in rows])
+    rows_of = {p.name: [e for e in store.evaluations if e.problem == p.name and e.solution in (EAGER, COMPILED)] for p in problems}
+
+    def solution_row(item: tuple[ProblemSpec, SolutionSpec], slot: Slot) -> Evaluation:
+        problem, solution = item
+        reference_rows = rows_of[problem.name]
+        floor = reference_rows[0].extra.get("floor") if reference_rows else None
+        gain = next((r.speedup_vs_eager for r in reference_rows if r.solution == COMPILED and r.speedup_vs_eager), None)
+        where = {"device": plan.device, "size": plan.size, "precision": plan.config.precision_for(problem)}
+        if solution.defect:
+            return Evaluation(problem=problem.name, solution=solution.name, status=Status.LOAD_ERROR,
+                              message=solution.defect, **where)
+        if solution.path in skipped:
+            return Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
+                              message=skipped[solution.path], **where)
+        progress(f"{problem.name}: {solution.name} ...")
+        with heartbeat(progress, f"{problem.name}: {solution.name}"):
+            row = with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor)
+        return on_gpu(with_next_step(with_suspicion(row), plan.config.timeout_s), slot)
+
+    def record(item: tuple[ProblemSpec, SolutionSpec], row: Evaluation) -> None:
+        progress(f"  {row.problem}/{row.solution}: {row.status.value}{' - ' + row.message if row.message else ''}")
+        store.add(row)
+
+    pending = [(p, s) for p in problems for s in solutions.get(p.name, []) if not is_done(store, p.name, s.name)]
+    run_on_slots(pending, slots, solution_row, record)

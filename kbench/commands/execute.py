@@ -1,0 +1,163 @@
+"""One run from the machine's probe to its stored results: open (or reopen) the run, evaluate, finish or interrupt."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kbench.build.compile import zygote_env
+from kbench.commands.evaluate_all import evaluate_all, is_done
+from kbench.commands.evaluation import Plan
+from kbench.commands.machine import build_context, probe_environment, resolve_device, resolve_size
+from kbench.commands.progress import Progress
+from kbench.errors import Interrupted, UsageError
+from kbench.execution import isolation
+from kbench.execution.executor import Executor
+from kbench.execution.executors import make_executor
+from kbench.execution.zygote import Zygote
+from kbench.reports.compare import machine_key
+from kbench.reports.tables import write_tables
+from kbench.results.records import (
+    EAGER, PRECISIONS, TOLERANCE_PROFILES, Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status,
+)
+from kbench.results.storage import RunStore
+from kbench.system import toolkit
+from kbench.system.environment import git_info, host_info
+
+
+def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
+            repo: Path, progress: Progress = lambda _: None, broken: Sequence[tuple[str, str]] = (),
+            resume: Path | None = None, env: dict[str, Any] | None = None,
+            selection: dict[str, Any] | None = None) -> RunStore:
+    """Run every problem and its solutions; results are saved after each evaluation.
+
+    `broken` problem files (name, reason) get a failed record each and the run goes on. With `resume`,
+    an earlier run's directory is reopened with its own configuration, and evaluations it already
+    holds are not run again. `env` is the machine's probe, when the caller has it already. `selection`
+    (what was asked for) is stored so that a resume finishes the same problems and solutions.
+    """
+    _check_profiles(config)
+    early = None
+    if env is None:
+        env, early = _probe(config, progress)
+    resumed = RunStore.resume(resume) if resume is not None else None
+    if resumed is not None:
+        config = _resumable_config(resumed, env)
+    device = resolve_device(config.device, env)
+    size = resolve_size(config.size, device)
+    gpu = env.get("gpu") or {}
+    ctx = build_context(env, config.cache_dir, config.timeout_s, config.jobs)
+    plan = Plan(config, device, size, env, ctx, _executor(config, device, gpu, early))
+    store = _open_store(plan, resumed, _header(plan, repo, problems, selection))
+    machine = gpu.get("name", env["cpu"]) if device == "cuda" else env["cpu"]
+    progress(f"run {store.run_id}: {len(problems)} problem(s) on {device} ({machine}), size {size}")
+    _evaluate(plan, problems, solutions, broken, store, progress)
+    store.finish("complete")
+    write_tables(store)
+    return store
+
+
+def _check_profiles(config: RunConfig) -> None:
+    if config.tolerance not in TOLERANCE_PROFILES:
+        raise UsageError(f"Unknown tolerance profile '{config.tolerance}'. Use one of: {', '.join(TOLERANCE_PROFILES)}")
+    if config.precision is not None and config.precision not in PRECISIONS:
+        raise UsageError(f"Unknown precision '{config.precision}'. Use one of: {', '.join(PRECISIONS)}")
+
+
+def _probe(config: RunConfig, progress: Progress) -> tuple[dict[str, Any], Zygote | None]:
+    """The machine's probe, and the run's zygote (local executor): it starts now (its imports overlap the probe)
+    and forks the probe's worker."""
+    progress("probing the machine ...")
+    early = Zygote(zygote_env(toolkit.find_cuda_home())) if config.executor == "local" else None
+    try:
+        return probe_environment(early), early
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
+
+
+def _executor(config: RunConfig, device: str, gpu: dict[str, Any], early: Zygote | None) -> Executor:
+    try:
+        return make_executor(config.executor, device, gpu.get("count", 0), config.address, config.parallel, early)
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
+
+
+def _header(plan: Plan, repo: Path, problems: Sequence[ProblemSpec], selection: dict[str, Any] | None) -> dict[str, Any]:
+    """What a run records about itself: machine, code, configuration, selection and each problem's settings."""
+    config, size, cuda_home = plan.config, plan.size, plan.build.cuda_home
+    return {
+        "environment": {**plan.env, "cuda_home": str(cuda_home) if cuda_home else None, "arch_list": plan.build.arch,
+                        **host_info()},
+        "git": git_info(repo),
+        "config": {**dataclasses.asdict(config), "device": plan.device, "size": size},
+        "selection": selection,
+        "problems": {p.name: {"origin": p.origin, "path": str(p.path),
+                              **dict(zip(("atol", "rtol"), config.tolerance_for(p))),  # what its comparisons used
+                              "precision": config.precision_for(p),
+                              "problem_atol": p.atol, "problem_rtol": p.rtol,
+                              "constants": dict(p.constants), "overrides": p.overrides(size)} for p in problems},
+    }
+
+
+def _open_store(plan: Plan, resumed: RunStore | None, header: dict[str, Any]) -> RunStore:
+    """The resumed run, told about this selection's problems, or a new run with `header`."""
+    if resumed is None:
+        return RunStore.create(plan.config.results_dir, header)
+    resumed.header["problems"] = {**resumed.header.get("problems", {}), **header["problems"]}
+    resumed.save("running")
+    return resumed
+
+
+def _evaluate(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
+              broken: Sequence[tuple[str, str]], store: RunStore, progress: Progress) -> None:
+    """A failed row per broken problem file, then every evaluation; an interrupt (Ctrl-C, SIGTERM) kills the
+    children and leaves the run stored as interrupted."""
+    with _sigterm_as_interrupt():
+        try:
+            for name, reason in broken:
+                if not is_done(store, name, EAGER):
+                    store.add(Evaluation(problem=name, solution=EAGER, status=Status.LOAD_ERROR, message=reason,
+                                         device=plan.device, size=plan.size, precision=plan.config.precision or "fp32"))
+            try:
+                evaluate_all(plan, problems, solutions, store, plan.build.cuda_home, progress)
+            finally:
+                plan.executor.close()
+        except KeyboardInterrupt:
+            isolation.kill_all()
+            store.finish("interrupted")
+            write_tables(store)
+            raise Interrupted(f"Interrupted; {len(store.evaluations)} finished evaluation(s) are saved in {store.directory}") from None
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _resumable_config(store: RunStore, env: dict[str, Any]) -> RunConfig:
+    """The resumed run's own configuration; resuming on another kind of machine would mix timings."""
+    stored = store.header.get("environment", {})
+    if machine_key(env, cpu=False) != machine_key(stored, cpu=False):
+        here, there = (env.get("gpu") or {}).get("name"), (stored.get("gpu") or {}).get("name")
+        raise UsageError(f"Run {store.run_id} was measured on {there or 'CPU'} with torch {stored.get('torch')}; "
+                         f"this machine has {here or 'no GPU'} with torch {env.get('torch')}. Start a new run instead.")
+    return RunConfig.from_json(store.header["config"])

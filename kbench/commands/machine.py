@@ -1,0 +1,48 @@
+"""The machine a run sees: the worker's probe, the device and size it resolves to, and where solutions compile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kbench.build.compile import BuildContext, zygote_env
+from kbench.errors import KbenchError, UsageError
+from kbench.execution import isolation
+from kbench.execution.zygote import Zygote
+from kbench.system import toolkit
+
+PROBE_TIMEOUT_S = 120
+
+
+def probe_environment(zygote: Zygote | None = None) -> dict[str, Any]:
+    """The machine as a worker sees it (torch, GPUs); from a worker forked by `zygote` when one is given."""
+    env = zygote_env(toolkit.find_cuda_home()) if zygote is not None else isolation.worker_path_env()
+    outcome = isolation.run_forked(zygote, {"mode": "probe"}, PROBE_TIMEOUT_S, env)
+    if outcome.result is None or "environment" not in outcome.result:
+        status, message = outcome.failure or ("crashed", outcome.result.get("message", "") if outcome.result else "")
+        raise KbenchError(f"Cannot start a kbench worker ({status}: {message}). Is torch installed in this Python?")
+    return outcome.result["environment"]
+
+
+def resolve_device(requested: str, env: dict[str, Any]) -> str:
+    if requested not in ("auto", "cuda", "cpu"):
+        raise UsageError(f"Unknown device '{requested}'. Use auto, cuda or cpu.")
+    if requested == "cuda" and not env.get("gpu"):
+        raise UsageError("--device cuda was asked for, but torch sees no GPU here. Use --device cpu or auto.")
+    if requested == "auto":
+        return "cuda" if env.get("gpu") else "cpu"
+    return requested
+
+
+def resolve_size(requested: str | None, device: str) -> str:
+    size = requested or ("full" if device == "cuda" else "small")
+    if size not in ("full", "small"):
+        raise UsageError(f"Unknown size '{size}'. Use full or small.")
+    return size
+
+
+def build_context(env: dict[str, Any], cache_dir: Path | None, timeout_s: float, jobs: int) -> BuildContext:
+    """Where and how solutions compile on this machine: toolkit, arch list (from the GPU), cache."""
+    gpu = env.get("gpu") or {}
+    arch = toolkit.arch_list(tuple(gpu["capability"]) if gpu else None)
+    return BuildContext(cache_dir or toolkit.default_cache_dir(), toolkit.find_cuda_home(), arch, env["torch"], timeout_s, jobs)

@@ -1,0 +1,66 @@
+"""`kbench run` and its resume: choose the problems and solutions, keep that choice in the run, execute it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kbench.commands.execute import execute
+from kbench.commands.progress import Progress
+from kbench.errors import UsageError
+from kbench.results.records import Evaluation, RunConfig, Status
+from kbench.results.storage import RunStore
+
+PASSING = (Status.CORRECT, Status.NOT_RUN)
+
+
+def not_correct(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
+    """The rows that make `kbench run` exit 1: every status but correct and not_run (a row this machine cannot run,
+    such as a CUDA solution without a GPU, says so without failing the run)."""
+    return [e for e in evaluations if e.status not in PASSING]
+
+
+def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path,
+        solutions_dir: Path, progress: Progress = lambda _: None, resume: str | None = None) -> RunStore:
+    """`kbench run`: select problems and solutions, then execute them (or finish an earlier run).
+
+    With no problem named, every problem under problems_dir runs, and a file there that breaks the
+    contract fails alone, as a load_error record.
+    """
+    from kbench.problems.discovery import choose_problems, find_solutions, select
+    from kbench.results.storage import resolve
+
+    previous = resolve(resume, config.results_dir) if resume else None
+    problem_refs, solution_ref, problems_dir, solutions_dir, selection = what_to_run(
+        previous, problem_refs, solution_ref, problems_dir, solutions_dir)
+    if problem_refs or solution_ref is not None:
+        (problems, solutions), broken = select(problem_refs, solution_ref, problems_dir, solutions_dir), []
+    else:
+        problems, broken = choose_problems([], problems_dir)
+        solutions = {p.name: find_solutions(p, None, solutions_dir) for p in problems}
+    return execute(config, problems, solutions, Path.cwd(), progress, broken, previous, selection=selection)
+
+
+def what_to_run(previous: Path | None, problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path,
+               solutions_dir: Path) -> tuple[Sequence[str], str | None, Path, Path, dict[str, Any]]:
+    """What to run, and the record of it that a run keeps: a resumed run's own selection (it records what was asked
+    for), else the one given."""
+    from kbench.results.storage import load_run
+
+    stored = load_run(previous)[0].get("selection") if previous is not None else None
+    if stored:
+        if problem_refs or solution_ref is not None:
+            raise UsageError("--resume finishes the run's own problems and solutions; leave out -p/--problem and -s/--solution.")
+        problem_refs, solution_ref = stored["problems"], stored["solution"]
+        problems_dir, solutions_dir = Path(stored["problems_dir"]), Path(stored["solutions_dir"])
+    selection = {"problems": [as_ref(r) for r in problem_refs], "solution": as_ref(solution_ref) if solution_ref else None,
+                 "problems_dir": str(problems_dir.resolve()), "solutions_dir": str(solutions_dir.resolve())}
+    return problem_refs, solution_ref, problems_dir, solutions_dir, selection
+
+
+def as_ref(ref: str) -> str:
+    """A problem or solution reference as stored: a path becomes absolute, a name stays a name."""
+    from kbench.problems.discovery import is_path_ref
+
+    return str(Path(ref).resolve()) if is_path_ref(ref) else ref

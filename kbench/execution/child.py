@@ -1,0 +1,206 @@
+"""One started worker child: its launch (spawned or forked), its job, its result channel and its outcome."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kbench.execution.process_tree import _live, _live_lock, kill_tree
+from kbench.execution.zygote import ForkedWorker, Zygote
+
+LOG_TAIL_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    """What the parent saw: the child's result (if it reported one) or how it died, and its output."""
+
+    result: dict[str, Any] | None
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    log: str
+
+    @property
+    def failure(self) -> tuple[str, str] | None:
+        """(status, message) when the child gave no usable result; None when it did."""
+        if self.timed_out:
+            return "timeout", f"no result after {self.seconds:.0f} s; the child was killed"
+        if self.result is not None:
+            return None
+        code = self.returncode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return "crashed", f"the child was killed by {name}{_last_line(self.log)}"
+        if code:
+            return "crashed", f"the child exited with code {code} before reporting{_last_line(self.log)}"
+        return "crashed", f"the child exited without reporting a result{_last_line(self.log)}"
+
+
+def _last_line(log: str) -> str:
+    lines = [ln for ln in log.strip().splitlines() if ln.strip()]
+    return f" (last output: {lines[-1][:200]})" if lines else ""
+
+
+
+def _kill_group(proc: subprocess.Popen[bytes] | ForkedWorker) -> None:
+    """The child and all it started: a Popen is not reaped before this (its number stays its own); a forked worker is
+    reaped by the zygote, so once it is known to have ended only its session is killed."""
+    kill_tree(proc.pid, exited=isinstance(proc, ForkedWorker) and proc.returncode is not None)
+
+
+def _parse(data: bytes, token: str) -> dict[str, Any] | None:
+    """The one result line that carries this job's token. Lines without it (a solution writing to every
+    descriptor it can find) are ignored; two lines with it mean the channel was tampered with: no result.
+    """
+    found = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(message, dict) and message.get("token") == token and isinstance(message.get("result"), dict):
+            found.append(message["result"])
+    return found[0] if len(found) == 1 else None
+
+
+# Variables that differ between jobs of one run. A child started ahead of its job gets them with the job, so one
+# started child serves any solution (the worker sets them before it loads anything).
+JOB_ENV = ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "TRITON_CACHE_DIR", "TILELANG_CACHE_DIR",
+           "CUTE_DSL_CACHE_DIR")
+
+
+class _Child:
+    """A started `python -m kbench.execution.worker`: it imports Python, torch and kbench, then waits for its job on stdin.
+
+    The child writes its result to a private pipe; stdout and stderr go to a log file kept as the evaluation's log.
+    It runs in its own process group, which is killed when the job ends, so no grandchild (a compiler, a
+    thread-spawning solution) outlives the evaluation.
+    """
+
+    def __init__(self, env: dict[str, str] | None, warm: bool = False, zygote: Zygote | None = None) -> None:
+        """Start `python -m kbench.execution.worker`, or have `zygote` fork one (kbench.execution.zygote): the same worker, imports done."""
+        read_fd, write_fd = os.pipe()
+        self.chunks: list[bytes] = []
+        self.groups: list[int] = []  # further process groups the child reported (a judge's candidate)
+        self.token = ""
+        self.on_event: Callable[[str], Any] = lambda name: None
+        self.reader = threading.Thread(target=_drain, args=(read_fd, self.chunks, self._event), daemon=True)
+        self.reader.start()
+        self.log = tempfile.TemporaryFile()
+        try:
+            self.proc = self._fork(zygote, write_fd, warm) if zygote is not None else self._spawn(env, write_fd, warm)
+        except BaseException:
+            self.log.close()
+            raise
+        finally:
+            os.close(write_fd)  # the reader sees EOF if the child never started
+        with _live_lock:
+            _live.add(self.proc.pid)
+
+    def _spawn(self, env: dict[str, str] | None, write_fd: int, warm: bool) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-m", "kbench.execution.worker", "--result-fd", str(write_fd)] + (["--warm"] if warm else [])
+        return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
+                                pass_fds=(write_fd,), start_new_session=True, env=env)
+
+    def _fork(self, zygote: Zygote, write_fd: int, warm: bool) -> ForkedWorker:
+        stdin_r, stdin_w = os.pipe()
+        try:
+            pid = zygote.fork(stdin_r, self.log.fileno(), write_fd, warm)
+        except BaseException:
+            os.close(stdin_w)
+            raise
+        finally:
+            os.close(stdin_r)
+        return ForkedWorker(zygote, pid, os.fdopen(stdin_w, "wb"))
+
+    def _event(self, line: bytes) -> None:
+        """A progress line from the worker (`{"token", "event"}`, e.g. "timed" when its timing is over)."""
+        if b'"event"' not in line or not self.token:
+            return
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            return
+        if not isinstance(message, dict) or message.get("token") != self.token or not isinstance(message.get("event"), str):
+            return
+        if message["event"] == "group" and isinstance(message.get("pgid"), int) and message["pgid"] > 1:
+            self._adopt(message["pgid"])  # the judge's candidate process: its own group, killed with this child
+            return
+        self.on_event(message["event"])
+
+    def _adopt(self, pgid: int) -> None:
+        with _live_lock:
+            self.groups.append(pgid)
+            _live.add(pgid)
+
+    def run(self, job: dict[str, Any], timeout_s: float, on_event: Callable[[str], Any] | None = None) -> ChildOutcome:
+        """Hand the child its job; wait at most timeout_s (counted from now) for it to end. on_event(name) is called
+        (from a reader thread) for each progress event the worker reports."""
+        token = self.token = secrets.token_hex(16)
+        if on_event is not None:
+            self.on_event = on_event
+        start = time.monotonic()
+        timed_out = False
+        try:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({**job, "token": token}).encode())
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+        finally:
+            self.discard()
+        seconds = time.monotonic() - start
+        self.reader.join(timeout=5)
+        self.log.seek(0)
+        text = self.log.read().decode("utf-8", "replace")
+        self.log.close()
+        result = None if timed_out else _parse(b"".join(self.chunks), token)
+        return ChildOutcome(result, self.proc.returncode, timed_out, seconds, text[-LOG_TAIL_CHARS:])
+
+    def discard(self) -> None:
+        """Kill the child's process group, and any group it reported (a child still waiting for its job, or one whose
+        job has ended)."""
+        _kill_group(self.proc)
+        with _live_lock:
+            _live.discard(self.proc.pid)
+            groups, self.groups = self.groups, []
+            _live.difference_update(groups)
+        for pgid in groups:
+            kill_tree(pgid)
+        self.proc.wait()
+
+
+def shared_env(env: dict[str, str]) -> dict[str, str]:
+    """What a zygote is started with: the environment without the per-job variables."""
+    return {k: v for k, v in env.items() if k not in JOB_ENV}
+
+
+def job_env(env: dict[str, str]) -> dict[str, str]:
+    """The per-job variables, which travel with the job to a worker started before it."""
+    return {k: env[k] for k in JOB_ENV if k in env}
+
+
+def _drain(fd: int, chunks: list[bytes], on_line: Callable[[bytes], Any]) -> None:
+    with os.fdopen(fd, "rb") as pipe:
+        while line := pipe.readline():
+            chunks.append(line)
+            on_line(line)

@@ -1,0 +1,97 @@
+"""Warm starts: a run's launcher that forks each job's fresh worker from a zygote, one started ahead on CUDA."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+from kbench.execution.child import _Child, ChildOutcome, job_env, shared_env
+from kbench.execution.zygote import Zygote, ZygoteError
+
+
+class WarmStarts:
+    """A launcher like `run_child` for a run's evaluations: each job gets a fresh worker, forked by a zygote that
+    imported torch and kbench once for every worker with the same environment (kbench.execution.zygote).
+
+    With `ahead` (CUDA runs) one worker is forked ahead for the next job as soon as the running job reports that its
+    timing is over (or when the job ends, if it never times), so that it and its candidate create their CUDA contexts
+    during the trust checks rather than during anybody's timing on this slot. On the CPU a worker is forked when its
+    job comes (a spare's start-up would share the timed cores). If a zygote cannot start, workers start the slow way
+    (`python -m kbench.execution.worker`).
+    """
+
+    def __init__(self, ahead: bool = True) -> None:
+        self.ahead = ahead
+        self._spares: dict[tuple[tuple[str, str], ...], _Child] = {}
+        self._zygotes: dict[tuple[tuple[str, str], ...], Zygote | None] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def adopt(self, zygote: Zygote, env: dict[str, str]) -> None:
+        """Use an already started zygote (the run's probe's) for the jobs whose shared environment is `env`; the
+        launcher closes it with the others."""
+        with self._lock:
+            self._zygotes.setdefault(tuple(sorted(shared_env(env).items())), zygote)
+
+    def _zygote(self, key: tuple[tuple[str, str], ...], env: dict[str, str]) -> Zygote | None:
+        with self._lock:
+            if key not in self._zygotes and not self._closed:
+                self._zygotes[key] = Zygote(env)
+            zygote = self._zygotes.get(key)
+        return zygote if zygote is not None and zygote.alive() else None
+
+    def _child(self, key: tuple[tuple[str, str], ...], env: dict[str, str]) -> _Child:
+        zygote = self._zygote(key, env)
+        if zygote is not None:
+            try:
+                return _Child(env, warm=self.ahead, zygote=zygote)
+            except ZygoteError as exc:
+                print(f"[warning] kbench's zygote failed ({exc}); workers start without it", file=sys.stderr)
+                with self._lock:
+                    self._zygotes[key] = None
+                zygote.close()
+        return _Child(env, warm=self.ahead)
+
+    def _start_spare(self, key: tuple[tuple[str, str], ...], env: dict[str, str]) -> None:
+        if not self.ahead:
+            return
+        with self._lock:
+            if self._closed or key in self._spares:
+                return
+        child = self._child(key, env)
+        with self._lock:
+            if self._closed or key in self._spares:
+                child.discard()
+                return
+            self._spares[key] = child
+
+    def __call__(self, job: dict[str, Any], timeout_s: float, env: dict[str, str]) -> ChildOutcome:
+        shared = shared_env(env)
+        key = tuple(sorted(shared.items()))
+        with self._lock:
+            child = self._spares.pop(key, None)
+        if child is None or child.proc.poll() is not None:  # none yet, or it died waiting
+            if child is not None:
+                child.discard()
+            child = self._child(key, shared)
+        job = {**job, "env": job_env(env)}
+        outcome = child.run(job, timeout_s, on_event=lambda name: name == "timed" and self._start_spare(key, shared))
+        self._start_spare(key, shared)  # the job ended without timing (a failure, a reference job)
+        return outcome
+
+    def waiting(self) -> int:
+        """How many started children wait for a job."""
+        with self._lock:
+            return sum(child.proc.poll() is None for child in self._spares.values())
+
+    def close(self) -> None:
+        """Kill the children still waiting for a job, and the zygotes."""
+        with self._lock:
+            self._closed = True
+            spares, self._spares = list(self._spares.values()), {}
+            zygotes, self._zygotes = [z for z in self._zygotes.values() if z is not None], {}
+        for child in spares:
+            child.discard()
+        for zygote in zygotes:
+            zygote.close()

@@ -52,18 +52,12 @@ _CUDA = r"""
 namespace {
 
 // ---- fast_math.cuh ------------------------------------------------------------------------------------------------
-// 2^x and 1 / x, one MUFU instruction each (relative errors about 2^-22 and 2^-23; 2^x below 2^-126 flushes to 0,
-// which neither a softmax sum nor GELU's erfc can notice).
+// 2^x in one MUFU instruction (relative error about 2^-22; below 2^-126 it flushes to 0, which neither a softmax
+// sum nor GELU's erfc can notice).
 
 __device__ __forceinline__ float exp2_approx(float x) {
     float r;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
-
-__device__ __forceinline__ float rcp_approx(float x) {
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
 
@@ -510,6 +504,13 @@ __global__ void pack_pairs(const float* __restrict__ w, float* __restrict__ out,
         if (ci < C && n < K) v = round_tf32(w[(((long long)ci * K + n) * 4 + kd) * 16 + kh * 4 + kw]);
         out[i ^ ((i >> 3) & 4)] = v;  // row (i / 8)'s halves swapped where swz swaps them: a stage copies as is
     }
+}
+
+// 1 / x in one MUFU instruction (relative error about 2^-23).
+__device__ __forceinline__ float rcp_approx(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
 }
 
 // GELU(y) = y Phi(y) with Phi(y) = 1 - E for y >= 0 and E for y < 0, E = erfc(|y| / sqrt 2) / 2 from Abramowitz and

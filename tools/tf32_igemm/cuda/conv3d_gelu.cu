@@ -35,7 +35,7 @@ conv3d_tf32_gelu(const float* __restrict__ x, const float* __restrict__ wt, cons
     const int gid = lane >> 2, tig = lane & 3;
     const int m0 = warp * 32;
     const int td = m0 / (TH * TW), th = (m0 / TW) % TH;
-    conv_pipeline<3, 27, false, RUNS>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
+    conv_pipeline<3, 27, false>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, e): voxel 16 mt + 8 (e / 2) + gid, channel 8 j + 2 tig + (e % 2).
         const int od = o.od0 + td, oh = o.oh0 + th;
         if (od >= g.Do || oh >= g.Ho) return;

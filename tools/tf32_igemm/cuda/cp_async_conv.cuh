@@ -1,6 +1,8 @@
-// The cp.async pipeline of attempt 4 (docs/solutions.md), conv3d_gelu's core: persistent blocks, double-buffered
-// (tile, chunk) stages copied by cp.async while the previous one is multiplied by mma.sync from ldmatrix. Its
-// Geometry and helpers predate tile.cuh's (never include both): attempt 5's core measured slower for gelu.
+// conv3d_gelu's core: the cp.async pipeline of attempt 4 (docs/solutions.md). Persistent blocks walk the tiles;
+// each (tile, chunk) stage is copied by cp.async into one of two buffers while the previous one is multiplied by
+// mma.sync from ldmatrix. Its Geometry, swz, round_tf32 and tile_origin predate tile.cuh's (never include both):
+// attempt 5's core measured slower for gelu. Taken from the shipped file with only its compile-time dead parts
+// removed (the POOLS and PAIRS row modes, mma_pairs); the kd-slab stages stay, since the kernel reads g.slabs.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <c10/cuda/CUDAException.h>
 #include <torch/types.h>
+#include "mma_sync.cuh"
 
 namespace {
 
@@ -16,7 +19,6 @@ constexpr int NB = 64;          // output channels per block
 constexpr int WARPS = 8;
 constexpr int THREADS = WARPS * 32;
 constexpr int TD = 2, TH = 4, TW = 32;  // output voxels per tile: 256, one 32-voxel run along W per warp
-constexpr int TILE_M = TD * TH * TW;
 
 struct Geometry {
     int N, C, D, H, W;          // input
@@ -40,19 +42,6 @@ __device__ __forceinline__ float round_tf32(float v) {
     uint32_t r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
     return __uint_as_float(r);
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const float* p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-
-__device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // 4-byte asynchronous copy; src_bytes == 0 writes a zero (padding) without reading.
@@ -130,72 +119,21 @@ __device__ __forceinline__ void round_tile(float* xs, int words) {
     for (int i = threadIdx.x; i < words; i += blockDim.x) xs[i] = round_tf32(xs[i]);
 }
 
-// Which voxel of the tile each accumulator row is. Rows: warp w's m = 16 mt + 8 half + gid (gid = lane / 4).
-//  RUNS  (POOL false): warp w owns the W-run (td, th) = (w / TH, w % TH); m is the W offset.
-//  POOLS (POOL true):  warp w owns d 0-1 x h 2hp..2hp+1 x w 8wb..8wb+7 (hp = w / 4, wb = w % 4): m = (mt = d,
-//                      half = h, gid = w), so a thread holds whole 2x2 (d, h) columns and lane ^ 4 the w neighbour.
-//  PAIRS (16 warps):   warp w owns the W-run (td, th) = ((w & 7) / TH, w % TH) of W-parity class w >> 3 (see
-//                      mma_pairs); m is the W offset.
-enum RowMode { RUNS = 0, POOLS = 1, PAIRS = 2 };
-
-template <int MODE>
+// Which voxel of the tile each accumulator row is: warp w owns the W-run (td, th) = (w / TH, w % TH), and its row
+// m = 16 mt + 8 half + gid (gid = lane / 4) is the W offset.
 __device__ __forceinline__ int row_position(int warp, int mt, int half, int r, int XH, int XW) {
-    if (MODE == POOLS) return (mt * XH + 2 * (warp >> 2) + half) * XW + 8 * (warp & 3) + r;
-    if (MODE == PAIRS) warp &= 7;
     return ((warp / TH) * XH + warp % TH) * XW + 16 * mt + 8 * half + r;
 }
 
-// A stride-2 transposed convolution whose kernel gives every output parity two taps per dimension (kernel 4,
-// padding 1): output 2j + p takes input j + p - 1 + s through tap k = 3 - p - 2s, s = 0, 1. The block is one (pd, ph)
-// class (cls = 2 pd + ph); warps 0-7 compute W-parity 0 and warps 8-15 W-parity 1 of the same rows, so a block holds
-// whole W rows. Input tile: 3 slots per dimension (pad 1); weights: [pw][sd][sh][sw][k 64][ci 8].
-__device__ __forceinline__ void mma_pairs(float (&acc)[2][8][4], const float* ws, const float* xs, int cls) {
-    constexpr int XH = TH + 2, XW = TW + 2;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int pw = warp >> 3, pd = cls >> 1, ph = cls & 1;
-    const int q = lane >> 3, r = lane & 7;
-    const int base = (pd * XH + ph) * XW + pw;
-    const int a_pos0 = row_position<PAIRS>(warp, 0, q & 1, r, XH, XW) + base;
-    const int a_pos1 = row_position<PAIRS>(warp, 1, q & 1, r, XH, XW) + base;
-    const int a_c = 4 * (q >> 1);
-    const int b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);
-#pragma unroll
-    for (int sd = 0; sd < 2; ++sd)
-#pragma unroll
-        for (int sh = 0; sh < 2; ++sh)
-#pragma unroll
-            for (int sw = 0; sw < 2; ++sw) {
-                const int tap = pw * 8 + (sd * 2 + sh) * 2 + sw;
-                const int shift = (sd * XH + sh) * XW + sw;
-                uint32_t a[2][4];
-                ldmatrix_x4(a[0], xs + swz(a_pos0 + shift, a_c));
-                ldmatrix_x4(a[1], xs + swz(a_pos1 + shift, a_c));
-#pragma unroll
-                for (int jj = 0; jj < 4; ++jj) {
-                    uint32_t b[4];
-                    ldmatrix_x4(b, ws + swz(tap * NB + jj * 16 + b_row, b_c));
-                    mma_tf32(acc[0][2 * jj], a[0], b[0], b[1]);
-                    mma_tf32(acc[1][2 * jj], a[1], b[0], b[1]);
-                    mma_tf32(acc[0][2 * jj + 1], a[0], b[2], b[3]);
-                    mma_tf32(acc[1][2 * jj + 1], a[1], b[2], b[3]);
-                }
-            }
-}
-
 // One stage of the implicit GEMM: this warp's 32 voxels x 64 channels += input x weights over the stage's taps.
-template <int KS, bool SLAB, int MODE>
-__device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws, const float* xs, uint32_t mask, int cls) {
-    static_assert(MODE != POOLS || (TD == 2 && TH * TW == 128 && TW == 32), "pool mapping needs 2 x 4 x 32 tiles");
-    if (MODE == PAIRS) {
-        mma_pairs(acc, ws, xs, cls);
-        return;
-    }
+template <int KS, bool SLAB>
+__device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws, const float* xs, uint32_t mask) {
     constexpr int XH = TH + KS - 1, XW = TW + KS - 1, KDS = SLAB ? 1 : KS;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // ldmatrix row supplied by this lane: matrix q = lane / 8 covers rows 8 (q & 1) .. +7 and channels 4 (q >> 1) .. +3.
     const int q = lane >> 3, r = lane & 7;
-    const int a_pos0 = row_position<MODE>(warp, 0, q & 1, r, XH, XW);
-    const int a_pos1 = row_position<MODE>(warp, 1, q & 1, r, XH, XW);
+    const int a_pos0 = row_position(warp, 0, q & 1, r, XH, XW);
+    const int a_pos1 = row_position(warp, 1, q & 1, r, XH, XW);
     const int a_c = 4 * (q >> 1);
     const int b_row = r + 8 * (q >> 1), b_c = 4 * (q & 1);       // B: matrices (j, k0-3), (j, k4-7), (j+1, ..), (j+1, ..)
 #pragma unroll
@@ -224,8 +162,8 @@ __device__ __forceinline__ void mma_stage(float (&acc)[2][8][4], const float* ws
 
 // The persistent pipeline: each block walks tiles blockIdx.x, +gridDim.x, ...; stage s = (tile, chunk, slab) is
 // copied into buffer s % 2 while stage s - 1 is multiplied. After a tile's last stage, epilogue(acc, origin) runs.
-// KS: the input window per dimension; TPC: taps per chunk in the packed weights (KS^3, or 16 for PAIRS).
-template <int KS, int TPC, bool SLAB, int MODE, typename Epilogue>
+// KS: the input window per dimension; TPC: taps per chunk in the packed weights (KS^3).
+template <int KS, int TPC, bool SLAB, typename Epilogue>
 __device__ __forceinline__ void conv_pipeline(const float* __restrict__ x, const float* __restrict__ wt,
                                               const Geometry& g, Epilogue&& epilogue) {
     extern __shared__ __align__(16) float smem[];
@@ -263,7 +201,7 @@ __device__ __forceinline__ void conv_pipeline(const float* __restrict__ x, const
         }
         const TileOrigin o = tile_origin(blockIdx.x + (s / per_tile) * gridDim.x, g);
         const int slab = within % g.slabs;
-        mma_stage<KS, SLAB, MODE>(acc, wbuf(b), xbuf(b), g.masks[o.cls] >> (slab * KS * KS), o.cls);
+        mma_stage<KS, SLAB>(acc, wbuf(b), xbuf(b), g.masks[o.cls] >> (slab * KS * KS));
         if (within == per_tile - 1) epilogue(acc, o);
         __syncthreads();  // buffer b is refilled by the next iteration's copies
     }

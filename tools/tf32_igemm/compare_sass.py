@@ -2,8 +2,10 @@
 
 A generator change (fragments split, dead code dropped, a template rewritten) must not change what runs on the GPU.
 This script compiles the CUDA source that each solution file hands to `load_inline`, with the flags `load_inline`
-would use (torch's nvcc flags, the file's `extra_cuda_cflags`), disassembles it with `cuobjdump -sass` and compares
-every `__global__` function's instructions. No GPU needed: only nvcc (kbench.toolkit finds the toolkit).
+would use (torch's nvcc flags, the file's `extra_cuda_cflags`), disassembles it with `cuobjdump -sass -res-usage`
+and compares every `__global__` function's instructions (with their encodings) and resource usage (registers, stack,
+shared and local memory, parameter bank). Only file names, paths and the hash in anonymous-namespace names are
+ignored. No GPU needed: only nvcc (kbench.toolkit finds the toolkit) and cuobjdump (the toolkit's, or triton's).
 
     python tools/tf32_igemm/compare_sass.py HEAD~1 HEAD          # the four shipped files at two revisions
     python tools/tf32_igemm/compare_sass.py main HEAD --arch sm_90 --problem conv3d_gelu
@@ -40,6 +42,7 @@ PROBLEMS = ("conv3d_gelu", "conv3d_logsumexp", "convtranspose3d_layernorm", "con
 # load_inline puts these before the cuda_sources (torch.utils.cpp_extension.load_inline, no_implicit_headers=False).
 IMPLICIT_HEADERS = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 # torch.utils.cpp_extension.COMMON_NVCC_FLAGS (copied: importing it is slow and warns without a GPU).
+DUMP_FORMAT = "sass+res-usage"  # part of the cache key: dumps made otherwise are not reused
 TORCH_NVCC_FLAGS = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                     "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__", "--expt-relaxed-constexpr"]
 
@@ -82,11 +85,17 @@ def nvcc_command(name: str, flags: list[str], arch: str, cuda_home: Path, src: P
 
 
 def sass_by_kernel(dump: str) -> dict[str, list[str]]:
-    """cuobjdump -sass output -> {function: instruction lines}. Kept: each instruction with its offset and encoding
-    (branch targets are offsets within the function). Dropped: headers (arch, file, section) and blank lines."""
+    """cuobjdump -sass -res-usage output -> {function: its resource line (registers, stack, shared and local memory,
+    parameter bank), then its instruction lines}. Kept: each instruction with its offset and encoding (branch targets
+    are offsets within the function). Dropped: headers (arch, file, section) and blank lines."""
     kernels: dict[str, list[str]] = {}
     current = None
-    for line in dump.splitlines():
+    resources: dict[str, str] = {}
+    lines = dump.splitlines()
+    for i, line in enumerate(lines):
+        if m := re.match(r"\s*Function (\S+):$", line):  # -res-usage: the next line holds the figures
+            resources[_stable_name(m.group(1))] = lines[i + 1].strip()
+            continue
         m = re.match(r"\s*Function : (\S+)", line)
         if m:
             current = kernels.setdefault(_stable_name(m.group(1)), [])
@@ -94,7 +103,7 @@ def sass_by_kernel(dump: str) -> dict[str, list[str]]:
             current.append(_stable_name(line.strip()))
         elif current is not None and re.match(r"\s*/\* 0x[0-9a-f]+ \*/", line):  # second encoding word
             current.append(line.strip())
-    return kernels
+    return {fn: [resources.get(fn, "no resource line"), *code] for fn, code in kernels.items()}
 
 
 def _stable_name(text: str) -> str:
@@ -122,17 +131,19 @@ def sass_of(text: str, arch: str, cuda_home: Path, cache: Path | None) -> dict[s
     """The SASS of the file's CUDA source by kernel. A build takes a minute (torch's headers), so dumps are cached
     under cache, keyed by the nvcc command's flags and the source's bytes."""
     name, source, flags = load_inline_args(text)
-    key = hashlib.sha256("\0".join([name, arch, *flags, source]).encode()).hexdigest()[:24]
+    command = nvcc_command(name, flags, arch, cuda_home, Path("cuda.cu"), Path("cuda.cubin"))
+    key = hashlib.sha256("\0".join([DUMP_FORMAT, *command, source]).encode()).hexdigest()[:24]
     cached = cache / f"{key}.sass" if cache else None
     if cached and cached.is_file():
         return sass_by_kernel(cached.read_text())
     with tempfile.TemporaryDirectory(prefix="sass_") as tmp:
         src, cubin = Path(tmp) / "cuda.cu", Path(tmp) / "cuda.cubin"
         src.write_text(source)
-        build = subprocess.run(nvcc_command(name, flags, arch, cuda_home, src, cubin), capture_output=True, text=True)
+        build = subprocess.run(nvcc_command(name, flags, arch, cuda_home, src, cubin), capture_output=True, text=True,
+                               cwd=tmp)
         if build.returncode != 0:
             raise RuntimeError(f"nvcc failed for {name}:\n{build.stderr[-4000:]}")
-        dump = subprocess.run([str(find_cuobjdump(cuda_home)), "-sass", str(cubin)], capture_output=True,
+        dump = subprocess.run([str(find_cuobjdump(cuda_home)), "-sass", "-res-usage", str(cubin)], capture_output=True,
                               text=True, check=True).stdout
     if cached:
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -159,7 +170,7 @@ def compare(label: str, old: dict[str, list[str]], new: dict[str, list[str]], sh
             print(f"  {label}: {fn} only in the {'new' if fn in new else 'old'} build")
             same = False
         elif old[fn] == new[fn]:
-            print(f"  {label}: {fn}: identical ({len(old[fn]) // 2} instructions)")
+            print(f"  {label}: {fn}: identical ({len(old[fn]) // 2} instructions; {old[fn][0]})")
         else:
             same = False
             print(f"  {label}: {fn}: DIFFERS ({len(old[fn]) // 2} -> {len(new[fn]) // 2} instructions)")

@@ -10,8 +10,9 @@ constexpr int CK = 8;           // input channels per K chunk (the MMA's k)
 constexpr int NB = 64;          // output channels per block
 constexpr int TD = 2, TH = 4, TW = 32;  // output voxels per tile: 256, one 32-voxel run along W per warp
 
-// The kernels' parameter block (by value). wsz..resident are the old cp.async pipeline's, unused here; as the last
-// fields they could go with only the parameter size changing, but they stay until a build shows that is all.
+// The kernels' parameter block (by value). wsz..resident are the old cp.async pipeline's, unused here, but they stay:
+// without them the parameters after Geometry move (layernorm's eps and scale) and softmax's registers are allocated
+// differently (compare_sass.py, 2026-11-25).
 struct Geometry {
     int N, C, D, H, W;          // input
     int K, Do, Ho, Wo;          // output channels and sizes

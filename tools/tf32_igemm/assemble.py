@@ -1,58 +1,115 @@
-"""Write the `tf32_igemm` solutions from one CUDA core, so the core is maintained once.
+"""Write the `tf32_igemm` solutions from CUDA fragments and Python templates, so shared code is maintained once.
 
-A solution file must stand alone (the KernelBench contract; kbench's build cache keys on the file's text), so each
-`solutions/<problem>/tf32_igemm.py` carries its own copy of `core.cu`: docstring + Python head + CUDA (headers, core,
-`tma.cu` for the kernels that stage by TMA, the problem's tail). `tests/test_tf32_igemm.py` checks that the shipped
-files are what this script writes.
+A solution file must stand alone (the KernelBench contract; kbench's build cache keys on the file's bytes), so each
+`solutions/<problem>/tf32_igemm.py` carries its own copy of the CUDA it needs: `templates/<problem>.py` with its
+`@CUDA@` placeholder replaced by `cuda/<problem>.cu` and the fragments (`cuda/*.cuh`) it includes, directly or
+through other fragments, and no others. README.md beside this script describes the fragments.
+`tests/test_tf32_igemm.py` checks that the shipped files are what this script writes.
 
-    python tools/tf32_igemm/assemble.py           # rewrite the shipped solutions
-    python tools/tf32_igemm/assemble.py --check   # exit 1 if any shipped file differs
-
-`solutions/conv3d_gelu/tf32_igemm.py` is frozen: it was written by this script from the core of commit c40d399, and
-the current core (attempt 5: fragment rounding, 32-bit tile loop, unrolled copies) measured slower for it (3.80 ms
-against 3.01 ms, side by side on the H100). Its epilogue was then edited in place to attempt 7's two-pass form (2.79
-against 3.09 ms), the same edit as in `gelu_tail.cu`, and its Python head got `PRECISIONS = ("fp32",)` as the
-templates did. `--check` pins its hash instead; `gelu_tail.cu` still
-assembles with today's core (`python tools/tf32_igemm/assemble.py --print gelu`) for whoever takes it further.
+    python tools/tf32_igemm/assemble.py                       # rewrite the shipped solutions
+    python tools/tf32_igemm/assemble.py --check               # exit 1 if any shipped file differs
+    python tools/tf32_igemm/assemble.py --print conv3d_gelu   # one problem's file on stdout
 """
 
 from __future__ import annotations
 
-import hashlib
+import re
 import sys
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+CUDA = HERE / "cuda"
+TEMPLATES = HERE / "templates"
 SOLUTIONS = HERE.parent.parent / "solutions"
-HEADERS = """#include <torch/extension.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
-"""
-SHIPPED = {  # problem: file prefix of its docstring, Python head and CUDA tail
-    "convtranspose3d_softmax": "softmax",
-    "convtranspose3d_layernorm": "ln",
-    "conv3d_logsumexp": "lse",
-}
-FROZEN = {  # problem: sha256 of its shipped file, written by an earlier core and edited (see the docstring)
-    "conv3d_gelu": "dfaacf57c5a80a6cc2ebbabd2d93fa3f9b6af88d772a116e1116c0c6f7eccea1",
-}
+PROBLEMS = ("conv3d_gelu", "conv3d_logsumexp", "convtranspose3d_layernorm", "convtranspose3d_softmax")
+PLACEHOLDER = "@CUDA@"  # in a template: r"""\n@CUDA@""" (a valid raw string, so the template is valid Python)
+NAMESPACE_OPEN, NAMESPACE_CLOSE = "namespace {", "}  // namespace"
+RULE = 118  # width of a fragment's heading line in the generated source
 
 
-TMA_USERS = {"softmax", "ln", "lse"}  # prefixes whose kernels stage by TMA (tma.cu, Hopper)
-WGMMA_USERS = {"lse"}  # prefixes whose kernels multiply by wgmma (wgmma.cu; built for sm_90a alone: see lse_py.txt)
-TMA_HEADERS = HEADERS.replace("<torch/extension.h>\n", "<torch/extension.h>\n#include <cuda.h>\n")  # + CUtensorMap
+@dataclass
+class Source:
+    """One CUDA file, split as the generated source needs it: every file has the same layout (README.md)."""
+    name: str
+    comment: list[str]        # the leading // lines: what the fragment is, and why
+    system: list[str]         # #include <...> lines
+    local: list[str]          # fragment names of #include "..." lines, in order
+    body: str                 # between `namespace {` and `}  // namespace`
+    host: str                 # after the namespace (a problem's entry point; empty in a fragment)
 
 
-def assemble(prefix: str) -> str:
-    tma = prefix in TMA_USERS
-    cuda = ((TMA_HEADERS if tma else HEADERS) + (HERE / "core.cu").read_text()
-            + ((HERE / "tma.cu").read_text() if tma else "")
-            + ((HERE / "wgmma.cu").read_text() if prefix in WGMMA_USERS else "") + (HERE / f"{prefix}_tail.cu").read_text())
-    doc = (HERE / f"{prefix}_doc.txt").read_text().rstrip()
-    head = (HERE / f"{prefix}_py.txt").read_text().replace("@CUDA@", cuda.rstrip() + "\n")
-    return f"{doc}\n\n{head}"
+def parse(path: Path) -> Source:
+    lines = path.read_text().splitlines()
+    try:
+        opening = lines.index(NAMESPACE_OPEN)
+        closing = lines.index(NAMESPACE_CLOSE, opening)
+    except ValueError:
+        raise SystemExit(f"{path}: no `{NAMESPACE_OPEN}` ... `{NAMESPACE_CLOSE}` lines") from None
+    comment, system, local = [], [], []
+    for line in lines[:opening]:
+        if m := re.fullmatch(r'#include "([\w.]+)"(\s*//.*)?', line):
+            local.append(m.group(1))
+        elif re.fullmatch(r"#include <[\w./]+>", line):
+            system.append(line)
+        elif line.startswith("//"):
+            comment.append(line)
+        elif line.strip() not in ("", "#pragma once"):
+            raise SystemExit(f"{path}: unexpected line before `{NAMESPACE_OPEN}`: {line!r}")
+    host = "\n".join(lines[closing + 1:]).strip("\n")
+    if path.suffix == ".cuh" and host:
+        raise SystemExit(f"{path}: a fragment ends with `{NAMESPACE_CLOSE}`")
+    return Source(path.name, comment, system, local, "\n".join(lines[opening + 1:closing]).strip("\n"), host)
+
+
+def fragments_of(source: Source) -> list[Source]:
+    """The fragments source includes, directly or not, each once and after those it includes."""
+    order: dict[str, Source] = {}
+
+    def visit(name: str, stack: tuple[str, ...]) -> None:
+        if name in stack:
+            raise SystemExit(f"include cycle: {' -> '.join((*stack, name))}")
+        if name in order:
+            return
+        fragment = parse(CUDA / name)
+        for dep in fragment.local:
+            visit(dep, (*stack, name))
+        order[name] = fragment
+
+    for name in source.local:
+        visit(name, (source.name,))
+    return list(order.values())
+
+
+def _include_key(line: str) -> tuple[int, str]:
+    """Standard headers, then CUDA's, then the rest (c10, torch)."""
+    header = line.split("<")[1]
+    return (0 if "." not in header else 1 if header.startswith("cuda") else 2), header
+
+
+def combine(source: Source) -> str:
+    """The CUDA of source as one translation unit: the includes of all its files, then its fragments' bodies and
+    its own in one anonymous namespace, then its host part."""
+    parts = [*fragments_of(source), source]
+    system = sorted({line for part in parts for line in part.system}, key=_include_key)
+    names = ", ".join(part.name for part in parts)
+    banner = textwrap.wrap(f"Generated by tools/tf32_igemm/assemble.py from cuda/: {names}. Edit those, not this.",
+                           RULE - 3)
+    out = [*(f"// {line}" for line in banner), *system, "", NAMESPACE_OPEN, ""]
+    for part in parts[:-1]:
+        out += [f"// ---- {part.name} ".ljust(RULE, "-"), *part.comment, "", part.body, ""]
+    out += [f"// ---- {source.name} ".ljust(RULE, "-"), source.body, "", NAMESPACE_CLOSE]
+    if source.host:
+        out += ["", source.host]
+    return "\n".join(out) + "\n"
+
+
+def assemble(problem: str) -> str:
+    template = (TEMPLATES / f"{problem}.py").read_text()
+    if template.count(PLACEHOLDER) != 1:
+        raise SystemExit(f"templates/{problem}.py: expected one {PLACEHOLDER}")
+    return template.replace(PLACEHOLDER, combine(parse(CUDA / f"{problem}.cu")))
 
 
 def main() -> int:
@@ -60,17 +117,16 @@ def main() -> int:
         print(assemble(sys.argv[2]), end="")
         return 0
     check = "--check" in sys.argv[1:]
-    stale = [str(SOLUTIONS / problem / "tf32_igemm.py") for problem, digest in FROZEN.items()
-             if hashlib.sha256((SOLUTIONS / problem / "tf32_igemm.py").read_bytes()).hexdigest() != digest]
-    for problem, prefix in SHIPPED.items():
-        target, text = SOLUTIONS / problem / "tf32_igemm.py", assemble(prefix)
+    stale = []
+    for problem in PROBLEMS:
+        target, text = SOLUTIONS / problem / "tf32_igemm.py", assemble(problem)
         if check:
             if not target.is_file() or target.read_text() != text:
                 stale.append(str(target))
         else:
             target.write_text(text)
     if stale:
-        print("out of date (run tools/tf32_igemm/assemble.py; frozen files: restore them from git):", *stale, sep="\n  ")
+        print("out of date (run python tools/tf32_igemm/assemble.py):", *stale, sep="\n  ")
         return 1
     return 0
 

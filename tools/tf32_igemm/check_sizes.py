@@ -27,7 +27,7 @@ from kbench.judge.correctness import compare  # noqa: E402
 from kbench.problems.discovery import load_problem_dir  # noqa: E402
 
 # problem: [(constructor arguments, input shape[, "nan"])]; None, None: the problem's own sizes. "nan": some inputs
-# are NaN, among them the GPU's own NaN (0x7fffffff), whose TF32 rounding needs care (tma.cu, tf32_a).
+# are NaN, among them the GPU's own NaN (0x7fffffff), whose TF32 rounding needs care (cuda/tma.cuh, tf32_a).
 CASES = {
     "conv3d_gelu": [(None, None), ([5, 40, 3, (40, 1, 1, 1)], (2, 5, 7, 13, 37)),
                     ([16, 80, 3, (80, 1, 1, 1)], (1, 16, 5, 9, 70))],

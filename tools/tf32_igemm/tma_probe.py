@@ -1,7 +1,7 @@
 """On a Hopper GPU: does one TMA tensor copy of a box of x load what slicing says it should?
 
 A development aid, written for the layernorm TMA fault (docs/solutions.md, attempts 9 and 10). It runs a single
-tensor copy, nothing else, with the map built by tma.cu's own `input_map`, for a given input shape, box and
+tensor copy, nothing else, with the map built by cuda/tma_maps.cuh's own `input_map`, for a given input shape, box and
 coordinates; each case in a fresh process, so a fault ends one case, not the run. It prints ok / wrong / FAULT per
 case. What it found on the H100: the innermost (w) coordinate must be a multiple of 16 bytes; w = -1 or 3 faults
 with "illegal instruction", while negative h and d, and w = 0, 4, 8, load correctly. The built-in cases are the ones
@@ -88,10 +88,11 @@ def _extension():
     from torch.utils.cpp_extension import load_inline
 
     sys.path.insert(0, str(HERE))
-    import assemble  # noqa: E402  (the same headers, core and TMA helpers the solutions get)
+    import assemble  # noqa: E402  (the same fragments the solutions get: tma.cuh's copies, tma_maps.cuh's input_map)
 
-    cuda = (assemble.TMA_HEADERS + (HERE / "core.cu").read_text() + (HERE / "tma.cu").read_text() + _DEVICE
-            + "}  // namespace\n" + _HOST)
+    probe = assemble.Source("tma_probe", [], ["#include <torch/extension.h>", "#include <c10/cuda/CUDAStream.h>"],
+                            ["tma.cuh", "tma_maps.cuh"], _DEVICE.strip("\n"), _HOST.strip("\n"))
+    cuda = assemble.combine(probe)
     return load_inline(name="kbench_tma_probe", cpp_sources=_CPP, cuda_sources=cuda, functions=["probe"],
                        extra_cuda_cflags=["-O3"], verbose=False)
 

@@ -1,4 +1,5 @@
-// ---- Hopper warpgroup MMA (wgmma, sm_90a only: the solutions using it compile for that target alone) -------------
+// Hopper warpgroup MMA (wgmma, sm_90a only: the solutions using it compile for that target alone; elsewhere the MMA
+// traps).
 // wgmma.m64n64k8 with TF32 inputs: a warpgroup (4 warps) multiplies 64 rows x 8 k of A by 8 k x 64 columns of B. Here
 // A comes from registers, in the same fragment as mma.sync m16n8k8 (warp i of the group gives rows 16 i .. 16 i + 15,
 // which rows they are is the warp's own choice), and B from shared memory through a descriptor. D's registers d[j][e]
@@ -7,6 +8,14 @@
 // B is K-major without swizzling: 8 rows x 16 bytes core matrices, stored whole (128 bytes each); the two along K (k
 // 0-3, 4-7) sit WG_LBO bytes apart, consecutive groups of 8 columns WG_SBO bytes apart, so one 8 x 64 operand is
 // [n / 8][k / 4][n % 8][k % 4]: 2 KB. (Swapping the two offsets gives wrong results: attempt 12 ran both.)
+#pragma once
+
+#include <cstdint>
+#include "tile.cuh"
+#include "tma.cuh"  // smem_addr
+
+namespace {
+
 constexpr uint64_t WG_LBO = 128, WG_SBO = 256;
 constexpr int WG_BWORDS = NB * CK;  // one B operand: 512 words
 __device__ __forceinline__ uint64_t b_desc(const float* p) {
@@ -46,3 +55,5 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[8][4], const uint32_t (&a)
     __trap();  // built for sm_90a only (the solution's compile flags)
 #endif
 }
+
+}  // namespace

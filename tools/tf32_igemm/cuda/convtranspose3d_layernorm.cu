@@ -1,3 +1,18 @@
+// convtranspose3d_layernorm: the stride-2 ConvTranspose3d (kernel 4) with LayerNorm over W, GELU and scaling; the kernel and its host entry point (the Python side: templates/convtranspose3d_layernorm.py).
+#include <torch/extension.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include "fast_math.cuh"
+#include "persistent_grid.cuh"
+#include "scan_wrap.cuh"
+#include "tile.cuh"
+#include "tma.cuh"
+#include "tma_maps.cuh"
+#include "tma_store.cuh"
+#include "tma_taps.cuh"
+
+namespace {
+
 constexpr int LN_THREADS = 512;  // 16 warps: 8 rows x 2 W-parities
 // Input window per stage (TMA staging): [channel 8][d TD + 3][h TH + 2][w 44], w 34 used after the 16-byte alignment
 // shift (window_shift: 3 at padding 1). d needs TD + 2 planes; with 5 planes of 6 x 44 a channel plane is 1320 words
@@ -29,6 +44,13 @@ __global__ void pack_pairs(const float* __restrict__ w, float* __restrict__ out,
     }
 }
 
+// 1 / x in one MUFU instruction (relative error about 2^-23).
+__device__ __forceinline__ float rcp_approx(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
 // GELU(y) = y Phi(y) with Phi(y) = 1 - E for y >= 0 and E for y < 0, E = erfc(|y| / sqrt 2) / 2 from Abramowitz and
 // Stegun 7.1.26 (t = 1 / (1 + 0.3275911 z), erfc(z) = t P(t) e^(-z^2), absolute error of erf at most 1.5e-7): 16
 // instructions against erff's 28, with no coefficient selects. In float32 it is within 4.2e-7 of GELU in float64 over
@@ -56,7 +78,7 @@ convt3d_tf32_layernorm_gelu(const __grid_constant__ CUtensorMap xmap, const __gr
                             const float* __restrict__ gamma, const float* __restrict__ beta, float* __restrict__ out,
                             const unsigned* __restrict__ wrap, const Geometry g, float eps, float scale) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    extern __shared__ __align__(1024) float smem_base[];  // 1024-aligned base: see the softmax kernel
+    extern __shared__ __align__(1024) float smem_base[];  // 1024-aligned base: see convtranspose3d_softmax.cu
     float* const staging = smem_base;
     float* const bufs = smem_base + STAGE_WORDS;
     float* const red = bufs + LNBUF * LBUF;  // [2 passes][16 warps][64 channels]

@@ -1,3 +1,12 @@
+// conv3d_gelu: Conv3d with leaky_relu, channel offset, clamp and GELU; the kernel and its host entry point (the
+// Python side: templates/conv3d_gelu.py).
+#include <torch/extension.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include "cp_async_conv.cuh"
+
+namespace {
+
 // erf(x) for |x| <= 1/sqrt(2), GELU's argument after the clamp: its Taylor series to x^15 (error 2e-8 with float
 // coefficients), about a third of the instructions of the general erff.
 __device__ __forceinline__ float erf_small(float x) {
@@ -26,7 +35,7 @@ conv3d_tf32_gelu(const float* __restrict__ x, const float* __restrict__ wt, cons
     const int gid = lane >> 2, tig = lane & 3;
     const int m0 = warp * 32;
     const int td = m0 / (TH * TW), th = (m0 / TW) % TH;
-    conv_pipeline<3, 27>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
+    conv_pipeline<3, 27, false>(x, wt, g, [&](float (&acc)[2][8][4], const TileOrigin& o) {
         // Accumulator (mt, j, e): voxel 16 mt + 8 (e / 2) + gid, channel 8 j + 2 tig + (e % 2).
         const int od = o.od0 + td, oh = o.oh0 + th;
         if (od >= g.Do || oh >= g.Ho) return;
@@ -82,7 +91,7 @@ torch::Tensor conv3d_gelu_fused(torch::Tensor x, torch::Tensor w, torch::Tensor 
     auto wt = pack_weights(w, g, 3);
     auto b = bias.contiguous(), o = offset.contiguous();
     set_tiles(g, g.Do, g.Ho, g.Wo);
-    set_smem(g, 3, g.chunks == 1);  // one chunk: the weights stay in shared memory
+    set_smem(g, 3, false, g.chunks == 1);  // one chunk: the weights stay in shared memory
     const size_t smem = smem_bytes(g);
     const dim3 grid = persistent_grid(conv3d_tf32_gelu, g, smem);
     conv3d_tf32_gelu<<<grid, THREADS, smem, c10::cuda::getCurrentCUDAStream()>>>(

@@ -1,3 +1,20 @@
+// convtranspose3d_softmax: the stride-2 ConvTranspose3d with channel softmax and sigmoid; the kernel and its host entry point (the Python side: templates/convtranspose3d_softmax.py).
+#include <algorithm>
+#include <climits>
+#include <torch/extension.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include "fast_math.cuh"
+#include "persistent_grid.cuh"
+#include "scan_wrap.cuh"
+#include "tile.cuh"
+#include "tma.cuh"
+#include "tma_maps.cuh"
+#include "tma_store.cuh"
+#include "tma_taps.cuh"
+
+namespace {
+
 // Stride-2 transposed convolution as 8 parity classes: output o = 2 j + p (per dimension) receives input i = j + s + dmin
 // through kernel tap k = p + pad - 2 (s + dmin), for the slots s where that k exists. Each class is a plain
 // 2x2x2-slot convolution over the input with the other slots masked off. A block takes one (d, h) parity pair
@@ -5,7 +22,7 @@
 // it writes whole W rows: both halves of every 32-byte sector of its stride-2 stores leave the block together.
 constexpr int SLOTS = 2;
 constexpr int SM_THREADS = 512;
-// Input window per stage (core's TMA staging): [channel 8][d TD + 1][h TH + 1][w 40], w 33 used after a shift of up
+// Input window per stage (tma.cuh's staging): [channel 8][d TD + 1][h TH + 1][w 40], w 33 used after a shift of up
 // to 3 (window_shift); 40 keeps rows 16-byte multiples and makes a channel plane 600 words (600 % 32 == 24).
 constexpr int XBW = 40, XBH = TH + 1, XBD = TD + 1;
 constexpr int XPLANE = XBW * XBH * XBD;

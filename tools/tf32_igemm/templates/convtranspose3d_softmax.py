@@ -1,3 +1,27 @@
+"""Stride-2 ConvTranspose3d on TF32 tensor cores as eight parity-class convolutions, with softmax and sigmoid fused.
+
+Output voxel o = 2j + p (per dimension, parity p) only receives the kernel taps k with k = p + padding - 2 delta, from
+input j + delta. So the transposed convolution splits into 8 classes (pd, ph, pw), each a plain convolution over the
+input with 2 x 2 x 2 slots, some of them empty (1, 2, 4 or 8 taps per class at kernel 3): the zeros a transposed
+convolution would multiply are never touched. Each tile of 2 x 4 x 32 class voxels x all 64 output channels is
+accumulated in registers (mma.sync m16n8k8, TF32 inputs rounded to nearest, float32 accumulation); the 64 channels of
+a voxel sit in the four threads of a quad, so the channel softmax is two shuffles for the max and two for the sum,
+followed by the sigmoid and one store per value. A block of 16 warps takes one (d, h) parity pair and both W-parities
+of its rows (warps 0-7 and 8-15, each half with its own taps), so the two halves of every sector of the stride-2
+stores leave one block together. Persistent blocks (one per SM; an odd count, so each cycles through pairs of unequal
+work) walk the tiles. Copies are TMA (Hopper): one thread starts each stage's two copies (the weights, packed per
+class by one small kernel per call in shared-memory order, as one bulk copy; the input window as one 5-D tensor copy,
+zero-filled outside the input), three stages in flight on mbarriers; the last warp done with a stage starts the copy
+into its buffer, so no block-wide barrier runs per stage. Results leave the same way: each pair of warps writes its 64
+channels x 32 voxels into shared memory in TMA's 128-byte swizzle and one thread stores them with one tensor copy,
+which also clips the output's edges (64 channels and an output width divisible by 4; otherwise one guarded store per
+value). The kernel needs sm_90 or later; older GPUs take the fallback.
+
+Stride 2 with two slots per dimension (kernel 3, at any padding and output padding) and up to 64 output channels take
+the fast path at any input size; anything else falls back to cuDNN plus the same ops. TF32 is the precision PyTorch's
+defaults allow cuDNN for convolutions (docs/solutions.md has the error figures).
+"""
+
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

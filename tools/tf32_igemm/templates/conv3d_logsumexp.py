@@ -1,3 +1,18 @@
+"""Implicit-GEMM Conv3d on TF32 tensor cores with 2x2x2 max-pool, channel logsumexp and ReLU in its epilogue.
+
+The convolution output is never written to memory. Each tile of 2 x 8 x 32 output voxels x all (up to 64) output
+channels is accumulated in registers by 16 warps: Hopper warpgroup MMAs (wgmma m64n64k8, TF32 inputs rounded to
+nearest, float32 accumulation), A from registers, B (the weights) straight from shared memory. The accumulator rows are laid out so that a thread holds the 2 x 2 (d, h) column of a pool window and
+its neighbour lane the other w: the max-pool is four maxima and one shuffle, the logsumexp over 64 channels a local
+online pass and two shuffles across the four threads that hold them, and each tile stores just its 64 results. One
+persistent block per SM walks the tiles; each stage (8 input channels, one kd plane of the kernel) arrives by TMA, a
+bulk copy of its pre-packed weights and a tensor copy of its input window, four stages in flight on mbarriers.
+
+3x3x3, stride-1 convolutions (any zero padding, up to 64 output channels) followed by a 2x2x2, stride-2 pool take
+the fast path at any input size on Hopper (sm_90) GPUs; anything else falls back to cuDNN plus the same ops in PyTorch. TF32
+is the precision PyTorch's defaults allow cuDNN for convolutions (docs/solutions.md has the error figures).
+"""
+
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

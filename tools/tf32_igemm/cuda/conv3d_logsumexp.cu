@@ -1,8 +1,22 @@
+// conv3d_logsumexp: Conv3d with max-pool, channel logsumexp and ReLU; the kernel and its host entry point (the Python side: templates/conv3d_logsumexp.py).
+#include <algorithm>
+#include <torch/extension.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include "persistent_grid.cuh"
+#include "scan_wrap.cuh"
+#include "tile.cuh"
+#include "tma.cuh"
+#include "tma_maps.cuh"
+#include "wgmma.cuh"
+
+namespace {
+
 // ---- conv3d_logsumexp: Conv3d (3x3x3, stride 1) -> MaxPool3d(2, 2) -> logsumexp over channels -> ReLU ------------
 // A tile is TD x LSE_TH x TW = 2 x 8 x 32 convolution outputs (1 x 4 x 16 pooled voxels) x 64 channels, 16 warps.
 // Warp w = 4 hp + wb owns d 0-1 x h 2hp..2hp+1 x w 8wb..8wb+7: accumulator row m = 16 mt + 8 half + gid is voxel
 // (mt, 2 hp + half, 8 wb + gid), so a thread holds the 2 x 2 (d, h) column of a pool window and lane ^ 4 the other w.
-// The MMAs are wgmma (wgmma.cu): per tap, each warpgroup (warps 4 hp .. 4 hp + 3) issues one m64n64k8 per mt, its A
+// The MMAs are wgmma (wgmma.cuh): per tap, each warpgroup (warps 4 hp .. 4 hp + 3) issues one m64n64k8 per mt, its A
 // from registers, its B (the tap's weights) read by the tensor cores from shared memory; the next tap's A fragments
 // are loaded while they run.
 // A stage is one kd plane of taps (a slab: 9 taps, 18 KB of weights) of one 8-channel chunk, with its input window
@@ -130,6 +144,25 @@ conv3d_tf32_pool_lse(const __grid_constant__ CUtensorMap xmap, const float* __re
         }
     });
 #endif
+}
+
+// Argument checks and output sizes of a stride-1 3x3x3 Conv3d.
+Geometry input_geometry(const torch::Tensor& x, const torch::Tensor& w, int64_t pad) {
+    Geometry g{};
+    g.N = (int)x.size(0); g.C = (int)x.size(1); g.D = (int)x.size(2); g.H = (int)x.size(3); g.W = (int)x.size(4);
+    g.K = (int)w.size(0); g.pad = (int)pad;
+    const int KS = (int)w.size(2);
+    g.Do = g.D + 2 * g.pad - KS + 1; g.Ho = g.H + 2 * g.pad - KS + 1; g.Wo = g.W + 2 * g.pad - KS + 1;
+    g.chunks = (g.C + CK - 1) / CK;
+    return g;
+}
+
+void check_inputs(const torch::Tensor& x, const torch::Tensor& w, const char* who) {
+    TORCH_CHECK(x.is_cuda() && w.is_cuda(), who, ": CUDA tensors only");
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32 && w.scalar_type() == torch::kFloat32, who, ": float32 only");
+    TORCH_CHECK(x.dim() == 5 && w.dim() == 5 && w.size(1) == x.size(1), who, ": shape mismatch");
+    TORCH_CHECK(w.size(2) == 3 && w.size(3) == 3 && w.size(4) == 3, who, ": 3x3x3 kernels only");
+    TORCH_CHECK(x.device() == w.device(), who, ": tensors on different devices");
 }
 
 }  // namespace

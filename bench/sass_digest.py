@@ -1,36 +1,28 @@
 """Compare the SASS of two builds kernel by kernel: `python bench/sass_digest.py BEFORE AFTER` with two folders (or
 .tgz files from `bench/device_checks.sh four`) of `cuobjdump -sass` listings, one per extension.
 
-Each kernel's instructions are compared with addresses, encodings and the file-dependent part of anonymous-namespace
-names taken out, so a kernel built from the same source in another folder compares equal. Exit 1 if any kernel
+Each kernel's instructions and encodings are compared with the file-dependent part of anonymous-namespace names
+taken out (tools/tf32_igemm/compare_sass.py's parser, which compiles revisions here; this compares listings made on
+the device), so a kernel built from the same source in another folder compares equal. Exit 1 if any kernel
 differs or is missing on one side.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
-_FUNCTION = re.compile(r"^\s*Function : (\S+)")
-_ANON = re.compile(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_[0-9a-f]{8}")  # length-prefixed, as mangled
-_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s*(.*?)\s*;")  # /*0010*/ OPCODE operands ;
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "tf32_igemm"))
+from compare_sass import sass_by_kernel  # noqa: E402 - the one parser of cuobjdump listings
 
 
 def kernels(listing: str) -> dict[str, str]:
-    """Kernel name (anonymous namespace normalised) -> digest of its instructions."""
-    found: dict[str, list[str]] = {}
-    current = None
-    for line in listing.splitlines():
-        if (m := _FUNCTION.match(line)):
-            current = _ANON.sub("(anonymous)", m.group(1))
-            found[current] = []
-        elif current is not None and (m := _INSTRUCTION.search(line)):
-            found[current].append(m.group(1))
-    return {name: hashlib.sha256("\n".join(body).encode()).hexdigest()[:16] for name, body in found.items()}
+    """Kernel name (anonymous namespace normalised) -> digest of its instructions and encodings."""
+    return {name: hashlib.sha256("\n".join(body).encode()).hexdigest()[:16]
+            for name, body in sass_by_kernel(listing).items()}
 
 
 def digests(source: Path) -> dict[str, str]:

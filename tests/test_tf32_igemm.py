@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kbench import toolkit
+from kbench.system import toolkit
 from tests.conftest import ROOT
 
 TOOL = ROOT / "tools" / "tf32_igemm"

@@ -5,7 +5,7 @@ This script compiles the CUDA source that each solution file hands to `load_inli
 would use (torch's nvcc flags, the file's `extra_cuda_cflags`), disassembles it with `cuobjdump -sass -res-usage`
 and compares every `__global__` function's instructions (with their encodings) and resource usage (registers, stack,
 shared and local memory, parameter bank). Only file names, paths and the hash in anonymous-namespace names are
-ignored. No GPU needed: only nvcc (kbench.toolkit finds the toolkit) and cuobjdump (the toolkit's, or triton's).
+ignored. No GPU needed: only nvcc (kbench.system.toolkit finds the toolkit) and cuobjdump (the toolkit's, or triton's).
 
     python tools/tf32_igemm/compare_sass.py HEAD~1 HEAD          # the four shipped files at two revisions
     python tools/tf32_igemm/compare_sass.py main HEAD --arch sm_90 --problem conv3d_gelu
@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from kbench import toolkit  # noqa: E402
+from kbench.system import toolkit  # noqa: E402
 
 PROBLEMS = ("conv3d_gelu", "conv3d_logsumexp", "convtranspose3d_layernorm", "convtranspose3d_softmax")
 # load_inline puts these before the cuda_sources (torch.utils.cpp_extension.load_inline, no_implicit_headers=False).

@@ -31,7 +31,7 @@ if [ "${what#tests}" != "$what" ] || [ "$what" = all ]; then
   tail -25 "$OUT/gpu_tests$what.log"
 fi
 if [ "$what" = four ]; then
-  cache="$OUT/four-cache"
+  cache="$OUT/four-cache/extensions"  # Triton's cache and the ceilings go beside it: all removed below
   timeout 520 python3 -m kbench run --results-dir "$OUT/four" --cache-dir "$cache" > "$OUT/four.log" 2>&1
   tail -30 "$OUT/four.log"
   cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
@@ -39,7 +39,7 @@ if [ "$what" = four ]; then
   for so in $(find "$cache" -name "*.so"); do
     "$cuobjdump" -sass "$so" > "$OUT/sass/$(basename "$so").sass" 2>&1
   done
-  rm -rf "$cache"
+  rm -rf "$OUT/four-cache"
   ls "$OUT/sass"
   tar -czf "$OUT/sass.tgz" -C "$OUT" sass && rm -r "$OUT/sass"  # one file: the device returns few files per call
 fi

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kbench.commands.evaluation import MACHINE_CODES
-from kbench.commands.runner import execute
+from kbench.commands.execute import execute
 from kbench.judge.static_checks import analyze
 from kbench.problems.discovery import select
 from kbench.results.records import EAGER, RunConfig, Status, TimingPolicy

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from kbench.commands.runner import execute
+from kbench.commands.execute import execute
 from kbench.judge import correctness
 from kbench.problems.discovery import select
 from kbench.results.records import RunConfig, Status, TimingPolicy

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kbench.commands.evaluation import MACHINE_CODES
-from kbench.commands.runner import execute
+from kbench.commands.execute import execute
 from kbench.problems.discovery import select
 from kbench.results.records import COMPILED, EAGER, RunConfig, Status, TimingPolicy
 from tests.conftest import FIXTURES, ROOT
@@ -140,7 +140,7 @@ def test_a_kernel_dsl_solution_runs_end_to_end_with_its_kernel_counted_as_its_ow
 
 def test_the_noise_check_names_tf32_where_it_puts_the_reference_beyond_kernelbenchs_1e_4():
     """On the H100, convtranspose3d_layernorm's reference is 2.8e-3 from float64 with cuDNN's TF32 on, 2.3e-6 off."""
-    from kbench.commands.runner import check_problems
+    from kbench.commands.build_and_check import check_problems
 
     (on,) = check_problems(["convtranspose3d_layernorm"], ROOT / "problems", "cuda", "full", 600, profile="kernelbench")
     assert any(f.startswith("[tolerance_below_noise]") and "TF32" in f for f in on.findings), on.findings
@@ -151,7 +151,7 @@ def test_the_noise_check_names_tf32_where_it_puts_the_reference_beyond_kernelben
 
 
 def test_shipped_problems_are_not_degenerate_at_full_size():
-    from kbench.commands.runner import check_problems
+    from kbench.commands.build_and_check import check_problems
 
     for check in check_problems(SHIPPED, ROOT / "problems", "cuda", "full", 600):
         assert check.error == "" and check.findings == (), (check.problem.name, check.findings, check.figures)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kbench.commands.runner import execute
+from kbench.commands.execute import execute
 from kbench.execution import isolation
 from kbench.problems.discovery import select
 from kbench.results.records import COMPILED, EAGER, RunConfig, Status, TimingPolicy

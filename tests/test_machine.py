@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kbench.commands.runner import execute
+from kbench.commands.execute import execute
 from kbench.measure.timing_checks import level_moved_warning
 from kbench.problems.discovery import select
 from kbench.results.records import Measurement, RunConfig, Status, TimingPolicy

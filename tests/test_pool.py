@@ -76,7 +76,7 @@ def test_executor_choices_are_checked():
 def test_an_interrupt_cancels_queued_builds_and_kills_running_ones(monkeypatch, tmp_path):
     """Ctrl-C or SIGTERM during the build phase must not wait for every queued compile to finish."""
     from kbench.build import compile as build
-    from kbench.execution import isolation
+    from kbench.execution import process_tree
     from kbench.results.records import SolutionSpec
 
     started, killed, lock = [], threading.Event(), threading.Lock()
@@ -93,7 +93,7 @@ def test_an_interrupt_cancels_queued_builds_and_kills_running_ones(monkeypatch, 
         raise KeyboardInterrupt
 
     monkeypatch.setattr(build, "build_one", fake_build)
-    monkeypatch.setattr(isolation, "kill_all", killed.set)
+    monkeypatch.setattr(process_tree, "kill_all", killed.set)
     solutions = [SolutionSpec(problem="p", name=f"s{i}", path=tmp_path / f"s{i}.py", devices=("cpu",)) for i in range(6)]
     ctx = build.BuildContext(tmp_path / "cache", None, "9.0", "torch", 60, 2)
     t0 = time.monotonic()

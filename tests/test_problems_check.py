@@ -4,7 +4,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbench.cli import app
-from kbench.commands.runner import check_problems
+from kbench.commands.build_and_check import check_problems
 from kbench.judge.correctness import degenerate_findings
 from tests.conftest import ROOT
 

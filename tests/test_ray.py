@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from kbench.commands.runner import execute
+from kbench.commands.execute import execute
 from kbench.problems.discovery import select
 from kbench.results.records import EAGER, RunConfig, Status, TimingPolicy
 from tests.conftest import FIXTURES

@@ -17,7 +17,7 @@ PUBLISHED = ROOT / "docs" / "run.schema.json"
 
 
 def _run_file(tmp_path) -> dict:
-    config = {**dataclasses.asdict(RunConfig()), "device": "cpu", "size": "small"}  # as kbench.commands.runner writes it
+    config = {**dataclasses.asdict(RunConfig()), "device": "cpu", "size": "small"}  # as kbench.commands.execute writes it
     store = RunStore.create(tmp_path, {"environment": {"gpu": None}, "git": None, "config": config, "selection": {},
                                        "problems": {}})
     store.add(Evaluation("p", "s", Status.CORRECT, "cpu", "small", compile=CompileInfo(ok=True),

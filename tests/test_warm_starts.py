@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from kbench.build.compile import BuildContext, child_env, zygote_env
-from kbench.execution import isolation, warm_starts
+from kbench.execution import child, isolation, warm_starts
 from kbench.results.records import MathFlags, SolutionSpec, TimingPolicy
 from tests.conftest import FIXTURES
 
@@ -38,7 +38,7 @@ def _solution(folder):
 
 
 def test_each_job_gets_its_own_env_in_a_child_started_before_it(tmp_path):
-    warm = isolation.WarmStarts()
+    warm = warm_starts.WarmStarts()
     try:
         outcomes = []
         for name in ("a", "b", "c"):
@@ -54,7 +54,7 @@ def test_each_job_gets_its_own_env_in_a_child_started_before_it(tmp_path):
 
 
 def test_a_child_that_died_while_waiting_is_replaced(tmp_path):
-    warm = isolation.WarmStarts()
+    warm = warm_starts.WarmStarts()
     try:
         path, env = _solution(tmp_path / "a")
         assert warm(_job(path), 60, env).result["status"] == "correct"
@@ -69,7 +69,7 @@ def test_a_child_that_died_while_waiting_is_replaced(tmp_path):
 
 
 def test_close_kills_the_waiting_children(tmp_path):
-    warm = isolation.WarmStarts()
+    warm = warm_starts.WarmStarts()
     path, env = _solution(tmp_path / "a")
     warm(_job(path), 60, env)
     spares = list(warm._spares.values())
@@ -80,19 +80,19 @@ def test_close_kills_the_waiting_children(tmp_path):
 def test_the_worker_reports_the_end_of_its_timing_and_only_with_the_jobs_token(tmp_path):
     path, env = _solution(tmp_path / "a")
     events: list[str] = []
-    outcome = isolation._Child(env).run(_job(path), 60, on_event=events.append)
+    outcome = child._Child(env).run(_job(path), 60, on_event=events.append)
     assert outcome.result["status"] == "correct" and events == ["timed"]
     wrong = tmp_path / "wrong.py"
     wrong.write_text((FIXTURES / "solutions" / "tiny" / "wrong_values.py").read_text())
     events.clear()
-    outcome = isolation._Child(env).run(_job(wrong), 60, on_event=events.append)
+    outcome = child._Child(env).run(_job(wrong), 60, on_event=events.append)
     assert outcome.result["status"] == "incorrect" and events == []  # stopped before timing
 
 
 def test_a_job_that_never_times_still_leaves_the_next_child_started(tmp_path):
     wrong = tmp_path / "wrong.py"
     wrong.write_text((FIXTURES / "solutions" / "tiny" / "wrong_values.py").read_text())
-    warm = isolation.WarmStarts()
+    warm = warm_starts.WarmStarts()
     try:
         outcome = warm(_job(wrong), 60, isolation.worker_path_env())
         assert outcome.result["status"] == "incorrect"
@@ -104,7 +104,7 @@ def test_a_job_that_never_times_still_leaves_the_next_child_started(tmp_path):
 def test_the_next_child_starts_only_after_the_running_job_has_timed(tmp_path, monkeypatch):
     created: list[float] = []
 
-    class Recording(isolation._Child):
+    class Recording(child._Child):
         def __init__(self, *args, **kwargs):
             created.append(time.monotonic())
             super().__init__(*args, **kwargs)
@@ -112,7 +112,7 @@ def test_the_next_child_starts_only_after_the_running_job_has_timed(tmp_path, mo
     monkeypatch.setattr(warm_starts, "_Child", Recording)
     path, env = _solution(tmp_path / "slow")
     path.write_text("import time\ntime.sleep(2)\n" + path.read_text())  # 2 s of loading, before any timing
-    warm = isolation.WarmStarts()
+    warm = warm_starts.WarmStarts()
     try:
         assert warm(_job(path), 60, env).result["status"] == "correct"
     finally:
@@ -126,16 +126,16 @@ def test_reference_and_solution_children_differ_only_by_the_per_job_env(tmp_path
     solution = SolutionSpec(name="checks_env", problem="tiny", path=path, devices=("cpu",))
     reference, candidate = child_env(ctx, None, 1), child_env(ctx, solution, 1)
     differ = {k for k in reference.keys() | candidate.keys() if reference.get(k) != candidate.get(k)}
-    assert differ == {"TORCH_EXTENSIONS_DIR"} and differ <= set(isolation.JOB_ENV)
+    assert differ == {"TORCH_EXTENSIONS_DIR"} and differ <= set(child.JOB_ENV)
     # and what they share is known before the probe: the run's first zygote serves both
-    assert isolation.shared_env(reference) == isolation.shared_env(candidate) == zygote_env(ctx.cuda_home)
+    assert child.shared_env(reference) == child.shared_env(candidate) == zygote_env(ctx.cuda_home)
 
 
 def test_the_reference_child_reports_the_end_of_its_timing(tmp_path):
     job = {**_job(tmp_path / "unused.py"), "mode": "reference"}
     del job["solution"]
     events: list[str] = []
-    outcome = isolation._Child(isolation.worker_path_env()).run(job, 60, on_event=events.append)
+    outcome = child._Child(isolation.worker_path_env()).run(job, 60, on_event=events.append)
     assert outcome.result["status"] == "correct" and events == ["timed"]
 
 
@@ -145,5 +145,5 @@ def test_every_kernel_dsls_compile_cache_lives_beside_kbenchs_builds_and_travels
     ctx = BuildContext(cache_dir=tmp_path / "ext", cuda_home=None, arch="9.0", torch_version="x", timeout_s=1, jobs=1)
     env = child_env(ctx, None, 1)
     for var in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR", "CUTE_DSL_CACHE_DIR"):
-        assert Path(env[var]).parent == tmp_path and var in isolation.JOB_ENV
+        assert Path(env[var]).parent == tmp_path and var in child.JOB_ENV
     assert len({env[v] for v in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR", "CUTE_DSL_CACHE_DIR")}) == 3

@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from kbench.execution import isolation
+from kbench.execution import isolation, warm_starts
 from tests.conftest import FIXTURES
 from tests.test_warm_starts import _job
 
@@ -27,7 +27,7 @@ with open(os.environ["KBENCH_TEST_FDS"], "w") as _f:
 
 
 def _launcher(ahead=False):
-    return isolation.WarmStarts(ahead=ahead)
+    return warm_starts.WarmStarts(ahead=ahead)
 
 
 def _problem_job(tmp_path, text):

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbench.execution import isolation
+from kbench.execution import child, isolation
 from kbench.execution.pool import drain
 from kbench.results.records import CompileInfo, SolutionSpec
 from kbench.system import toolkit
 
-Launch = Callable[[dict[str, Any], float, dict[str, str]], isolation.ChildOutcome]
+Launch = Callable[[dict[str, Any], float, dict[str, str]], child.ChildOutcome]
 
 BUILD_LOG_CHARS = 20_000
 
@@ -48,7 +48,7 @@ def extension_dir(ctx: BuildContext, solution: SolutionSpec) -> tuple[Path, str]
 
 def child_env(ctx: BuildContext, solution: SolutionSpec | None, max_jobs: int) -> dict[str, str]:
     """A child's environment. The reference's (solution None) differs from a solution's only by the extension dir,
-    a per-job variable (isolation.JOB_ENV), so one child started ahead serves either."""
+    a per-job variable (child.JOB_ENV), so one child started ahead serves either."""
     env = isolation.worker_path_env()
     ext = extension_dir(ctx, solution)[0] if solution is not None else None
     env.update(toolkit.build_env(ext, ctx.cuda_home, ctx.arch, max_jobs))
@@ -67,7 +67,7 @@ def dsl_cache_env(root: Path) -> dict[str, str]:
 def zygote_env(cuda_home: Path | None) -> dict[str, str]:
     """What every child of a run shares (`child_env` without the per-job variables). It needs no probe, so the run's
     zygote can start importing while the machine is probed."""
-    return isolation.shared_env({**isolation.worker_path_env(), **toolkit.build_env(None, cuda_home, "", 1)})
+    return child.shared_env({**isolation.worker_path_env(), **toolkit.build_env(None, cuda_home, "", 1)})
 
 
 _COMPILER_ERROR = re.compile(r"(?:^|\s)(?:fatal )?error\b\s*:?", re.IGNORECASE)

@@ -15,7 +15,7 @@ from kbench.commands.evaluation import Plan
 from kbench.commands.machine import build_context, probe_environment, resolve_device, resolve_size
 from kbench.commands.progress import Progress
 from kbench.errors import Interrupted, UsageError
-from kbench.execution import isolation
+from kbench.execution import process_tree
 from kbench.execution.executor import Executor
 from kbench.execution.executors import make_executor
 from kbench.execution.zygote import Zygote
@@ -131,7 +131,7 @@ def _evaluate(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, 
             finally:
                 plan.executor.close()
         except KeyboardInterrupt:
-            isolation.kill_all()
+            process_tree.kill_all()
             store.finish("interrupted")
             write_tables(store)
             raise Interrupted(f"Interrupted; {len(store.evaluations)} finished evaluation(s) are saved in {store.directory}") from None

@@ -9,7 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbench.commands.runner import execute, probe_environment, Progress
+from kbench.commands.execute import execute
+
+from kbench.commands.machine import probe_environment
+
+from kbench.commands.progress import Progress
 from kbench.errors import KbenchError, UsageError
 from kbench.problems.discovery import select
 from kbench.reports import compare as comparing

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from kbench.commands.runner import ProblemCheck
+from kbench.commands.build_and_check import ProblemCheck
 from kbench.problems.discovery import list_problems, list_solutions
 from kbench.results.records import PRECISIONS, SolutionSpec
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kbench.execution.isolation import ChildOutcome
+from kbench.execution.child import ChildOutcome
 from kbench.execution.pool import Slot, pinned_env
 
 Launcher = Callable[[dict[str, Any], float, dict[str, str]], ChildOutcome]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kbench.errors import UsageError
-from kbench.execution import isolation
-from kbench.execution.executor import Executor, Launcher  # noqa: F401 - Launcher: re-exported
+from kbench.execution import warm_starts
+from kbench.execution.executor import Executor
 from kbench.execution.pool import gpu_slots, visible_devices
 from kbench.execution.zygote import Zygote
 
@@ -13,9 +13,9 @@ EXECUTORS = ("local", "ray")
 
 def local_executor(device: str, gpu_count: int, zygote: Zygote | None = None) -> Executor:
     """Children on this machine, forked by a zygote per slot; on CUDA each slot keeps its next child started ahead
-    (isolation.WarmStarts)."""
+    (warm_starts.WarmStarts)."""
     slots = tuple(gpu_slots(device, gpu_count, visible_devices()))
-    warm = isolation.WarmStarts(ahead=device == "cuda")
+    warm = warm_starts.WarmStarts(ahead=device == "cuda")
     if zygote is not None:  # started before the probe with the environment every child shares
         if slots == (None,):
             warm.adopt(zygote, zygote.env)
@@ -26,7 +26,7 @@ def local_executor(device: str, gpu_count: int, zygote: Zygote | None = None) ->
 
 def make_executor(name: str, device: str, gpu_count: int, address: str | None, parallel: int | None,
                   zygote: Zygote | None = None) -> Executor:
-    """The named executor; `zygote`, the run's first (kbench.commands.runner), goes to the local one or is closed."""
+    """The named executor; `zygote`, the run's first (kbench.commands.execute), goes to the local one or is closed."""
     if name not in EXECUTORS:
         raise UsageError(f"Unknown executor '{name}'. Use one of: {', '.join(EXECUTORS)}")
     if name == "local":

@@ -6,11 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kbench.execution.child import (  # noqa: F401 - re-exported: callers reach the child's parts through isolation
-    _Child, ChildOutcome, JOB_ENV, LOG_TAIL_CHARS, job_env, shared_env,
-)
-from kbench.execution.process_tree import kill_all, kill_tree  # noqa: F401 - re-exported
-from kbench.execution.warm_starts import WarmStarts  # noqa: F401 - re-exported
+from kbench.execution.child import _Child, ChildOutcome, job_env
 from kbench.execution.zygote import Zygote, ZygoteError
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import Any, TypeVar
 
-from kbench.execution import isolation
+from kbench.execution import process_tree
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -39,7 +39,7 @@ def drain(futures: Sequence[Future[Result]], on_done: Callable[[Future[Result]],
     except BaseException:
         for future in futures:
             future.cancel()
-        isolation.kill_all()
+        process_tree.kill_all()
         raise
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from kbench.errors import UsageError
 from kbench.execution.executor import Executor
-from kbench.execution.isolation import ChildOutcome
+from kbench.execution.child import ChildOutcome
 
 # Only these of the driver's variables travel with a task; the rest of a node's environment is its own.
 FORWARDED_ENV = ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "PYTHONUNBUFFERED")

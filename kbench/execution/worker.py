@@ -240,7 +240,7 @@ def serve(result_fd: int, warm: bool, forked: bool = False) -> None:
     if _spare is not None and job.get("mode") != "evaluate":
         _spare.kill()
         _spare = None
-    os.environ.update(job.get("env", {}))  # what differs between jobs (kbench.execution.isolation.JOB_ENV)
+    os.environ.update(job.get("env", {}))  # what differs between jobs (kbench.execution.child.JOB_ENV)
     out = os.fdopen(result_fd, "w")
 
     def announce(event: str, **fields: Any) -> None:

@@ -91,7 +91,7 @@ def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict
                                        timing.level_moved_warning(measured["eager"], "the eager reference"))
                            if w is not None]
     phases.mark("timing")
-    announce("timed")  # the parent may now start the next child (kbench.execution.isolation.WarmStarts)
+    announce("timed")  # the parent may now start the next child (kbench.execution.warm_starts.WarmStarts)
     _trust(job, session, reference, make, result, phases)
     result["extra"]["peak_bytes"] = {"solution": session.peak_bytes, "reference": ref_peak}
     if (warning := memory_warning(session.peak_bytes, ref_peak)) is not None:

@@ -5,8 +5,9 @@ import torch
 import pytest
 from torch.profiler import ProfilerActivity, profile
 
-from kbench.judge import correctness
-from kbench.judge.correctness import compare, inputs_unchanged, on_copies, run_trials
+from kbench.judge import comparison
+from kbench.judge.comparison import compare
+from kbench.judge.correctness import inputs_unchanged, on_copies, run_trials
 
 
 def test_equal_and_close_outputs_pass_with_error_figures():
@@ -107,7 +108,7 @@ def test_a_chunked_comparison_gives_the_figures_of_a_whole_one(budget):
     cand, ref = _awkward_pair()
     whole_ok, whole = compare(cand, ref, 1e-3, 1e-3, budget_bytes=1 << 34)
     ok, fig = compare(cand, ref, 1e-3, 1e-3, budget_bytes=budget)
-    assert whole["chunks"] == 1 and fig["chunks"] == -(-cand.numel() // correctness.chunk_elements(budget)) > 1
+    assert whole["chunks"] == 1 and fig["chunks"] == -(-cand.numel() // comparison.chunk_elements(budget)) > 1
     assert ok == whole_ok is False
     assert {k: fig[k] for k in ("mismatched", "numel", "max_abs_err", "message")} == \
         {k: whole[k] for k in ("mismatched", "numel", "max_abs_err", "message")}
@@ -137,16 +138,16 @@ def test_comparison_memory_is_bounded_by_its_budget():
 
 
 def test_the_budget_follows_the_environment_and_sizes_every_check(monkeypatch):
-    monkeypatch.setenv(correctness.BUDGET_ENV, str(1 << 16))
-    assert correctness.memory_budget("cpu") == 1 << 16
+    monkeypatch.setenv(comparison.BUDGET_ENV, str(1 << 16))
+    assert comparison.memory_budget("cpu") == 1 << 16
     cand, ref = _awkward_pair()
     assert compare(cand, ref, 1e-3, 1e-3)[1]["chunks"] > 1
     a = torch.rand(1 << 18)
     b = a.clone()
     b[-1] += 0.5
-    assert _largest_allocation(lambda: correctness.max_abs_diff(a, b)) <= 1 << 16
-    assert correctness.max_abs_diff(a, b) == pytest.approx(0.5)
-    assert not correctness.identical(a, b) and correctness.identical(a, a.clone())
+    assert _largest_allocation(lambda: comparison.max_abs_diff(a, b)) <= 1 << 16
+    assert comparison.max_abs_diff(a, b) == pytest.approx(0.5)
+    assert not comparison.identical(a, b) and comparison.identical(a, a.clone())
     assert not inputs_unchanged([a], [b])
-    monkeypatch.delenv(correctness.BUDGET_ENV)
-    assert correctness.memory_budget("cpu") == correctness.CHUNK_BYTES_MAX // 4
+    monkeypatch.delenv(comparison.BUDGET_ENV)
+    assert comparison.memory_budget("cpu") == comparison.CHUNK_BYTES_MAX // 4

@@ -10,19 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from kbench.measure import ceilings as ceiling_bench, roofline
-from kbench.measure.roofline import (
-    Ceilings,
-    MeasureSizes,
-    Work,
-    cache_path,
-    cached_ceilings,
-    floor,
-    measure_ceilings,
-    percent_of_floor,
-    plausibility,
-    problem_work,
-)
+from kbench.measure import ceilings as ceiling_bench
+from kbench.measure.ceilings import Ceilings, MeasureSizes, cache_path, cached_ceilings, measure_ceilings
+from kbench.measure.roofline import Work, floor, percent_of_floor, plausibility, problem_work
 
 F32 = 4  # bytes per float32 element
 CEILINGS = Ceilings("Test GPU", bandwidth_bytes_s=1e9, flops_s=1e12, flops_kind="fp32", measured_at="now")
@@ -117,7 +107,7 @@ class CountingMeasure:
 
     def __call__(self, device: torch.device, tf32: bool) -> Ceilings:
         self.calls += 1
-        return Ceilings(roofline.device_name(device), 2e10, 3e11, roofline.flops_kind(device, tf32), "t")
+        return Ceilings(ceiling_bench.device_name(device), 2e10, 3e11, ceiling_bench.flops_kind(device, tf32), "t")
 
 
 def test_cached_ceilings_measure_once(tmp_path: Path):
@@ -182,7 +172,8 @@ def test_meta_device_cannot_be_measured():
 
 def test_rows_below_the_floor_or_far_above_eager_are_flagged():
     from kbench.commands.evaluation import with_floor
-    from kbench.measure.roofline import Ceilings, floor, floor_to_json, Work
+    from kbench.measure.ceilings import Ceilings
+    from kbench.measure.roofline import Work, floor, floor_to_json
     from kbench.results.records import Evaluation, Measurement, Status
 
     fl = floor(Work(flops=1e9, bytes=1e9), Ceilings("GPU", 1e12, 1e15, "tf32", "now"))  # memory-bound: 1 ms

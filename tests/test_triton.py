@@ -20,7 +20,7 @@ CHECK = """
 import os, sys
 from pathlib import Path
 import torch
-from kbench.judge.correctness import compare
+from kbench.judge.comparison import compare
 from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.judge.loading import import_path
 from kbench.problems.discovery import find_problem

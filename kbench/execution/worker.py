@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from kbench.judge import correctness, noise, trust
+from kbench.judge import correctness, degeneracy, noise, trust
 from kbench.measure import timing
 from kbench.system import machine
 from kbench.judge.harness import (
@@ -129,11 +129,11 @@ def _time_models(job: dict[str, Any], policy: TimingPolicy, reference: Any, make
 
 
 def _degenerate_check(job: dict[str, Any], reference: Any, make: Any, out: Any, result: dict[str, Any]) -> None:
-    """Can this problem tell right from wrong (`correctness.degenerate_findings`)? A harness check: if it cannot run
+    """Can this problem tell right from wrong (`degeneracy.degenerate_findings`)? A harness check: if it cannot run
     (out of memory, say), `[check_skipped]` with the reason."""
     try:
         other = reference(*make(job["seed"] + 1))
-        findings, figures = correctness.degenerate_findings(out, other, job["atol"], job["rtol"])
+        findings, figures = degeneracy.degenerate_findings(out, other, job["atol"], job["rtol"])
     except Exception as exc:  # noqa: BLE001 - the harness's own check; the reference's row still stands
         findings, figures = [trust.skipped("the degenerate-output check", exc)], {}
     result["warnings"] += findings
@@ -156,7 +156,7 @@ def check_problem(job: dict[str, Any]) -> dict[str, Any]:
         inputs = make(seed + 1)
         first = guarded(device, "the reference", lambda: reference(*inputs))
         second = guarded(device, "the reference", lambda: reference(*make(seed + 2)))
-        findings, figures = correctness.degenerate_findings(first, second, job["atol"], job["rtol"])
+        findings, figures = degeneracy.degenerate_findings(first, second, job["atol"], job["rtol"])
         del second
         figures["noise"], found = _noise(job, reference, inputs, first)
     return {"status": "correct", "message": "", "findings": findings + found,
@@ -165,11 +165,11 @@ def check_problem(job: dict[str, Any]) -> dict[str, Any]:
 
 def hardware_floor(job: dict[str, Any], reference: Any, inputs: list[Any]) -> dict[str, Any]:
     """The problem's floor on this GPU: minimal bytes over measured bandwidth, FLOPs over measured peak."""
-    from kbench.measure import roofline
+    from kbench.measure import ceilings, roofline
 
     flags = MathFlags(**job["math"])
     work = roofline.problem_work(reference, inputs, device="meta")
-    ceilings = roofline.cached_ceilings(Path(job["ceilings_dir"]), torch.device("cuda"), flags.allows_tf32)
+    ceilings = ceilings.cached_ceilings(Path(job["ceilings_dir"]), torch.device("cuda"), flags.allows_tf32)
     return roofline.floor_to_json(roofline.floor(work, ceilings))
 
 

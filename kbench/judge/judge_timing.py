@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from kbench.judge import correctness
+from kbench.judge import comparison, correctness
 from kbench.measure import timing
 from kbench.system import escapes, machine
 from kbench.judge.harness import guarded, make_timer, pin, timing_core
@@ -144,7 +144,7 @@ def _round_steps(job: dict[str, Any], session: Session, reference: Any, make: Ca
 
     def check(index: int) -> None:
         start = _perf_counter()
-        ok, fig = correctness.compare(session.outputs(), state["ref"], job["atol"], job["rtol"])
+        ok, fig = comparison.compare(session.outputs(), state["ref"], job["atol"], job["rtol"])
         state["check_s"] += _perf_counter() - start
         state["checked"], state["count"] = index, state["count"] + 1
         if not ok:

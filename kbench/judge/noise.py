@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from kbench.judge import correctness, trust
+from kbench.judge import comparison, trust
 from kbench.measure.timing import synchronize
 
 CODE = "tolerance_below_noise"
@@ -31,7 +31,7 @@ def _like(exact: Any, out: Any) -> Any:
 
 
 def _passes(exact: Any, out: Any, atol: float, rtol: float) -> bool:
-    return correctness.compare(_like(exact, out), out, atol, rtol)[0]
+    return comparison.compare(_like(exact, out), out, atol, rtol)[0]
 
 
 def _without_tf32(reference: Any, inputs: list[Any], device: str) -> Any:
@@ -55,7 +55,7 @@ def reference_noise(reference: Any, inputs: list[Any], out: Any, device: str, pr
         ref64, exact = trust.float64_run(reference, inputs, device)
         del ref64
         figures: dict[str, Any] = {"precision": precision, "atol": atol, "rtol": rtol,
-                                   "max_abs": correctness.max_abs_diff(out, exact),
+                                   "max_abs": comparison.max_abs_diff(out, exact),
                                    "exact_passes": _passes(exact, out, atol, rtol)}
         if not figures["exact_passes"]:
             figures["cause"] = _cause(reference, inputs, exact, device, precision, atol, rtol, tf32)

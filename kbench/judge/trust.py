@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from kbench.judge import correctness, kernel_names
+from kbench.judge import comparison, kernel_names
 from kbench.measure.timing import synchronize
 
 _where, _isfinite = torch.where, torch.isfinite  # bound before any solution is imported
@@ -65,7 +65,7 @@ def _twice(call: Callable[[list[Any]], Any], keep: Callable[[list[Any]], Any], m
     synchronize(device)
     second = call(make(seed))
     synchronize(device)
-    diff = 0.0 if correctness.identical(first, second) else correctness.max_abs_diff(first, second)
+    diff = 0.0 if comparison.identical(first, second) else comparison.max_abs_diff(first, second)
     return first, diff
 
 
@@ -195,8 +195,8 @@ def accuracy_against_fp64(reference: Any, inputs: list[Any], candidate_out: Any,
     `inputs`), of the solution and, with tf32, of the float64 reference fed TF32-rounded inputs and parameters (what
     TF32 arithmetic must cost). Each float64 copy is freed as soon as it is used; comparisons go a chunk at a time."""
     ref64, exact = float64_run(reference, inputs, device)
-    errors = {"reference": correctness.max_abs_diff(ref_out, exact),
-              "solution": correctness.max_abs_diff(candidate_out, exact)}
+    errors = {"reference": comparison.max_abs_diff(ref_out, exact),
+              "solution": comparison.max_abs_diff(candidate_out, exact)}
     if tf32:
         with torch.no_grad():
             for p in list(ref64.parameters()) + list(ref64.buffers()):
@@ -204,7 +204,7 @@ def accuracy_against_fp64(reference: Any, inputs: list[Any], candidate_out: Any,
                     p.copy_(round_to_tf32(p).double())
         rounded = ref64(*[round_to_tf32(x).double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
                           for x in inputs])
-        errors["tf32"] = correctness.max_abs_diff(rounded, exact)
+        errors["tf32"] = comparison.max_abs_diff(rounded, exact)
         synchronize(device)
         del rounded
     del ref64, exact

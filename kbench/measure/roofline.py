@@ -24,10 +24,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from kbench.measure.ceilings import (  # noqa: F401 - re-exported: the ceilings were measured here before
-    CACHE_FORMAT, CPU_SIZES, CUDA_SIZES, Ceilings, Clock, MeasureSizes, cache_path, cached_ceilings, device_name,
-    flops_kind, measure_ceilings,
-)
+from kbench.measure.ceilings import Ceilings
 
 FLOOR_TOLERANCE = 0.05  # copy bandwidth trails read-mostly bandwidth by a few percent; don't cry wolf at 99%
 MAX_SPEEDUP = 10.0

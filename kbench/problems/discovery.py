@@ -8,8 +8,8 @@ from pathlib import Path
 
 from kbench.errors import DiscoveryError
 from kbench.judge.verdicts import NO_MODELNEW, syntax_error
-from kbench.problems.metadata import (  # noqa: F401 - re-exported: problems were read here before
-    META_FILE, MODEL_FILE, load_problem_dir, load_problem_file, module_constants, read_meta,
+from kbench.problems.metadata import (
+    META_FILE, MODEL_FILE, load_problem_dir, load_problem_file, read_meta,
 )
 from kbench.results.records import PRECISIONS, ProblemSpec, SolutionSpec
 

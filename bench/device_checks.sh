@@ -17,6 +17,13 @@ OUT=${OUT:-device-logs}
 mkdir -p "$OUT"
 export PYTHONPATH=.
 what=${1:-all}
+# kbench needs pydantic (the typed parent<->child protocol): where the device's Python lacks it, install the wheels
+# carried in .kb/wheels312 (pip download --python-version 3.12 --only-binary=:all: pydantic -d .kb/wheels312).
+if ! python3 -c "import pydantic" 2>/dev/null; then
+  python3 -m pip install -q --no-index --find-links .kb/wheels312 --target /tmp/kbench-site pydantic > "$OUT/pip.log" 2>&1 \
+    || { echo "pydantic is missing and .kb/wheels312 could not install it" >&2; exit 2; }
+  export PYTHONPATH=.:/tmp/kbench-site
+fi
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/gpu.txt"
 part_a="full_size or attack_classes or bf16 or noise or kernel_dsl"

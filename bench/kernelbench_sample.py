@@ -69,8 +69,15 @@ def _gib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**30:.2f}"
 
 
+def _run_file(path: Path) -> dict:
+    """A run.json as the current version has it (older files migrated: kbench.results.migrate)."""
+    from kbench.results import migrate, storage
+
+    return migrate.upgrade(json.loads(path.read_text()), storage.VERSION)
+
+
 def table(paths: list[Path]) -> None:
-    rows = [e for p in paths for e in json.loads(p.read_text())["evaluations"]]
+    rows = [e for p in paths for e in _run_file(p)["evaluations"]]
     eager = {r["problem"]: r for r in rows if r["solution"] == "eager"}
     solutions = [r for r in rows if r["solution"] not in ("eager", "torch.compile")]
     print("| problem | eager ms (own process) | eager ms (beside solution) | ratio | solution ms | peak GiB ref / sol "
@@ -80,9 +87,9 @@ def table(paths: list[Path]) -> None:
     for row in sorted(solutions, key=lambda r: r["problem"]):
         ref = eager.get(row["problem"], {})
         own, beside = _ms(ref.get("timing")), _ms(row.get("eager_timing"))
-        peaks = row.get("extra", {}).get("peak_bytes", {})
-        ref_peak = ref.get("extra", {}).get("peak_bytes", {}).get("reference")
-        spent = row.get("extra", {}).get("phases", {})
+        peaks = row.get("peak") or {}
+        ref_peak = (ref.get("peak") or {}).get("reference")
+        spent = row.get("phases") or {}
         overhead = row.get("seconds", 0.0) - spent.get("timing", 0.0)
         if row["status"] in ("correct", "suspect", "incorrect"):
             overheads.append(overhead)

@@ -3,7 +3,7 @@
     python bench/overhead.py results/<run>/run.json [results/baselines/h100.json ...]
 
 For each run: the median, over its solution rows that ran (correct, suspect or incorrect), of the wall seconds of
-each evaluation and of each phase the judge recorded (`extra.phases`), the evaluation overhead (everything but
+each evaluation and of each phase the judge recorded (`phases`), the evaluation overhead (everything but
 the timing phase), and the timing protocol's own figures (`extra.protocol`: rounds, outputs rechecked, seconds
 spent refreshing inputs and rechecking, the calibrated round-trip cost). Several runs print side by side.
 """
@@ -20,8 +20,15 @@ PROTOCOL = ("rounds", "rechecked", "refresh_s", "recheck_s", "calibration_p50_s"
 REFERENCE_ROWS = ("eager", "torch.compile")
 
 
+def _run_file(path: Path) -> dict:
+    """A run.json as the current version has it (older files migrated: kbench.results.migrate)."""
+    from kbench.results import migrate, storage
+
+    return migrate.upgrade(json.loads(path.read_text()), storage.VERSION)
+
+
 def solution_rows(path: Path) -> list[dict]:
-    doc = json.loads(path.read_text())
+    doc = _run_file(path)
     return [e for e in doc["evaluations"] if e["solution"] not in REFERENCE_ROWS
             and e["status"] in ("correct", "suspect", "incorrect")]
 
@@ -32,8 +39,8 @@ def medians(rows: list[dict]) -> dict[str, float]:
 
     out = {"evaluations": float(len(rows)), "seconds": med([r["seconds"] for r in rows])}
     for phase in PHASES:
-        out[phase] = med([r.get("extra", {}).get("phases", {}).get(phase, 0.0) for r in rows])
-    out["overhead (all but timing)"] = med([r["seconds"] - r.get("extra", {}).get("phases", {}).get("timing", 0.0)
+        out[phase] = med([(r.get("phases") or {}).get(phase, 0.0) for r in rows])
+    out["overhead (all but timing)"] = med([r["seconds"] - (r.get("phases") or {}).get("timing", 0.0)
                                             for r in rows])
     for key in PROTOCOL:
         values = [r["extra"]["protocol"][key] for r in rows if key in r.get("extra", {}).get("protocol", {})]

@@ -9,7 +9,7 @@ different LLM candidates cost. Two phases, each one or more separate `kbench` pr
 
 Warm throughput (every candidate already compiled, e.g. re-evaluating a batch) is N / run; cold throughput (new
 candidates, compiled first) is N / (cold_build + run). The figures also give the mean seconds of each part of a
-candidate's evaluation (kbench's `extra.phases`; "rest" is what the child spent outside them, e.g. exiting).
+candidate's evaluation (kbench's `phases`; "rest" is what the child spent outside them, e.g. exiting).
 
 A phase that does not finish within --budget seconds of this invocation is interrupted (SIGTERM: kbench saves an
 interrupted run), and the next invocation with the same --work resumes it with `kbench run --resume`, adding up the
@@ -66,8 +66,15 @@ def run_id(results: Path) -> str | None:
     return runs[-1] if runs else None
 
 
+def _run_file(path: Path) -> dict:
+    """A run.json as the current version has it (older files migrated: kbench.results.migrate)."""
+    from kbench.results import migrate, storage
+
+    return migrate.upgrade(json.loads(path.read_text()), storage.VERSION)
+
+
 def figures(state: dict, work: Path) -> dict:
-    document = json.loads((work / "run" / state["run_id"] / "run.json").read_text())
+    document = _run_file(work / "run" / state["run_id"] / "run.json")
     rows = [r for r in document["evaluations"] if r["solution"].startswith("cand_")]
     gpu = document["environment"].get("gpu") or {}
     seconds = state["seconds"]
@@ -75,9 +82,9 @@ def figures(state: dict, work: Path) -> dict:
     for row in rows:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
     phases: dict[str, float] = {}
-    timed_rows = [r for r in rows if r.get("extra", {}).get("phases")]
+    timed_rows = [r for r in rows if r.get("phases")]
     for row in timed_rows:
-        parts = row["extra"]["phases"]
+        parts = row["phases"]
         for name, spent in {**parts, "rest": row["seconds"] - sum(parts.values())}.items():
             phases[name] = phases.get(name, 0.0) + spent / len(timed_rows)
     return {
@@ -86,7 +93,7 @@ def figures(state: dict, work: Path) -> dict:
         "mean_evaluation_s": round(sum(r["seconds"] for r in rows) / max(len(rows), 1), 2),
         "evaluated": len(rows), "statuses": statuses,
         "gpu": gpu.get("name", "none"), "gpus": gpu.get("count", 0), "cpu_count": document["environment"].get("cpu_count"),
-        "gpus_used": sorted({r.get("extra", {}).get("gpu") for r in rows} - {None}),
+        "gpus_used": sorted({r.get("gpu") for r in rows} - {None}),
         **{f"{phase}_s": round(seconds[phase], 1) for phase in PHASES},
         "cold_candidates_per_hour": round(len(rows) * 3600 / (seconds["cold_build"] + seconds["run"])),
         "warm_candidates_per_hour": round(len(rows) * 3600 / seconds["run"]),

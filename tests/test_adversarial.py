@@ -169,7 +169,7 @@ def test_honest_rows_raise_no_runtime_flags(adversarial_run):
     assert eager.status == Status.CORRECT and set(eager.flags) - MACHINE_CODES == set()
     pytorch_only = next(e for e in adversarial_run.evaluations if e.solution == "pytorch_only")
     assert set(pytorch_only.flags) - MACHINE_CODES == {"no_custom_kernel"}
-    assert pytorch_only.extra["accuracy"]["solution"] < 1e-5
+    assert pytorch_only.accuracy.solution < 1e-5
 
 
 def test_patched_timers_do_not_change_the_timing(adversarial_run):
@@ -183,8 +183,8 @@ def test_patched_timers_do_not_change_the_timing(adversarial_run):
 
 def test_bf16_is_reported_against_float64(adversarial_run):
     row = next(e for e in adversarial_run.evaluations if e.solution == "bf16_inside")
-    accuracy = row.extra["accuracy"]
-    assert accuracy["solution"] > 100 * accuracy["reference"]
+    accuracy = row.accuracy
+    assert accuracy.solution > 100 * accuracy.reference
 
 
 def test_forged_files_and_descriptors_change_nothing(adversarial_run):

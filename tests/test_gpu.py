@@ -87,7 +87,7 @@ def test_adversarial_verdicts_on_cuda(tmp_path):
         assert flags <= set(rows[name].flags), (name, rows[name].warnings)
     patched, honest = rows["patches_timers"], rows["pytorch_only"]
     assert patched.timing.median > honest.timing.median / 3  # the fake Event's 0 ms was not used
-    assert rows["pytorch_only"].extra["kernels"]["profiled"] is False  # nothing declared: no profile to run
+    assert rows["pytorch_only"].kernels.profiled is False  # nothing declared: no profile to run
     # Microseconds of work on a side stream hide in the noise of a microsecond problem: the class is caught on the
     # millisecond problem (test_attack_classes_on_cuda); here it is flagged statically and never reported faster.
     side = rows["side_stream"]
@@ -102,15 +102,15 @@ def test_shipped_solutions_spend_their_time_in_their_own_kernels_and_raise_no_fl
     for e in store.evaluations:
         assert e.status == Status.CORRECT, (e.problem, e.solution, e.message)
         assert set(e.flags) - MACHINE_CODES == set(), (e.problem, e.solution, e.warnings)
-        assert 0 < e.extra["percent_of_floor"] <= 100, (e.problem, e.solution, e.extra)  # floor from measured ceilings
+        assert 0 < e.percent_of_floor <= 100, (e.problem, e.solution, e.floor)  # floor from measured ceilings
         if e.solution in ("cuda_fused", "triton_fused"):  # cuDNN's convolution plus one kernel of its own
-            assert 0 < e.extra["kernels"]["own_share"] < 1, e.extra["kernels"]
+            assert 0 < e.kernels.own_share < 1, e.kernels
         if e.solution == "tf32_igemm":  # the convolution itself is the solution's kernel
-            assert e.extra["kernels"]["own_share"] > 0.9, e.extra["kernels"]
+            assert e.kernels.own_share > 0.9, e.kernels
         if e.solution != EAGER:
             assert e.size_checks["small"] and all(t.passed for t in e.size_checks["small"])
-            accuracy = e.extra["accuracy"]  # TF32 arithmetic, within what TF32 rounding costs the reference
-            assert accuracy["solution"] <= max(10 * accuracy["reference"], 3 * accuracy["tf32"]), accuracy
+            accuracy = e.accuracy  # TF32 arithmetic, within what TF32 rounding costs the reference
+            assert accuracy.solution <= max(10 * accuracy.reference, 3 * accuracy.tf32), accuracy
 
 
 def test_a_bf16_run_casts_both_sides_and_skips_the_float_only_solutions(tmp_path, build_cache):
@@ -133,7 +133,7 @@ def test_a_kernel_dsl_solution_runs_end_to_end_with_its_kernel_counted_as_its_ow
     row = rows[name]
     assert row.status == Status.CORRECT, row.message
     assert set(row.flags) - MACHINE_CODES == set(), row.warnings
-    assert 0 < row.extra["kernels"]["own_share"] < 1, row.extra["kernels"]  # cuDNN's convolution, then its kernel
+    assert 0 < row.kernels.own_share < 1, row.kernels  # cuDNN's convolution, then its kernel
     # the DSL compiled in the untimed calls: no timed sample carries a compilation (seconds, against milliseconds)
     assert max(row.timing.samples) < 3 * row.timing.median, row.timing.samples
 

@@ -9,17 +9,18 @@ import torch
 from kbench.judge import judge, judge_timing, protocol
 from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.judge.verdicts import Verdict
+from kbench.results.jobs import EvaluateJob, ProblemRef, SolutionRef
 from kbench.system import procstate
 from tests import judge_targets
 from tests.conftest import FIXTURES
 
-MATH = {"cudnn_tf32": True, "matmul_tf32": False}
 TINY = FIXTURES / "problems" / "tiny" / "model.py"
 
 
 def _job(solution="good"):
-    return {"math": MATH, "problem": {"path": str(TINY), "overrides": {"batch_size": 8, "features": 16}}, "device": "cpu",
-            "seed": 3, "solution": {"path": str(FIXTURES / "solutions" / "tiny" / f"{solution}.py")}}
+    return EvaluateJob(problem=ProblemRef("tiny", str(TINY), {"batch_size": 8, "features": 16}), device="cpu", seed=3,
+                       trials=1, atol=1e-4, rtol=1e-4,
+                       solution=SolutionRef(solution, str(FIXTURES / "solutions" / "tiny" / f"{solution}.py")))
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def session():
 
 
 def _reference():
-    problem = load_problem(_job())
+    problem = load_problem(_job().problem)
     reference, init = build_reference(problem, 3, "cpu")
     return problem, reference, init, input_maker(problem, "cpu")
 
@@ -69,7 +70,7 @@ def test_calibration_measures_the_round_trip_beyond_the_reported_time():
     problem, reference, init, make = _reference()
     cand = judge.CandidateProcess()
     try:
-        calibration = judge_timing.calibrate({**_job(), "device": "cpu"}, judge.Session(cand, "cpu"), reference, init,
+        calibration = judge_timing.calibrate(_job(), judge.Session(cand, "cpu"), reference, init,
                                              make, make(1), reference(*make(1)))
     finally:
         cand.kill()
@@ -81,7 +82,7 @@ def test_calibration_measures_the_round_trip_beyond_the_reported_time():
 def test_a_fresh_calibration_can_be_taken_after_timing():
     """What settles a [timer_mismatch]: calibration rounds now, in a new candidate holding only the reference."""
     problem, reference, init, make = _reference()
-    calibration = judge_timing.recalibrate({**_job(), "device": "cpu"}, reference, init, make)
+    calibration = judge_timing.recalibrate(_job(), reference, init, make)
     assert calibration is not None and calibration.overhead and all(gap > 0 for gap in calibration.overhead)
 
 

@@ -1,84 +1,61 @@
-"""The package reads as the pipeline: imports run one way, from the command line down to the records."""
+"""The package reads as the pipeline: imports run one way, from the command line down to the records
+(the figures come from tools/layout.py, which prints them)."""
 
-import ast
+import importlib.util
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "kbench"
-
-# Highest first: a module may import its own package and any package below its own, never one above.
-LAYERS = ["cli", "commands", "reports", "problems", "build", "execution", "judge", "measure", "system", "results",
-          "errors"]
-
-
-def _layer(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "root"
-
-
-def _imports(path: Path) -> set[str]:
-    """Every kbench module the file imports, at the top or inside a function."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("kbench.")}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kbench") and not node.level:
-            found |= {f"{node.module}.{a.name}" if node.module.count(".") == 0 else node.module for a in node.names}
-    return found
-
-
-def _modules() -> dict[str, Path]:
-    return {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-            for p in PACKAGE.rglob("*.py")}
+_spec = importlib.util.spec_from_file_location("kbench_layout_tool", ROOT / "tools" / "layout.py")
+layout = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(layout)
 
 
 def test_every_module_lives_in_a_layer_of_the_pipeline():
-    stray = {m for m in _modules() if _layer(m) not in LAYERS and m not in ("kbench", "kbench.__main__")}
-    assert stray == set(), f"modules outside the pipeline's packages: {sorted(stray)}"
+    assert layout.stray(layout.modules(ROOT)) == []
 
 
 def test_imports_run_one_way_from_the_command_line_down_to_the_records():
-    upward = []
-    for module, path in _modules().items():
-        mine = _layer(module)
-        if mine not in LAYERS:
-            continue
-        for imported in _imports(path):
-            theirs = _layer(imported)
-            if theirs in LAYERS and LAYERS.index(theirs) < LAYERS.index(mine):
-                upward.append(f"{module} imports {imported}")
-    assert upward == [], "\n".join(sorted(upward))
+    found = layout.upward(layout.modules(ROOT))
+    assert found == [], "\n".join(found)
 
 
 def test_no_two_modules_import_each_other_even_through_others():
-    modules = _modules()
-    graph = {m: {i if i in modules else i.rpartition(".")[0] for i in _imports(p)} & modules.keys() - {m}
-             for m, p in modules.items()}
-    cycles = []
-    for start in graph:
-        stack, seen = [(start, [start])], set()
-        while stack:
-            node, path = stack.pop()
-            for nxt in graph[node]:
-                if nxt == start:
-                    cycles.append(" -> ".join(path + [start]))
-                elif nxt not in seen:
-                    seen.add(nxt)
-                    stack.append((nxt, path + [nxt]))
-    assert cycles == [], "\n".join(sorted(set(cycles))[:20])
-
-
-MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 60
+    found = layout.cycles(layout.modules(ROOT))
+    assert found == [], "\n".join(found[:20])
 
 
 def test_no_module_is_over_300_lines_and_no_function_over_60():
-    long = []
-    for module, path in _modules().items():
-        tree = ast.parse(path.read_text())
-        lines = len(path.read_text().splitlines())
-        if lines > MAX_MODULE_LINES:
-            long.append(f"{module}: {lines} lines")
-        long += [f"{module}.{node.name}: {node.end_lineno - node.lineno + 1} lines" for node in ast.walk(tree)
-                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
-    assert long == [], "\n".join(long)
+    found = layout.too_long(layout.modules(ROOT))
+    assert found == [], "\n".join(found)
+
+
+def _package(tmp_path, files):
+    for name, text in files.items():
+        path = tmp_path / "kbench" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return layout.modules(tmp_path)
+
+
+def test_the_tool_finds_an_upward_import_a_cycle_a_long_function_and_a_stray_module(tmp_path):
+    """The checks above can fail: on a small package that breaks each rule, each rule reports it."""
+    long_body = "".join(f"    x{i} = {i}\n" for i in range(61))
+    mods = _package(tmp_path, {
+        "__init__.py": "", "results/__init__.py": "", "cli/__init__.py": "", "misc/__init__.py": "",
+        "results/a.py": "from kbench.cli import b\n",
+        "cli/b.py": "import kbench.results.a\n",
+        "results/c.py": "def f():\n" + long_body,
+    })
+    assert layout.upward(mods) == ["kbench.results.a imports kbench.cli.b"]
+    assert "kbench.cli.b -> kbench.results.a -> kbench.cli.b" in layout.cycles(mods)
+    assert layout.too_long(mods) == ["kbench.results.c.f: 62 lines"]
+    assert layout.stray(mods) == ["kbench.misc"]
+    text, ok = layout.report(tmp_path)
+    assert not ok and "cycles: 2" in text
+
+
+def test_the_tool_prints_this_checkouts_figures_and_passes():
+    text, ok = layout.report(ROOT)
+    assert ok, text
+    assert "subpackages" in text and "longest function" in text

@@ -13,7 +13,9 @@ from kbench.judge import noise
 from kbench.judge.harness import build_reference, cast, input_maker, load_problem
 from kbench.problems.discovery import find_problem, load_solution_file
 from kbench.reports.compare import _key
-from kbench.results.records import Evaluation, Status, tolerance
+from kbench.results.jobs import ProblemRef
+from kbench.results.records import Evaluation, Status
+from kbench.results.tolerances import tolerance
 from tests.conftest import FIXTURES
 
 PROBLEMS, SOLUTIONS = FIXTURES / "problems", FIXTURES / "solutions"
@@ -38,8 +40,7 @@ def test_cast_changes_floating_tensors_and_modules_only():
 
 
 def test_reference_and_inputs_are_built_in_the_precision():
-    job = {"problem": {"name": "tiny", "path": str(PROBLEMS / "tiny" / "model.py"), "overrides": {}}}
-    problem = load_problem(job)
+    problem = load_problem(ProblemRef("tiny", str(PROBLEMS / "tiny" / "model.py")))
     reference, _ = build_reference(problem, 1, "cpu", "bf16")
     inputs = input_maker(problem, "cpu", "bf16")(1)
     assert all(p.dtype == torch.bfloat16 for p in reference.parameters())

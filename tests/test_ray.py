@@ -35,5 +35,5 @@ def test_ray_tasks_give_the_same_verdicts_as_local_children(tmp_path):
     assert {name: row.status for name, row in rows.items()} == EXPECTED
     assert "exited with code 3" in rows["exits"].message
     assert rows["good"].timing is not None and rows["good"].speedup_vs_eager > 0
-    assert {row.extra.get("gpu") for row in rows.values()} <= {"ray-0", "ray-1"}  # each ran in a Ray slot
+    assert {row.gpu for row in rows.values()} <= {"ray-0", "ray-1"}  # each ran in a Ray slot
     assert any("evaluating 2 at once (ray" in m for m in messages)

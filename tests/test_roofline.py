@@ -172,8 +172,8 @@ def test_meta_device_cannot_be_measured():
 
 def test_rows_below_the_floor_or_far_above_eager_are_flagged():
     from kbench.commands.evaluation import with_floor
-    from kbench.measure.ceilings import Ceilings
-    from kbench.measure.roofline import Work, floor, floor_to_json
+    from kbench.measure.roofline import floor
+    from kbench.results.figures import Ceilings, Work
     from kbench.results.records import Evaluation, Measurement, Status
 
     fl = floor(Work(flops=1e9, bytes=1e9), Ceilings("GPU", 1e12, 1e15, "tf32", "now"))  # memory-bound: 1 ms
@@ -181,10 +181,10 @@ def test_rows_below_the_floor_or_far_above_eager_are_flagged():
         return Evaluation(problem="p", solution="s", status=Status.CORRECT, device="cuda", size="full",
                           timing=Measurement((ms / 1e3,)), eager_timing=Measurement((eager_ms / 1e3,)))
 
-    plausible = with_floor(row(2.0, 4.0), floor_to_json(fl))
-    assert plausible.flags == () and plausible.extra["percent_of_floor"] == pytest.approx(50.0)
-    too_fast = with_floor(row(0.5, 4.0), floor_to_json(fl))
+    plausible = with_floor(row(2.0, 4.0), fl)
+    assert plausible.flags == () and plausible.percent_of_floor == pytest.approx(50.0)
+    too_fast = with_floor(row(0.5, 4.0), fl)
     assert too_fast.flags == ("below_floor",) and "faster than the hardware floor" in too_fast.warnings[0]
-    far_ahead = with_floor(row(2.0, 40.0), floor_to_json(fl))
+    far_ahead = with_floor(row(2.0, 40.0), fl)
     assert far_ahead.flags == ("implausible_speed",) and "20.0x faster than eager" in far_ahead.warnings[0]
-    assert with_floor(row(2.0, 4.0), None).extra == {}
+    assert with_floor(row(2.0, 4.0), None).percent_of_floor is None

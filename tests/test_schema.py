@@ -9,8 +9,8 @@ import pytest
 from kbench.results.records import CompileInfo, Evaluation, Measurement, RunConfig, Status, TrialResult
 from kbench.results.storage import RunStore
 
-pytest.importorskip("pydantic", reason="pydantic generates the schema (pip install -e '.[test]')")
-from kbench.results import schema  # noqa: E402
+from kbench.results import schema
+from kbench.results.figures import Accuracy, KernelShare, PeakMemory
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = ROOT / "docs" / "run.schema.json"
@@ -23,7 +23,8 @@ def _run_file(tmp_path) -> dict:
     store.add(Evaluation("p", "s", Status.CORRECT, "cpu", "small", compile=CompileInfo(ok=True),
                          trials=(TrialResult(seed=43, passed=True, max_abs_err=0.0),),
                          timing=Measurement((0.002, 0.001, 0.003)), speedup_vs_eager=1.5, warnings=("[x] y",),
-                         extra={"kernels": {"own_share": 0.5}}))
+                         accuracy=Accuracy(1e-6, 2e-6), kernels=KernelShare(own_s=1e-3, own_share=0.5, top=(("k", 9.0),)),
+                         peak=PeakMemory(solution=1 << 20), phases={"load": 0.5}, extra={"noise": {"x": 1}}))
     store.finish()
     return json.loads((store.directory / "run.json").read_text())
 

@@ -37,7 +37,7 @@ def test_a_timed_rounds_inputs_sit_sealed_in_the_shared_buffers_until_the_sample
     cand = judge.CandidateProcess()
     session = judge.Session(cand, "cpu")
     try:
-        judge_timing.calibrate({**_job(), "device": "cpu"}, session, reference, init, make, make(1),
+        judge_timing.calibrate(_job(), session, reference, init, make, make(1),
                                reference(*make(1)))
         values = make(7)
         session.refill(values, sealed=True)

@@ -7,10 +7,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kbench.execution import worker
 from kbench.judge import candidate, correctness, judge, judge_timing, protocol
+from kbench.judge import reference as reference_child
 from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.measure import timing
+from kbench.results.jobs import EvaluateJob, ProblemRef, ReferenceJob, SolutionRef
 from kbench.results.records import MathFlags, TimingPolicy
 from tests.conftest import FIXTURES
 
@@ -53,17 +54,22 @@ def timers(monkeypatch):
         made.append(CountingTimer())
         return made[-1]
 
-    for module in (worker, judge_timing, candidate):
+    for module in (reference_child, judge_timing, candidate):
         monkeypatch.setattr(module, "make_timer", make)
     yield made
     torch.set_grad_enabled(True)
 
 
 def _job(mode):
-    return {"mode": mode, "device": "cpu", "seed": 5, "trials": 2, "atol": 1e-5, "rtol": 1e-5, "token": "t",
-            "problem": {"name": "one_op", "path": str(PROBLEM), "overrides": {}}, "other_sizes": [],
-            "math": dataclasses.asdict(MathFlags()), "timing": dataclasses.asdict(POLICY),
-            "solution": {"name": "honest", "path": str(SOLUTION)}, "compile_baseline": False}
+    common = {"device": "cpu", "seed": 5, "trials": 2, "atol": 1e-5, "rtol": 1e-5,
+              "problem": ProblemRef("one_op", str(PROBLEM)), "timing": POLICY}
+    if mode == "reference":
+        return ReferenceJob(**common, compile_baseline=False)
+    return EvaluateJob(**common, solution=SolutionRef("honest", str(SOLUTION)))
+
+
+def _quiet(event, **fields):
+    pass
 
 
 def _windows(made):
@@ -79,8 +85,8 @@ def test_the_instrument_sees_work_of_the_harness_inside_the_markers():
 
 
 def test_the_reference_process_times_the_call_and_nothing_else(timers):
-    result = worker.time_reference(_job("reference"))
-    assert result["status"] == "correct" and len(result["timing"]["samples"]) >= POLICY.min_samples
+    result = reference_child.time_reference(_job("reference"), _quiet)
+    assert result.status == "correct" and len(result.timing.samples) >= POLICY.min_samples
     windows = _windows(timers)
     assert len(windows) >= POLICY.min_samples + POLICY.warmup_calls
     assert all(w == THE_CALL for w in windows), windows
@@ -88,10 +94,10 @@ def test_the_reference_process_times_the_call_and_nothing_else(timers):
 
 def test_the_judge_times_the_eager_reference_and_nothing_else(timers):
     """The judge's eager samples, in calibration and beside the solution (the solution is timed in its own process)."""
-    result = judge.evaluate(_job("evaluate"), lambda event, **fields: None)
-    assert result["status"] == "correct", result.get("message")
+    result = judge.evaluate(_job("evaluate"), {}, _quiet)
+    assert result.status == "correct", result.message
     windows = _windows(timers)
-    rounds = result["extra"]["protocol"]["rounds"]
+    rounds = result.figures["protocol"]["rounds"]
     assert len(windows) >= rounds + judge_timing.CALIBRATION_SAMPLES[0]
     assert all(w == THE_CALL for w in windows), windows
 
@@ -100,7 +106,7 @@ def test_the_candidate_times_the_solutions_call_and_nothing_else(timers):
     """The candidate's Sample command, run here in-process: its timer window holds the solution's call alone; the
     outputs are copied into the judge's buffers after the window."""
     torch.set_grad_enabled(False)
-    problem = load_problem(_job("evaluate"))
+    problem = load_problem(_job("evaluate").problem)
     reference, init = build_reference(problem, 5, "cpu")
     inputs = input_maker(problem, "cpu")(1)
     out = torch.empty(16, 8)
@@ -121,16 +127,16 @@ def test_primed_reference_rounds_time_the_second_call_alone(timers, monkeypatch)
     holds the call alone, and each sample costs one call outside the windows."""
     monkeypatch.setattr(timing, "primes", lambda device, fn, timer: True)
     calls = []
-    real = worker.job_reference
+    real = reference_child.job_reference
 
     def counted(*args):
         model, init, make = real(*args)
         model.register_forward_hook(lambda *a: calls.append(1))
         return model, init, make
 
-    monkeypatch.setattr(worker, "job_reference", counted)
-    result = worker.time_reference(_job("reference"))
-    assert result["status"] == "correct" and result["extra"]["primed"] is True
+    monkeypatch.setattr(reference_child, "job_reference", counted)
+    result = reference_child.time_reference(_job("reference"), _quiet)
+    assert result.status == "correct" and result.figures["primed"] is True
     windows = _windows(timers)
     assert windows and all(w == THE_CALL for w in windows), windows
     assert len(calls) >= 2 * len(windows)
@@ -156,13 +162,13 @@ def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_unti
 
     monkeypatch.setattr(judge.Session, "sample", sample)
     monkeypatch.setattr(judge.Session, "refill", refill)
-    result = judge.evaluate(_job("evaluate"), lambda event, **fields: None)
-    assert result["status"] == "correct", result.get("message")
-    assert result["extra"]["protocol"]["primed"] is True
+    result = judge.evaluate(_job("evaluate"), {}, _quiet)
+    assert result.status == "correct", result.message
+    assert result.figures["protocol"]["primed"] is True
     windows = _windows(timers)
     assert all(w == THE_CALL for w in windows), windows
     timed = [i for i in range(len(log) - 2) if [e[0] for e in log[i:i + 3]] == ["sample", "refill", "sample"]]
-    rounds = result["extra"]["protocol"]["rounds"]
+    rounds = result.figures["protocol"]["rounds"]
     assert len(timed) >= rounds
     for i in timed[-rounds:]:  # the timing rounds (before them, warm-up calls repeat the warm-up round's inputs)
         untimed_saw, untimed_ran = log[i][1], log[i][2]

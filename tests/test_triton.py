@@ -24,9 +24,10 @@ from kbench.judge.comparison import compare
 from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.judge.loading import import_path
 from kbench.problems.discovery import find_problem
+from kbench.results.jobs import ProblemRef
 name = sys.argv[1]
 spec = find_problem(name, Path("problems"))
-problem = load_problem({"problem": {"name": name, "path": str(spec.path), "overrides": spec.overrides("small")}})
+problem = load_problem(ProblemRef(name, str(spec.path), spec.overrides("small")))
 reference, init = build_reference(problem, 1, "cpu")
 model = import_path("triton_solution", f"solutions/{name}/triton_fused.py").ModelNew(*init)
 model.load_state_dict(reference.state_dict())

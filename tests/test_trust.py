@@ -138,11 +138,30 @@ def test_declared_kernels_finds_each_spelling_of_a_kernel_declaration():
     assert kernel_names.declared_kernels(lse) == {"pack_slabs", "conv3d_tf32_pool_lse", "scan_wrap"}
 
 
+def _job(device, **settings):
+    from kbench.results.jobs import CheckJob, ProblemRef
+
+    return CheckJob(problem=ProblemRef("p", "p.py"), device=device, seed=0, trials=1, atol=1e-4, rtol=1e-4, **settings)
+
+
 def test_the_kernel_profile_runs_on_cuda_unless_the_run_turns_it_off():
-    assert trust.wants_kernel_profile({"device": "cuda"})
-    assert trust.wants_kernel_profile({"device": "cuda", "kernel_profile": True})
-    assert not trust.wants_kernel_profile({"device": "cuda", "kernel_profile": False})
-    assert not trust.wants_kernel_profile({"device": "cpu", "kernel_profile": True})
+    assert trust.wants_kernel_profile(_job("cuda"))
+    assert trust.wants_kernel_profile(_job("cuda", kernel_profile=True))
+    assert not trust.wants_kernel_profile(_job("cuda", kernel_profile=False))
+    assert not trust.wants_kernel_profile(_job("cpu", kernel_profile=True))
+
+
+def test_a_kernel_share_from_the_candidate_is_checked_field_by_field():
+    """The profile's figures come from the candidate's process: anything but a KernelShare is a skipped check."""
+    forged: dict = {"warnings": []}
+    trust.kernel_profile(lambda: {"own_s": "all of it", "own_share": [1.0]}, forged)
+    assert "kernels" not in forged
+    assert forged["warnings"][0].startswith("[check_skipped] kernel profile could not run: ProtocolError")
+    honest: dict = {"warnings": []}
+    trust.kernel_profile(lambda: {"own_s": 0.0, "library_s": 1e-3, "own_share": 0.0, "kernels_declared": ["k"],
+                                  "top": [["cudnn_conv", 9.5]]}, honest)
+    assert honest["kernels"].top == (("cudnn_conv", 9.5),) and honest["kernels"].own_share == 0.0
+    assert honest["warnings"][0].startswith("[no_custom_kernel]")
 
 
 def test_the_kernel_profile_covers_the_candidate_calls_and_nothing_else(monkeypatch):

@@ -1,13 +1,13 @@
 """Children started ahead of their jobs (CUDA runs' launcher): each job still gets a fresh child with its own env."""
 
-import dataclasses
 import os
 import time
 from pathlib import Path
 
 from kbench.build.compile import BuildContext, child_env, zygote_env
 from kbench.execution import child, isolation, warm_starts
-from kbench.results.records import MathFlags, SolutionSpec, TimingPolicy
+from kbench.results.jobs import EvaluateJob, ProblemRef, ReferenceJob, SolutionRef
+from kbench.results.records import SolutionSpec, TimingPolicy
 from tests.conftest import FIXTURES
 
 # Prepended to a correct fixture solution: it then loads only if its child sees the TORCH_EXTENSIONS_DIR of its own
@@ -22,12 +22,14 @@ print("pid", os.getpid(), flush=True)
 '''
 
 
-def _job(solution):
+def _judging():
     problem = FIXTURES / "problems" / "tiny" / "model.py"
-    return {"mode": "evaluate", "device": "cpu", "seed": 0, "trials": 1, "atol": 1e-4, "rtol": 1e-4,
-            "problem": {"name": "tiny", "path": str(problem), "overrides": {}},
-            "math": dataclasses.asdict(MathFlags()), "timing": dataclasses.asdict(TimingPolicy(max_time_s=0.05)),
-            "solution": {"name": solution.stem, "path": str(solution)}}
+    return {"device": "cpu", "seed": 0, "trials": 1, "atol": 1e-4, "rtol": 1e-4,
+            "problem": ProblemRef("tiny", str(problem)), "timing": TimingPolicy(max_time_s=0.05)}
+
+
+def _job(solution):
+    return EvaluateJob(**_judging(), solution=SolutionRef(solution.stem, str(solution)))
 
 
 def _solution(folder):
@@ -45,7 +47,7 @@ def test_each_job_gets_its_own_env_in_a_child_started_before_it(tmp_path):
             path, env = _solution(tmp_path / name)
             outcomes.append(warm(_job(path), 60, env))
             assert warm.waiting() == 1  # the next job's child is already started
-        assert [o.result["status"] for o in outcomes] == ["correct"] * 3, [o.log for o in outcomes]
+        assert [o.result.status for o in outcomes] == ["correct"] * 3, [o.log for o in outcomes]
         pids = {line for o in outcomes for line in o.log.splitlines() if line.startswith("pid ")}
         assert len(pids) == 3  # a fresh process for every job
     finally:
@@ -57,13 +59,13 @@ def test_a_child_that_died_while_waiting_is_replaced(tmp_path):
     warm = warm_starts.WarmStarts()
     try:
         path, env = _solution(tmp_path / "a")
-        assert warm(_job(path), 60, env).result["status"] == "correct"
+        assert warm(_job(path), 60, env).result.status == "correct"
         for child in list(warm._spares.values()):
             os.kill(child.proc.pid, 9)
             child.proc.wait()
         path, env = _solution(tmp_path / "b")
         outcome = warm(_job(path), 60, env)
-        assert outcome.result is not None and outcome.result["status"] == "correct", outcome.log
+        assert outcome.result is not None and outcome.result.status == "correct", outcome.log
     finally:
         warm.close()
 
@@ -81,12 +83,12 @@ def test_the_worker_reports_the_end_of_its_timing_and_only_with_the_jobs_token(t
     path, env = _solution(tmp_path / "a")
     events: list[str] = []
     outcome = child._Child(env).run(_job(path), 60, on_event=events.append)
-    assert outcome.result["status"] == "correct" and events == ["timed"]
+    assert outcome.result.status == "correct" and events == ["timed"]
     wrong = tmp_path / "wrong.py"
     wrong.write_text((FIXTURES / "solutions" / "tiny" / "wrong_values.py").read_text())
     events.clear()
     outcome = child._Child(env).run(_job(wrong), 60, on_event=events.append)
-    assert outcome.result["status"] == "incorrect" and events == []  # stopped before timing
+    assert outcome.result.status == "incorrect" and events == []  # stopped before timing
 
 
 def test_a_job_that_never_times_still_leaves_the_next_child_started(tmp_path):
@@ -95,7 +97,7 @@ def test_a_job_that_never_times_still_leaves_the_next_child_started(tmp_path):
     warm = warm_starts.WarmStarts()
     try:
         outcome = warm(_job(wrong), 60, isolation.worker_path_env())
-        assert outcome.result["status"] == "incorrect"
+        assert outcome.result.status == "incorrect"
         assert warm.waiting() == 1
     finally:
         warm.close()
@@ -114,7 +116,7 @@ def test_the_next_child_starts_only_after_the_running_job_has_timed(tmp_path, mo
     path.write_text("import time\ntime.sleep(2)\n" + path.read_text())  # 2 s of loading, before any timing
     warm = warm_starts.WarmStarts()
     try:
-        assert warm(_job(path), 60, env).result["status"] == "correct"
+        assert warm(_job(path), 60, env).result.status == "correct"
     finally:
         warm.close()
     assert len(created) == 2 and created[1] - created[0] >= 2.0
@@ -132,11 +134,10 @@ def test_reference_and_solution_children_differ_only_by_the_per_job_env(tmp_path
 
 
 def test_the_reference_child_reports_the_end_of_its_timing(tmp_path):
-    job = {**_job(tmp_path / "unused.py"), "mode": "reference"}
-    del job["solution"]
+    job = ReferenceJob(**_judging())
     events: list[str] = []
     outcome = child._Child(isolation.worker_path_env()).run(job, 60, on_event=events.append)
-    assert outcome.result["status"] == "correct" and events == ["timed"]
+    assert outcome.result.status == "correct" and events == ["timed"]
 
 
 def test_every_kernel_dsls_compile_cache_lives_beside_kbenchs_builds_and_travels_with_the_job(tmp_path):

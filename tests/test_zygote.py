@@ -1,6 +1,7 @@
 """Workers forked by the zygote: the same outcomes as workers started with subprocess, nothing inherited that a
 solution could use, and a run that goes on when the zygote is gone."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -34,8 +35,7 @@ def _problem_job(tmp_path, text):
     problem = tmp_path / "problem.py"
     problem.write_text(text + TINY.read_text())
     job = _job(GOOD)
-    job["problem"] = {**job["problem"], "path": str(problem)}
-    return job
+    return dataclasses.replace(job, problem=dataclasses.replace(job.problem, path=str(problem)))
 
 
 def test_forked_workers_give_fresh_processes_and_the_same_results_as_spawned_ones(tmp_path):
@@ -48,9 +48,10 @@ def test_forked_workers_give_fresh_processes_and_the_same_results_as_spawned_one
         forked = [warm(_job(solution), 60, env) for _ in range(3)]
     finally:
         warm.close()
-    assert spawned.result["status"] == "correct"
-    assert [o.result["status"] for o in forked] == ["correct"] * 3, [o.log for o in forked]
-    assert forked[0].result.keys() == spawned.result.keys()
+    assert spawned.result.status == "correct"
+    assert [o.result.status for o in forked] == ["correct"] * 3, [o.log for o in forked]
+    assert forked[0].result.figures.keys() == spawned.result.figures.keys()
+    assert forked[0].result.phases.keys() == spawned.result.phases.keys()
     pids = [line.split()[1] for o in forked for line in o.log.splitlines() if line.startswith("pid ")]
     assert len(set(pids)) == 3
 
@@ -65,7 +66,7 @@ def test_a_forked_candidate_holds_no_descriptor_of_its_worker(tmp_path, monkeypa
         outcome = warm(_job(solution), 60, isolation.worker_path_env())
     finally:
         warm.close()
-    assert outcome.result["status"] == "correct", outcome.log
+    assert outcome.result.status == "correct", outcome.log
     seen = json.loads(report.read_text())
     assert seen["stdin"] == ""  # not the worker's job pipe
     fds = seen["fds"]
@@ -113,14 +114,14 @@ def test_the_run_goes_on_when_its_zygote_is_gone(tmp_path, capfd):
     env = isolation.worker_path_env()
     warm = _launcher()
     try:
-        assert warm(_job(GOOD), 60, env).result["status"] == "correct"
+        assert warm(_job(GOOD), 60, env).result.status == "correct"
         (zygote,) = [z for z in warm._zygotes.values() if z is not None]
         os.killpg(zygote.proc.pid, signal.SIGKILL)
         zygote.proc.wait()
         outcome = warm(_job(GOOD), 60, env)
     finally:
         warm.close()
-    assert outcome.result is not None and outcome.result["status"] == "correct", outcome.log
+    assert outcome.result is not None and outcome.result.status == "correct", outcome.log
 
 
 def test_close_ends_the_zygote_and_the_spare(tmp_path):
@@ -151,4 +152,4 @@ def test_a_zygote_started_from_a_thread_that_ended_still_forks(tmp_path):
         again = warm(_job(GOOD), 60, env)
     finally:
         warm.close()
-    assert first[0].result["status"] == "correct" and again.result["status"] == "correct", again.log
+    assert first[0].result.status == "correct" and again.result.status == "correct", again.log

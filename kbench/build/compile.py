@@ -10,14 +10,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kbench.execution import child, isolation
 from kbench.execution.pool import drain
+from kbench.results.jobs import BuildJob, BuildJobResult, SolutionRef
 from kbench.results.records import CompileInfo, SolutionSpec
 from kbench.system import toolkit
 
-Launch = Callable[[dict[str, Any], float, dict[str, str]], child.ChildOutcome]
+Launch = Callable[[BuildJob, float, dict[str, str]], child.ChildOutcome]
 
 BUILD_LOG_CHARS = 20_000
 
@@ -101,16 +101,16 @@ def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int, launch: 
         fcntl.flock(lock, fcntl.LOCK_EX)
         built_before = (directory / toolkit.BUILT_MARKER).exists()
         started = time.time()
-        job = {"mode": "build", "solution": {"name": solution.name, "path": str(solution.path)}}
+        job = BuildJob(SolutionRef(solution.name, str(solution.path)))
         outcome = launch(job, ctx.timeout_s, child_env(ctx, solution, max_jobs))
         # ninja rebuilds even a cached extension when torch's headers are newer (a fresh install): not cached then.
         cached = built_before and not any(p.stat().st_mtime >= started for p in directory.rglob("*.so"))
     log = outcome.log[-BUILD_LOG_CHARS:]
     failure = outcome.failure
-    result = outcome.result or {}
-    if failure is None and result.get("status") != "ok":
-        failure = (result.get("status", "crashed"), result.get("message", ""))
-    seconds = (result.get("compile") or {}).get("seconds", outcome.seconds)
+    result = outcome.result if isinstance(outcome.result, BuildJobResult) else None
+    if failure is None and (result is None or result.status != "ok"):
+        failure = (result.status, result.message) if result is not None else ("crashed", "")
+    seconds = result.seconds if result is not None and result.seconds is not None else outcome.seconds
     info = CompileInfo(ok=failure is None, seconds=seconds, cached=cached and failure is None, log=log, cache_key=key)
     if failure is not None:
         status, message = failure

@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from kbench.build.compile import build_all, BuildResult
-from kbench.commands.evaluation import base_job, Plan
+from kbench.commands.evaluation import judging, Plan
 from kbench.commands.machine import build_context, probe_environment, resolve_device, resolve_size
 from kbench.commands.progress import build_progress, Progress
 from kbench.errors import KbenchError, UsageError
 from kbench.execution import isolation
-from kbench.results.records import MathFlags, PRECISIONS, ProblemSpec, RunConfig, TOLERANCE_PROFILES
+from kbench.results.jobs import CheckJob, CheckResult
+from kbench.results.records import MathFlags, ProblemSpec, RunConfig
+from kbench.results.tolerances import PRECISIONS, TOLERANCE_PROFILES
 
 
 def build_only(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path, solutions_dir: Path,
@@ -66,11 +68,9 @@ def check_problems(problem_refs: Sequence[str], problems_dir: Path, device: str,
             config = RunConfig(device=device, precision=precision, tolerance=profile, math=MathFlags.from_tf32(tf32))
             plan = Plan(config, device, size, env, None)  # type: ignore[arg-type]
             progress(f"checking {problem.name} ({device}, {size}, {precision}) ...")
-            outcome = isolation.run_child({**base_job(plan, problem), "mode": "check"}, timeout_s,
-                                          isolation.worker_path_env())
-            result = outcome.result or {}
-            error = "" if result.get("status") == "correct" else (
-                result.get("message") or (outcome.failure or ("", "no result"))[1])
-            checks.append(ProblemCheck(problem, size, tuple(result.get("findings", ())), result.get("figures", {}),
-                                       error, precision))
+            outcome = isolation.run_child(CheckJob(**judging(plan, problem)), timeout_s, isolation.worker_path_env())
+            result = outcome.result if isinstance(outcome.result, CheckResult) else CheckResult("crashed")
+            error = "" if result.status == "correct" else (
+                result.message or (outcome.failure or ("", "no result"))[1])
+            checks.append(ProblemCheck(problem, size, result.findings, result.figures, error, precision))
     return checks

@@ -66,7 +66,7 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
         progress(f"{problem.name}: reference (eager{', torch.compile' if plan.config.compile_baseline else ''}) ...")
         with heartbeat(progress, f"{problem.name}: reference"):
             rows = evaluate_reference(plan, problem, slot)
-        return [on_gpu(with_floor(row, rows[0].extra.get("floor")), slot) for row in rows]
+        return [on_gpu(with_floor(row, rows[0].floor), slot) for row in rows]
 
     run_on_slots([p for p in problems if not is_done(store, p.name, EAGER)], slots, reference,
                  lambda _, rows: [store.add(row) for row in rows])
@@ -75,7 +75,7 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
     def solution_row(item: tuple[ProblemSpec, SolutionSpec], slot: Slot) -> Evaluation:
         problem, solution = item
         reference_rows = rows_of[problem.name]
-        floor = reference_rows[0].extra.get("floor") if reference_rows else None
+        floor = reference_rows[0].floor if reference_rows else None
         gain = next((r.speedup_vs_eager for r in reference_rows if r.solution == COMPILED and r.speedup_vs_eager), None)
         where = {"device": plan.device, "size": plan.size, "precision": plan.config.precision_for(problem)}
         if solution.defect:

@@ -9,9 +9,12 @@ from typing import Any
 from kbench.build.compile import BuildContext, BuildResult, child_env
 from kbench.execution.executors import Executor, local_executor
 from kbench.execution.pool import Slot
+from kbench.results.figures import Floor
+from kbench.results.jobs import (
+    CompiledResult, EvaluateJob, EvaluateResult, OtherSize, ProblemRef, ReferenceJob, ReferenceResult, SolutionRef,
+)
 from kbench.results.records import (
     COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
-    trials_from_json,
 )
 from kbench.measure.timing_checks import escaped_work_warning, few_samples_warning, launch_bound_warning
 
@@ -33,32 +36,22 @@ class Plan:
     executor: Executor = dataclasses.field(default_factory=lambda: local_executor("cpu", 0))
 
 
-def base_job(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
+def judging(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
+    """What every job on `problem` shares in this run (the fields of kbench.results.jobs.Judging)."""
     cfg = plan.config
-    return {
-        "problem": {"name": problem.name, "path": str(problem.path), "overrides": problem.overrides(plan.size)},
-        "device": plan.device,
-        "precision": cfg.precision_for(problem),
-        "seed": cfg.seed,
-        "trials": cfg.trials,
-        **dict(zip(("atol", "rtol"), cfg.tolerance_for(problem))),
-        "math": dataclasses.asdict(cfg.math),
-        "timing": dataclasses.asdict(cfg.timing),
-        "kernel_profile": cfg.kernel_profile,
-    }
+    atol, rtol = cfg.tolerance_for(problem)
+    return {"problem": ProblemRef(problem.name, str(problem.path), problem.overrides(plan.size)),
+            "device": plan.device, "precision": cfg.precision_for(problem), "seed": cfg.seed, "trials": cfg.trials,
+            "atol": atol, "rtol": rtol, "math": cfg.math, "timing": cfg.timing, "kernel_profile": cfg.kernel_profile}
 
 
-def other_sizes(plan: Plan, problem: ProblemSpec) -> list[dict[str, Any]]:
+def other_sizes(plan: Plan, problem: ProblemSpec) -> tuple[OtherSize, ...]:
     """The further sizes at which a solution's correctness is checked (none if the problem has no small size)."""
     two = plan.config.two_sizes if plan.config.two_sizes is not None else plan.device == "cuda"
     if not two or not problem.has_small:
-        return []
+        return ()
     other = "small" if plan.size == "full" else "full"
-    return [{"name": other, "overrides": problem.overrides(other)}]
-
-
-def _measurement(data: dict[str, Any] | None) -> Measurement | None:
-    return Measurement.from_json(data) if data else None
+    return (OtherSize(other, problem.overrides(other)),)
 
 
 def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
@@ -76,49 +69,62 @@ def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[str] = ())
 
 def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> list[Evaluation]:
     """The eager row, and the torch.compile row unless it was switched off."""
-    job = {**base_job(plan, problem), "mode": "reference", "compile_baseline": plan.config.compile_baseline,
-           "ceilings_dir": str(plan.build.cache_dir.parent / "ceilings")}
+    job = ReferenceJob(**judging(plan, problem), compile_baseline=plan.config.compile_baseline,
+                       ceilings_dir=str(plan.build.cache_dir.parent / "ceilings"))
     outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, None, 1), slot))
     common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds,
               "precision": plan.config.precision_for(problem)}
-    failure = outcome.failure
-    if failure is not None or outcome.result is None:
-        status, message = failure or ("crashed", "")
-        return [Evaluation(solution=EAGER, status=Status(status), message=message, **common)]
     result = outcome.result
-    if result["status"] != "correct":
-        return [Evaluation(solution=EAGER, status=Status(result["status"]), message=result["message"], **common)]
-    eager = _measurement(result["timing"])
+    if outcome.failure is not None or not isinstance(result, ReferenceResult):
+        status, message = outcome.failure or ("crashed", "")
+        return [Evaluation(solution=EAGER, status=Status(status), message=message, **common)]
+    if result.status != "correct" or result.timing is None:
+        return [Evaluation(solution=EAGER, status=Status(result.status), message=result.message, **common)]
+    eager = result.timing
     rows = [Evaluation(solution=EAGER, status=Status.CORRECT, timing=eager, eager_timing=eager, speedup_vs_eager=1.0,
-                       warnings=_warnings(plan, eager, result.get("warnings", ())),
-                       extra={"output": result["output"], **result.get("extra", {}),
-                              **({"floor": result["floor"]} if "floor" in result else {})}, **common)]
-    compiled = result.get("compiled")
-    if compiled is not None:
-        timing = _measurement(compiled.get("timing"))
-        speedup = eager.median / timing.median if timing and eager else None
-        rows.append(Evaluation(
-            solution=COMPILED, status=Status(compiled["status"]), message=compiled.get("message", ""),
-            trials=trials_from_json(compiled.get("trials", ())), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
-            speedup_vs_compile=1.0 if timing else None, warnings=_warnings(plan, timing),
-            compile=CompileInfo(ok=True, seconds=compiled.get("compile", {}).get("seconds", 0.0)), **common,
-        ))
+                       warnings=_warnings(plan, eager, result.warnings), floor=result.floor, peak=result.peak,
+                       phases=result.phases, extra={"output": result.output, **result.figures}, **common)]
+    if result.compiled is not None:
+        rows.append(_compiled_row(plan, result.compiled, eager, common))
     return rows
 
 
-def with_floor(row: Evaluation, floor: dict[str, Any] | None) -> Evaluation:
+def _compiled_row(plan: Plan, compiled: CompiledResult, eager: Measurement, common: dict[str, Any]) -> Evaluation:
+    timing = compiled.timing
+    return Evaluation(
+        solution=COMPILED, status=Status(compiled.status), message=compiled.message, trials=compiled.trials,
+        timing=timing, eager_timing=eager, speedup_vs_eager=eager.median / timing.median if timing else None,
+        speedup_vs_compile=1.0 if timing else None, warnings=_warnings(plan, timing),
+        compile=CompileInfo(ok=True, seconds=compiled.compile_seconds), **common,
+    )
+
+
+def with_floor(row: Evaluation, floor: Floor | None) -> Evaluation:
     """Add % of the hardware floor and implausible-speed warnings to a timed row."""
     if floor is None or row.timing is None:
         return row
     from kbench.measure import roofline
 
-    fl = roofline.floor_from_json(floor)
     eager = row.eager_timing.median if row.eager_timing is not None and row.solution != EAGER else None
-    checks = (("below_floor", roofline.below_floor(row.timing.median, fl)),  # untrusted timing: suspect
+    checks = (("below_floor", roofline.below_floor(row.timing.median, floor)),  # untrusted timing: suspect
               ("implausible_speed", roofline.far_ahead(row.timing.median, eager)))  # a heuristic: a warning
     found = [f"[{code}] {why}" for code, why in checks if why is not None]
-    extra = {**row.extra, "percent_of_floor": roofline.percent_of_floor(row.timing.median, fl)}
-    return dataclasses.replace(row, warnings=row.warnings + tuple(found), extra=extra)
+    return dataclasses.replace(row, warnings=row.warnings + tuple(found),
+                               percent_of_floor=roofline.percent_of_floor(row.timing.median, floor))
+
+
+def _not_judged(plan: Plan, solution: SolutionSpec, precision: str, built: BuildResult | None) -> tuple[Status, str] | None:
+    """Why a solution is not sent to a judge (its precisions, its devices, its build), or None when it is."""
+    if precision not in solution.precisions:
+        return Status.NOT_RUN, f"declares PRECISIONS {', '.join(solution.precisions)}; this run is in {precision}"
+    if plan.device not in solution.devices:
+        if built is not None and not built.ok:
+            return Status(built.status), built.message
+        reason = f"supports {', '.join(solution.devices)} only; this run is on {plan.device}"
+        return Status.NOT_RUN, reason + (" (it compiled and linked)" if built is not None else "")
+    if built is None or not built.ok:
+        return (Status(built.status), built.message) if built else (Status.NOT_RUN, "not built")
+    return None
 
 
 def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, built: BuildResult | None,
@@ -126,39 +132,24 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
     """One solution in its own child; `compile_gain` is eager/compiled time from the reference child."""
     precision = plan.config.precision_for(problem)
     common = {"problem": problem.name, "solution": solution.name, "device": plan.device, "size": plan.size,
-              "precision": precision}
-    compile_info = built.compile if built else None
-    if precision not in solution.precisions:
-        return Evaluation(status=Status.NOT_RUN, compile=compile_info, **common,
-                          message=f"declares PRECISIONS {', '.join(solution.precisions)}; this run is in {precision}")
-    if plan.device not in solution.devices:
-        reason = f"supports {', '.join(solution.devices)} only; this run is on {plan.device}"
-        if built is not None and not built.ok:
-            return Evaluation(status=Status(built.status), message=built.message, compile=compile_info, **common)
-        if built is not None:
-            reason += " (it compiled and linked)"
-        return Evaluation(status=Status.NOT_RUN, message=reason, compile=compile_info, **common)
-    if built is None or not built.ok:
-        status = built.status if built else "not_run"
-        message = built.message if built else "not built"
-        return Evaluation(status=Status(status), message=message, compile=compile_info, **common)
-    job = {**base_job(plan, problem), "mode": "evaluate", "other_sizes": other_sizes(plan, problem),
-           "solution": {"name": solution.name, "path": str(solution.path)}}
+              "precision": precision, "compile": built.compile if built else None}
+    if (refused := _not_judged(plan, solution, precision, built)) is not None:
+        return Evaluation(status=refused[0], message=refused[1], **common)
+    job = EvaluateJob(**judging(plan, problem), other_sizes=other_sizes(plan, problem),
+                      solution=SolutionRef(solution.name, str(solution.path)))
     outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, solution, 1), slot))
-    failure = outcome.failure
-    if failure is not None or outcome.result is None:
-        status, message = failure or ("crashed", "")
-        return Evaluation(status=Status(status), message=message, compile=compile_info, seconds=outcome.seconds, **common)
     result = outcome.result
-    timing, eager = _measurement(result.get("timing")), _measurement(result.get("eager_timing"))
+    if outcome.failure is not None or not isinstance(result, EvaluateResult):
+        status, message = outcome.failure or ("crashed", "")
+        return Evaluation(status=Status(status), message=message, seconds=outcome.seconds, **common)
+    timing, eager = result.timing, result.eager_timing
     speedup = eager.median / timing.median if timing and eager else None
     return Evaluation(
-        status=Status(result["status"]), message=result.get("message", ""), compile=compile_info,
-        trials=trials_from_json(result.get("trials", ())), timing=timing, eager_timing=eager, speedup_vs_eager=speedup,
-        size_checks={k: trials_from_json(v) for k, v in result.get("size_checks", {}).items()},
+        status=Status(result.status), message=result.message, trials=result.trials, timing=timing, eager_timing=eager,
+        size_checks=result.size_checks, speedup_vs_eager=speedup,
         speedup_vs_compile=speedup / compile_gain if speedup and compile_gain else None,
-        warnings=_warnings(plan, timing, [*static_warnings(solution), *result.get("warnings", ())]),
-        seconds=outcome.seconds, extra={**result.get("extra", {}), **{k: result[k] for k in ("accuracy", "kernels") if k in result}},
+        warnings=_warnings(plan, timing, [*static_warnings(solution), *result.warnings]), seconds=outcome.seconds,
+        accuracy=result.accuracy, kernels=result.kernels, peak=result.peak, phases=result.phases, extra=result.figures,
         **common,
     )
 
@@ -176,7 +167,7 @@ def static_warnings(solution: SolutionSpec) -> list[str]:
 
 def on_gpu(row: Evaluation, slot: Slot) -> Evaluation:
     """Record which slot (a GPU index, or a Ray task slot) ran the evaluation when runs are spread out."""
-    return row if slot is None else dataclasses.replace(row, extra={**row.extra, "gpu": slot})
+    return row if slot is None else dataclasses.replace(row, gpu=slot)
 
 
 def with_next_step(row: Evaluation, timeout_s: float) -> Evaluation:

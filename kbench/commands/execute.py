@@ -21,9 +21,8 @@ from kbench.execution.executors import make_executor
 from kbench.execution.zygote import Zygote
 from kbench.reports.compare import machine_key
 from kbench.reports.tables import write_tables
-from kbench.results.records import (
-    EAGER, PRECISIONS, TOLERANCE_PROFILES, Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status,
-)
+from kbench.results.records import EAGER, Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status
+from kbench.results.tolerances import PRECISIONS, TOLERANCE_PROFILES
 from kbench.results.storage import RunStore
 from kbench.system import toolkit
 from kbench.system.environment import git_info, host_info

@@ -9,7 +9,8 @@ from tabulate import tabulate
 
 from kbench.commands.build_and_check import ProblemCheck
 from kbench.problems.discovery import list_problems, list_solutions
-from kbench.results.records import PRECISIONS, SolutionSpec
+from kbench.results.records import SolutionSpec
+from kbench.results.tolerances import PRECISIONS
 
 
 def _sizes(constants: dict[str, object], small: dict[str, object]) -> str:

@@ -9,6 +9,7 @@ from kbench.build.compile import BuildContext, zygote_env
 from kbench.errors import KbenchError, UsageError
 from kbench.execution import isolation
 from kbench.execution.zygote import Zygote
+from kbench.results.jobs import ProbeJob, ProbeResult
 from kbench.system import toolkit
 
 PROBE_TIMEOUT_S = 120
@@ -17,11 +18,12 @@ PROBE_TIMEOUT_S = 120
 def probe_environment(zygote: Zygote | None = None) -> dict[str, Any]:
     """The machine as a worker sees it (torch, GPUs); from a worker forked by `zygote` when one is given."""
     env = zygote_env(toolkit.find_cuda_home()) if zygote is not None else isolation.worker_path_env()
-    outcome = isolation.run_forked(zygote, {"mode": "probe"}, PROBE_TIMEOUT_S, env)
-    if outcome.result is None or "environment" not in outcome.result:
-        status, message = outcome.failure or ("crashed", outcome.result.get("message", "") if outcome.result else "")
+    outcome = isolation.run_forked(zygote, ProbeJob(), PROBE_TIMEOUT_S, env)
+    result = outcome.result
+    if not isinstance(result, ProbeResult) or result.status != "ok":
+        status, message = outcome.failure or ("crashed", result.message if result is not None else "")
         raise KbenchError(f"Cannot start a kbench worker ({status}: {message}). Is torch installed in this Python?")
-    return outcome.result["environment"]
+    return result.environment
 
 
 def resolve_device(requested: str, env: dict[str, Any]) -> str:

@@ -17,6 +17,8 @@ from typing import Any
 
 from kbench.execution.process_tree import _live, _live_lock, kill_tree
 from kbench.execution.zygote import ForkedWorker, Zygote
+from kbench.results.codec import ProtocolError, decode, encode
+from kbench.results.jobs import Envelope, Job, JobResult, result_type
 
 LOG_TAIL_CHARS = 20_000
 
@@ -25,11 +27,12 @@ LOG_TAIL_CHARS = 20_000
 class ChildOutcome:
     """What the parent saw: the child's result (if it reported one) or how it died, and its output."""
 
-    result: dict[str, Any] | None
+    result: JobResult | None
     returncode: int | None
     timed_out: bool
     seconds: float
     log: str
+    refused: str = ""  # why a result line with the job's token was not the record the job is answered with
 
     @property
     def failure(self) -> tuple[str, str] | None:
@@ -38,6 +41,8 @@ class ChildOutcome:
             return "timeout", f"no result after {self.seconds:.0f} s; the child was killed"
         if self.result is not None:
             return None
+        if self.refused:
+            return "crashed", f"the child's result was refused: {self.refused}"
         code = self.returncode
         if code is not None and code < 0:
             try:
@@ -75,6 +80,16 @@ def _parse(data: bytes, token: str) -> dict[str, Any] | None:
         if isinstance(message, dict) and message.get("token") == token and isinstance(message.get("result"), dict):
             found.append(message["result"])
     return found[0] if len(found) == 1 else None
+
+
+def _checked(job: Job, raw: dict[str, Any] | None) -> tuple[JobResult | None, str]:
+    """The result record the job is answered with, checked field by field; or None and why it was refused."""
+    if raw is None:
+        return None, ""
+    try:
+        return decode(result_type(job), raw), ""
+    except ProtocolError as exc:
+        return None, str(exc)
 
 
 # Variables that differ between jobs of one run. A child started ahead of its job gets them with the job, so one
@@ -147,9 +162,11 @@ class _Child:
             self.groups.append(pgid)
             _live.add(pgid)
 
-    def run(self, job: dict[str, Any], timeout_s: float, on_event: Callable[[str], Any] | None = None) -> ChildOutcome:
-        """Hand the child its job; wait at most timeout_s (counted from now) for it to end. on_event(name) is called
-        (from a reader thread) for each progress event the worker reports."""
+    def run(self, job: Job, timeout_s: float, env: dict[str, str] | None = None,
+            on_event: Callable[[str], Any] | None = None) -> ChildOutcome:
+        """Hand the child its job (with `env`, the job's own variables, for a child started before it); wait at most
+        timeout_s (counted from now) for it to end. on_event(name) is called (from a reader thread) for each progress
+        event the worker reports."""
         token = self.token = secrets.token_hex(16)
         if on_event is not None:
             self.on_event = on_event
@@ -158,7 +175,7 @@ class _Child:
         try:
             try:
                 assert self.proc.stdin is not None
-                self.proc.stdin.write(json.dumps({**job, "token": token}).encode())
+                self.proc.stdin.write(encode(Envelope(job, token, env or {})).encode())
                 self.proc.stdin.close()
             except BrokenPipeError:
                 pass
@@ -173,8 +190,9 @@ class _Child:
         self.log.seek(0)
         text = self.log.read().decode("utf-8", "replace")
         self.log.close()
-        result = None if timed_out else _parse(b"".join(self.chunks), token)
-        return ChildOutcome(result, self.proc.returncode, timed_out, seconds, text[-LOG_TAIL_CHARS:])
+        raw = None if timed_out else _parse(b"".join(self.chunks), token)
+        result, refused = _checked(job, raw)
+        return ChildOutcome(result, self.proc.returncode, timed_out, seconds, text[-LOG_TAIL_CHARS:], refused)
 
     def discard(self) -> None:
         """Kill the child's process group, and any group it reported (a child still waiting for its job, or one whose

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from kbench.execution.child import ChildOutcome
 from kbench.execution.pool import Slot, pinned_env
+from kbench.results.jobs import Job
 
-Launcher = Callable[[dict[str, Any], float, dict[str, str]], ChildOutcome]
+Launcher = Callable[[Job, float, dict[str, str]], ChildOutcome]
 
 
 @dataclass(frozen=True)

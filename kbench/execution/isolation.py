@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
-
 from kbench.execution.child import _Child, ChildOutcome, job_env
 from kbench.execution.zygote import Zygote, ZygoteError
+from kbench.results.jobs import Job
 
 
-def run_child(job: dict[str, Any], timeout_s: float, env: dict[str, str] | None = None) -> ChildOutcome:
+def run_child(job: Job, timeout_s: float, env: dict[str, str] | None = None) -> ChildOutcome:
     """Run `python -m kbench.execution.worker` on `job` in a fresh child process, killed after timeout_s."""
     return _Child(env).run(job, timeout_s)
 
 
-def run_forked(zygote: Zygote | None, job: dict[str, Any], timeout_s: float, env: dict[str, str]) -> ChildOutcome:
+def run_forked(zygote: Zygote | None, job: Job, timeout_s: float, env: dict[str, str]) -> ChildOutcome:
     """`run_child`, with the worker forked by `zygote` (started with `env`) while it is up; else started the slow
     way. The job's own variables (JOB_ENV) come with the job."""
     if zygote is not None and zygote.alive():
@@ -24,7 +23,7 @@ def run_forked(zygote: Zygote | None, job: dict[str, Any], timeout_s: float, env
         except ZygoteError:
             pass
         else:
-            return child.run({**job, "env": job_env(env)}, timeout_s)
+            return child.run(job, timeout_s, env=job_env(env))
     return run_child(job, timeout_s, env)
 
 

@@ -6,21 +6,21 @@ environment recorded in run.json is the driver's. Each node builds extensions in
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
-
 from kbench.errors import UsageError
 from kbench.execution.executor import Executor
 from kbench.execution.child import ChildOutcome
+from kbench.results.jobs import Job
 
 # Only these of the driver's variables travel with a task; the rest of a node's environment is its own.
 FORWARDED_ENV = ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "PYTHONUNBUFFERED")
 SHIPPED = ("problem", "solution")
 
 
-def run_remote(job: dict[str, Any], timeout_s: float, env_updates: dict[str, str],
+def run_remote(job: Job, timeout_s: float, env_updates: dict[str, str],
                files: dict[str, tuple[str, bytes]]) -> ChildOutcome:
     """Runs on a Ray worker: write the shipped files, point the job at them, run the child as usual."""
     from kbench.execution import isolation
@@ -28,12 +28,11 @@ def run_remote(job: dict[str, Any], timeout_s: float, env_updates: dict[str, str
 
     workdir = Path(tempfile.mkdtemp(prefix="kbench-ray-"))
     try:
-        job = {**job}
         for section, (name, data) in files.items():
             path = workdir / section / name
             path.parent.mkdir(parents=True)
             path.write_bytes(data)
-            job[section] = {**job[section], "path": str(path)}
+            job = dataclasses.replace(job, **{section: dataclasses.replace(getattr(job, section), path=str(path))})
         env = {**isolation.worker_path_env(), **env_updates}
         cuda_home = toolkit.find_cuda_home()
         if cuda_home is not None:
@@ -52,8 +51,9 @@ class RayLauncher:
         resources = {"num_gpus": 1} if device == "cuda" else {"num_cpus": 1}
         self._task = ray.remote(max_retries=0, **resources)(run_remote)
 
-    def __call__(self, job: dict[str, Any], timeout_s: float, env: dict[str, str]) -> ChildOutcome:
-        files = {s: (Path(job[s]["path"]).name, Path(job[s]["path"]).read_bytes()) for s in SHIPPED if s in job}
+    def __call__(self, job: Job, timeout_s: float, env: dict[str, str]) -> ChildOutcome:
+        refs = {s: getattr(job, s) for s in SHIPPED if hasattr(job, s)}
+        files = {s: (Path(ref.path).name, Path(ref.path).read_bytes()) for s, ref in refs.items()}
         updates = {k: env[k] for k in FORWARDED_ENV if k in env}
         return self._ray.get(self._task.remote(job, timeout_s, updates, files))
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
-
 from kbench.execution.child import _Child, ChildOutcome, job_env, shared_env
 from kbench.execution.zygote import Zygote, ZygoteError
+from kbench.results.jobs import Job
 
 
 class WarmStarts:
@@ -66,7 +65,7 @@ class WarmStarts:
                 return
             self._spares[key] = child
 
-    def __call__(self, job: dict[str, Any], timeout_s: float, env: dict[str, str]) -> ChildOutcome:
+    def __call__(self, job: Job, timeout_s: float, env: dict[str, str]) -> ChildOutcome:
         shared = shared_env(env)
         key = tuple(sorted(shared.items()))
         with self._lock:
@@ -75,8 +74,7 @@ class WarmStarts:
             if child is not None:
                 child.discard()
             child = self._child(key, shared)
-        job = {**job, "env": job_env(env)}
-        outcome = child.run(job, timeout_s, on_event=lambda name: name == "timed" and self._start_spare(key, shared))
+        outcome = child.run(job, timeout_s, env=job_env(env), on_event=lambda name: name == "timed" and self._start_spare(key, shared))
         self._start_spare(key, shared)  # the job ended without timing (a failure, a reference job)
         return outcome
 

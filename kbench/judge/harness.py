@@ -16,7 +16,9 @@ import torch
 from kbench.judge.loading import import_path
 from kbench.judge.verdicts import short, Verdict
 from kbench.measure import timing
-from kbench.results.records import MathFlags, PRECISIONS
+from kbench.results.jobs import Judging, ProblemRef
+from kbench.results.records import MathFlags
+from kbench.results.tolerances import PRECISIONS
 
 _perf_counter = time.perf_counter
 _manual_seed = torch.manual_seed
@@ -32,10 +34,10 @@ def set_sizes(module: ModuleType, values: dict[str, Any]) -> None:
         setattr(module, name, tuple(value) if isinstance(value, list) else value)
 
 
-def load_problem(job: dict[str, Any]) -> ModuleType:
-    problem = job["problem"]
-    module = import_path("kbench_problem", problem["path"])
-    set_sizes(module, problem.get("overrides", {}))
+def load_problem(ref: ProblemRef) -> ModuleType:
+    """The problem file imported, its size constants set to the job's size."""
+    module = import_path("kbench_problem", ref.path)
+    set_sizes(module, ref.overrides)
     return module
 
 
@@ -45,7 +47,7 @@ def apply_math_flags(flags: MathFlags) -> None:
 
 
 def dtype_of(precision: str) -> torch.dtype:
-    """The torch dtype of a precision name (records.PRECISIONS: fp32, fp16, bf16)."""
+    """The torch dtype of a precision name (tolerances.PRECISIONS: fp32, fp16, bf16)."""
     return getattr(torch, PRECISIONS[precision])
 
 
@@ -86,12 +88,12 @@ def build_reference(problem: ModuleType, seed: int, device: str, precision: str 
     return construct(lambda: problem.Model(*init), seed, device, precision), init
 
 
-def job_reference(problem: ModuleType, job: dict[str, Any]) -> tuple[Any, list[Any], Callable[[int], list[Any]]]:
+def job_reference(problem: ModuleType, job: Judging) -> tuple[Any, list[Any], Callable[[int], list[Any]]]:
     """The job's reference (seeded with its seed, on its device, in its precision), the constructor's arguments, and
     the input maker for the same device and precision."""
-    precision = job.get("precision", "fp32")
-    reference, init = build_reference(problem, job["seed"], job["device"], precision)
-    return reference, init, input_maker(problem, job["device"], precision)
+    precision = job.precision
+    reference, init = build_reference(problem, job.seed, job.device, precision)
+    return reference, init, input_maker(problem, job.device, precision)
 
 
 def _to(x: Any, device: str, precision: str = "fp32") -> Any:

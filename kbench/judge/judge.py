@@ -26,65 +26,67 @@ from kbench.judge.judge_timing import (
 )
 from kbench.judge.session import Announce, CandidateProcess, Session
 from kbench.judge.verdicts import Verdict
-from kbench.results.records import MathFlags
+from kbench.results.codec import decode
+from kbench.results.jobs import EvaluateJob, EvaluateResult
 
 TIMING_CLOCKS = ("torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.Event.elapsed_time", "time.perf_counter",
                  "time.time", "time.monotonic")
 
 
-def evaluate(job: dict[str, Any], announce: Announce, cand: CandidateProcess | None = None) -> dict[str, Any]:
+def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
+             cand: CandidateProcess | None = None) -> EvaluateResult:
     """The `evaluate` mode of the worker: this process is the judge; the solution runs in a candidate it spawned
-    (ahead of the job, when the worker was started ahead)."""
-    apply_math_flags(MathFlags(**job["math"]))
+    (ahead of the job, when the worker was started ahead) and imports it with the job's `env`."""
+    apply_math_flags(job.math)
     torch.set_grad_enabled(False)
     escapes.become_subreaper()  # before any of the solution's code runs: its orphans stay in view (kbench.system.escapes)
     cand = cand or CandidateProcess()
     cand.announce(announce)
-    pin_timing_core(job["device"], cand, judge=True)
+    pin_timing_core(job.device, cand, judge=True)
     try:
-        return _evaluate(job, Session(cand, job["device"]), announce)
+        return _evaluate(job, env, Session(cand, job.device), announce)
     finally:
         cand.kill()
         escapes.kill_escaped(cand.proc.pid, cand.pgid)
 
 
-def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict[str, Any]:
-    device, seed = job["device"], job["seed"]
+def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce: Announce) -> EvaluateResult:
+    """Each step in its order; `result` is the draft of the EvaluateResult, checked into one when it is done."""
+    device, seed = job.device, job.seed
     phases = Phases()
-    problem = load_problem(job)
+    problem = load_problem(job.problem)
     reference, init, make = job_reference(problem, job)
     probe_inputs = make(seed)
     probe, ref_peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *probe_inputs)),
                               judge_work="the reference's first call")
     calibration = calibrate(job, session, reference, init, make, probe_inputs, probe)
     phases.mark("calibration")
-    info = session.load(job["solution"]["path"], job.get("env", {}))
+    session.load(job.solution.path, env)
     copied = session.build("main", reference, init, seed)
     session.bind("main", probe_inputs, probe)
     del probe, probe_inputs
     _free_cached(device)
-    result: dict[str, Any] = {"compile": info, "warnings": [],
-                              "extra": {"state_dict_tensors_copied": copied, "phases": phases.seconds}}
+    result: dict[str, Any] = {"warnings": [], "phases": phases.seconds, "figures": {"state_dict_tensors_copied": copied}}
     phases.mark("load")
-    trials, warnings = _trials(job, session, reference, make, [seed + 1 + i for i in range(job["trials"])])
-    result["trials"] = [t.__dict__ for t in trials]
+    trials, warnings = _trials(job, session, reference, make, [seed + 1 + i for i in range(job.trials)])
+    result["trials"] = trials
     result["warnings"] += warnings
     phases.mark("trials")
     if not all(t.passed for t in trials):
         _finish(session, result)
-        return {**result, "status": "incorrect", "message": trials[-1].message}
+        return decode(EvaluateResult, {**result, "status": "incorrect", "message": trials[-1].message})
     failure = _other_sizes(job, problem, session, result)
-    set_sizes(problem, job["problem"].get("overrides", {}))
+    set_sizes(problem, job.problem.overrides)
     session.bind("main", make(seed))
     phases.mark("other_sizes")
     if failure:
         _finish(session, result)
-        return {**result, "status": "incorrect", "message": failure}
-    measured, figures, result["extra"]["machine"], busy = time_rounds(job, session, reference, make, calibration)
-    result["timing"], result["eager_timing"] = measured["solution"].to_json(), measured["eager"].to_json()
-    result["extra"]["protocol"] = figures
+        return decode(EvaluateResult, {**result, "status": "incorrect", "message": failure})
+    measured, figures, result["figures"]["machine"], busy = time_rounds(job, session, reference, make, calibration)
+    result["timing"], result["eager_timing"] = measured["solution"], measured["eager"]
+    result["figures"]["protocol"] = figures
     found = timing_warnings(device, measured, calibration)
-    found, result["extra"]["protocol"]["recalibration"] = settle_mismatch(
+    found, result["figures"]["protocol"]["recalibration"] = settle_mismatch(
         found, measured["solution"], device, lambda: recalibrate(job, reference, init, make))
     result["warnings"] += found + busy
     result["warnings"] += [w for w in (timing.level_moved_warning(measured["solution"], "the solution"),
@@ -93,24 +95,24 @@ def _evaluate(job: dict[str, Any], session: Session, announce: Announce) -> dict
     phases.mark("timing")
     announce("timed")  # the parent may now start the next child (kbench.execution.warm_starts.WarmStarts)
     _trust(job, session, reference, make, result, phases)
-    result["extra"]["peak_bytes"] = {"solution": session.peak_bytes, "reference": ref_peak}
+    result["peak"] = {"solution": session.peak_bytes, "reference": ref_peak}
     if (warning := memory_warning(session.peak_bytes, ref_peak)) is not None:
         result["warnings"].append(warning)
-    return {**result, "status": "correct", "message": ""}
+    return decode(EvaluateResult, {**result, "status": "correct", "message": ""})
 
 
-def _trust(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],
+def _trust(job: EvaluateJob, session: Session, reference: Any, make: Callable[[int], list[Any]],
            result: dict[str, Any], phases: Phases) -> None:
     """Checks beyond the verdict: determinism and the kernel profile with the candidate, then, with the candidate
     ended and every shared buffer freed, the float64 oracle (the evaluation's largest use of memory)."""
-    device, seed = job["device"], job["seed"] + 1
+    device, seed = job.device, job.seed + 1
     keep = session.copied_outputs
     first, ref_first, warning = guarded(device, "the reference", lambda: trust.determinism(
         keep, lambda x: session.call_on(x)[0], reference, make, seed, device), judge_work="the determinism check")
     if warning is not None:
         result["warnings"].append(warning)
     phases.mark("trust_determinism")
-    source = Path(job["solution"]["path"]).read_text()
+    source = Path(job.solution.path).read_text()
     if trust.wants_kernel_profile(job):
         if kernel_names.declared(source):
             trust.kernel_profile(lambda: session.profile(make(seed), source), result)
@@ -119,7 +121,7 @@ def _trust(job: dict[str, Any], session: Session, reference: Any, make: Callable
         phases.mark("trust_profile")
     _finish(session, result)
     session.release()
-    tf32 = MathFlags(**job["math"]).allows_tf32
+    tf32 = job.math.allows_tf32
     trust.accuracy(reference, make(seed), first, ref_first, device, tf32, result)
     phases.mark("trust_fp64")
 
@@ -143,42 +145,42 @@ def _free_cached(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def _trials(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],
+def _trials(job: EvaluateJob, session: Session, reference: Any, make: Callable[[int], list[Any]],
             seeds: list[int]) -> tuple[list[Any], list[str]]:
     """Correctness trials: the candidate's outputs stay in the shared buffers and are compared there, chunk by chunk,
     with the reference's output on the judge's own copy of the inputs (no clone of kbench's own)."""
-    device = job["device"]
+    device = job.device
     found = guarded(device, "the reference", lambda: correctness.run_trials(
-        make, session.call_on, reference, seeds, job["atol"], job["rtol"], sync=lambda: timing.synchronize(device)),
+        make, session.call_on, reference, seeds, job.atol, job.rtol, sync=lambda: timing.synchronize(device)),
         judge_work="the correctness trials")
     _free_cached(device)
     return found
 
 
-def _other_sizes(job: dict[str, Any], problem: Any, session: Session, result: dict[str, Any]) -> str:
+def _other_sizes(job: EvaluateJob, problem: Any, session: Session, result: dict[str, Any]) -> str:
     """Correctness trials at each further size (fresh models, inputs and buffers); a message on the first failure.
 
     A solution that hard-codes the sizes it was written for passes at one size and fails at another.
     """
-    device, seed = job["device"], job["seed"]
+    device, seed = job.device, job.seed
     result["size_checks"] = {}
-    for other in job.get("other_sizes", []):
-        set_sizes(problem, other["overrides"])
+    for other in job.other_sizes:
+        set_sizes(problem, other.overrides)
         reference, init, make = job_reference(problem, job)
         probe_inputs = make(seed)
         probe = guarded(device, "the reference", partial(reference, *probe_inputs),
-                        judge_work=f"the reference's first call at size {other['name']}")
-        name = f"size {other['name']}"
+                        judge_work=f"the reference's first call at size {other.name}")
+        name = f"size {other.name}"
         try:
             session.build(name, reference, init, seed)
             session.bind(name, probe_inputs, probe)
-            trials, _ = _trials(job, session, reference, make, [seed + 101 + i for i in range(job["trials"])])
+            trials, _ = _trials(job, session, reference, make, [seed + 101 + i for i in range(job.trials)])
         except Verdict as v:
-            raise Verdict(v.status, f"at size {other['name']}: {v.message}") from None
-        result["size_checks"][other["name"]] = [t.__dict__ for t in trials]
+            raise Verdict(v.status, f"at size {other.name}: {v.message}") from None
+        result["size_checks"][other.name] = trials
         del reference, probe
         if not all(t.passed for t in trials):
-            return f"at size {other['name']}: {trials[-1].message}"
+            return f"at size {other.name}: {trials[-1].message}"
     return ""
 
 

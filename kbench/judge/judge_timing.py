@@ -16,6 +16,7 @@ from kbench.system import escapes, machine
 from kbench.judge.harness import guarded, make_timer, pin, timing_core
 from kbench.judge.session import CandidateProcess, Session
 from kbench.judge.verdicts import Verdict
+from kbench.results.jobs import Judging
 from kbench.results.records import TimingPolicy
 
 _perf_counter = time.perf_counter
@@ -37,13 +38,13 @@ def pin_timing_core(device: str, cand: CandidateProcess, judge: bool = False) ->
         pin(cand.proc.pid, core)
 
 
-def calibrate(job: dict[str, Any], session: Session, reference: Any, init: list[Any], make: Callable[[int], list[Any]],
+def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], make: Callable[[int], list[Any]],
               inputs: list[Any], outputs: Any) -> timing.Calibration:
     """Rounds of the timing protocol with the reference on both sides: the candidate's process still holds nothing
     but kbench and the reference, so each round trip's excess over the reported time is what the protocol costs for a
     call like this one, under this machine's conditions now (the judge's own samples interleaved, as in timing)."""
     session.start_calibration(job, reference, init, inputs, outputs)
-    timer = make_timer(job["device"])
+    timer = make_timer(job.device)
     gaps: list[float] = []
     eager: list[float] = []
     issue: list[float] = []
@@ -51,9 +52,9 @@ def calibrate(job: dict[str, Any], session: Session, reference: Any, init: list[
     start = _perf_counter()
     low, high = CALIBRATION_SAMPLES
     while len(gaps) < high and (len(gaps) < low or _perf_counter() - start < CALIBRATION_S):
-        values = make(job["seed"] - 1 - len(gaps))
-        session.refill(values, sealed=seals(job["device"]))
-        timing.settle(job["device"])
+        values = make(job.seed - 1 - len(gaps))
+        session.refill(values, sealed=seals(job.device))
+        timing.settle(job.device)
         eager.append(timer.sample(lambda: reference(*values))[0])
         issue.append(timer.last_issue)
         sample = session.sample()
@@ -63,7 +64,7 @@ def calibrate(job: dict[str, Any], session: Session, reference: Any, init: list[
     return timing.Calibration(tuple(gaps[keep]), tuple(eager[keep]), tuple(host_gaps[keep]), tuple(issue[keep]))
 
 
-def time_rounds(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],
+def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
                 calibration: timing.Calibration) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
     """Candidate and eager reference in alternating rounds: fresh inputs before each round, the candidate's outputs
     checked against the reference's on the same values after it (every round, or a random subset for big outputs).
@@ -74,7 +75,7 @@ def time_rounds(job: dict[str, Any], session: Session, reference: Any, make: Cal
     its own second set and times its call there; the candidate calls on the last round's inputs, the judge then
     writes the fresh ones into the shared buffers, and the candidate's call on them is timed. The fresh inputs reach
     the candidate only after its untimed call has returned and its process is frozen again."""
-    device, policy = job["device"], TimingPolicy(**job["timing"])
+    device, policy = job.device, job.timing
     timer = make_timer(device)
     primed = primed_rounds(device, calibration)
     rng = random.Random(secrets.randbits(64))
@@ -102,11 +103,11 @@ def time_rounds(job: dict[str, Any], session: Session, reference: Any, make: Cal
     return measured, figures, machine_figures, busy
 
 
-def _round_steps(job: dict[str, Any], session: Session, reference: Any, make: Callable[[int], list[Any]],
+def _round_steps(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
                  timer: Any, primed: bool, base: int, state: dict[str, Any]) -> tuple[Callable[..., Any], ...]:
     """The steps of one timed round (see `time_rounds`), sharing `state`: before it, the eager reference's sample,
     the candidate's sample, and the check of the candidate's outputs against the reference's."""
-    device = job["device"]
+    device = job.device
 
     def refill() -> None:
         start = _perf_counter()
@@ -144,7 +145,7 @@ def _round_steps(job: dict[str, Any], session: Session, reference: Any, make: Ca
 
     def check(index: int) -> None:
         start = _perf_counter()
-        ok, fig = comparison.compare(session.outputs(), state["ref"], job["atol"], job["rtol"])
+        ok, fig = comparison.compare(session.outputs(), state["ref"], job.atol, job.rtol)
         state["check_s"] += _perf_counter() - start
         state["checked"], state["count"] = index, state["count"] + 1
         if not ok:
@@ -196,15 +197,15 @@ def settle_mismatch(found: list[str], solution: Any, device: str,
     return kept, {"ran": True, "p50_s": fresh.p50, "p90_s": fresh.p90, "cleared": again is None}
 
 
-def recalibrate(job: dict[str, Any], reference: Any, init: list[Any],
+def recalibrate(job: Judging, reference: Any, init: list[Any],
                 make: Callable[[int], list[Any]]) -> timing.Calibration | None:
     """Calibration rounds now, with a fresh candidate process that holds nothing but the reference (spawned: this
     process has a CUDA context, so a fork could not use the GPU), pinned like the first. None if it cannot run."""
-    device = job["device"]
+    device = job.device
     cand = CandidateProcess(init_cuda=device == "cuda")
     try:
         pin_timing_core(device, cand)
-        inputs = make(job["seed"])
+        inputs = make(job.seed)
         out = reference(*inputs)
         return calibrate(job, Session(cand, device), reference, init, make, inputs, out)
     except Exception:  # noqa: BLE001 - a harness check that could not run leaves the first verdict standing

@@ -6,6 +6,7 @@ hold nothing of the judge's but those buffers. See kbench.judge.judge for how an
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import signal
@@ -19,6 +20,7 @@ import torch.multiprocessing as torch_mp
 from kbench.judge import candidate, correctness, protocol, sealing, trust
 from kbench.judge.verdicts import Verdict
 from kbench.measure import timing
+from kbench.results.jobs import Judging
 
 _perf_counter = time.perf_counter
 _tensor_type = torch.Tensor
@@ -117,7 +119,7 @@ class Session:
         self.buffers: dict[str, list[Any]] = {}  # output buffers per model name
         self.name = ""
         self.inputs: list[Any] = []
-        self.precision = "fp32"  # the run's (records.PRECISIONS); set with the calibration
+        self.precision = "fp32"  # the run's (tolerances.PRECISIONS); set with the calibration
         self.values: tuple[Any, ...] = ()
         self.peak_bytes = 0  # the solution's largest peak of GPU memory over a call (as its process reports it)
         self.seal = 0  # the seed the bound inputs are sealed with (kbench.judge.sealing), 0 when they are not
@@ -141,15 +143,14 @@ class Session:
             raise Verdict(reply.status, reply.message)
         return reply
 
-    def start_calibration(self, job: dict[str, Any], reference: Any, init: list[Any], inputs: list[Any],
+    def start_calibration(self, job: Judging, reference: Any, init: list[Any], inputs: list[Any],
                           outputs: Any) -> None:
         """The reference itself, built in the candidate's process before the solution is imported (see kbench.judge.judge_timing.calibrate)."""
         self.name = "calibration"
-        self.precision = job.get("precision", "fp32")
+        self.precision = job.precision
         self.buffers[self.name] = self._output_buffers(outputs)
         self.inputs = [self.shared_copy(x) for x in inputs]
-        problem = job["problem"]
-        self.ask(protocol.Calibrate(self.device, job["math"], problem["path"], problem.get("overrides", {}), init,
+        self.ask(protocol.Calibrate(self.device, dataclasses.asdict(job.math), job.problem.path, job.problem.overrides, init,
                                     self._shared_state(reference), self.inputs, self.buffers[self.name],
                                     self.precision))
 

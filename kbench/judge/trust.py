@@ -14,6 +14,9 @@ import torch
 
 from kbench.judge import comparison, kernel_names
 from kbench.measure.timing import synchronize
+from kbench.results.codec import decode
+from kbench.results.figures import KernelShare
+from kbench.results.jobs import Judging
 
 _where, _isfinite = torch.where, torch.isfinite  # bound before any solution is imported
 
@@ -145,28 +148,28 @@ def accuracy(reference: Any, inputs: list[Any], candidate_out: Any, ref_out: Any
         result["warnings"].append(warning)
 
 
-def wants_kernel_profile(job: dict[str, Any]) -> bool:
+def wants_kernel_profile(job: Judging) -> bool:
     """The own-kernel share needs CUDA's profiler; a run may skip it (`--no-kernel-profile`) for throughput."""
-    return job["device"] == "cuda" and job.get("kernel_profile", True)
+    return job.device == "cuda" and job.kernel_profile
 
 
 def kernel_profile(kernel_share: Callable[[], dict[str, Any]], result: dict[str, Any]) -> None:
     """`result["kernels"]` from the candidate's profile, `[no_custom_kernel]` when none of its GPU time is its own."""
     try:
-        share = kernel_share()
+        share = decode(KernelShare, kernel_share())  # the candidate's figures: checked field by field
     except Exception as exc:  # the profiler is a harness check: if it cannot run, say so and go on
         result["warnings"].append(skipped("kernel profile", exc))
         return
     result["kernels"] = share
-    if share.get("own_s") == 0:
+    if share.own_s == 0:
         result["warnings"].append("[no_custom_kernel] none of the GPU time is spent in the solution's own kernels")
 
 
 def no_declared_kernels(result: dict[str, Any]) -> None:
     """A source that declares no __global__ kernel: the profile could attribute none of its GPU time to it, so it is
     not run (the static check `no_custom_kernel` speaks for a source with no kernel of any kind)."""
-    result["kernels"] = {"profiled": False, "reason": "the source declares no kernel (CUDA __global__, Triton, TileLang or CuTe DSL)",
-                         "kernels_declared": [], "own_share": None}
+    result["kernels"] = KernelShare(
+        profiled=False, reason="the source declares no kernel (CUDA __global__, Triton, TileLang or CuTe DSL)")
 
 
 def accuracy_warning(acc: dict[str, float]) -> str | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from kbench.measure.timing import HostTimer
+from kbench.results.figures import Ceilings
 from kbench.results.storage import atomic_write
 from kbench.system.environment import _cpu_model
 
@@ -24,17 +25,6 @@ _perf_counter = time.perf_counter
 Clock = Callable[[], float]
 
 CACHE_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class Ceilings:
-    """Measured peak rates of one device; flops_kind names the precision the FLOP rate holds for."""
-
-    name: str
-    bandwidth_bytes_s: float
-    flops_s: float
-    flops_kind: str  # "tf32" | "fp32"
-    measured_at: str
 
 
 @dataclass(frozen=True)

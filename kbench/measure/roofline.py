@@ -15,55 +15,17 @@ skipped, or was served from a cache. Timing flushes L2 before each sample, so DR
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from kbench.measure.ceilings import Ceilings
+from kbench.results.figures import Ceilings, Floor, Work
 
 FLOOR_TOLERANCE = 0.05  # copy bandwidth trails read-mostly bandwidth by a few percent; don't cry wolf at 99%
 MAX_SPEEDUP = 10.0
-
-
-@dataclass(frozen=True)
-class Work:
-    """What one forward pass must do at least: FLOPs (matmul/conv only) and bytes moved."""
-
-    flops: float
-    bytes: float
-
-
-@dataclass(frozen=True)
-class Floor:
-    """The floor of one problem on one device, with the work and ceilings it was computed from."""
-
-    seconds: float
-    memory_s: float
-    compute_s: float
-    bound: str  # "memory" | "compute"
-    work: Work
-    ceilings: Ceilings
-
-    def describe(self) -> str:
-        """E.g. "memory-bound: 269.7 MB at 3.0 TB/s" or "compute-bound: 231.9 GFLOP at 47.0 GFLOP/s fp32"."""
-        if self.bound == "memory":
-            rate = _si(self.ceilings.bandwidth_bytes_s, "B/s")
-            return f"memory-bound: {_si(self.work.bytes, 'B')} at {rate}"
-        rate = _si(self.ceilings.flops_s, "FLOP/s")
-        return f"compute-bound: {_si(self.work.flops, 'FLOP')} at {rate} {self.ceilings.flops_kind}"
-
-
-def _si(value: float, unit: str) -> str:
-    """Decimal prefixes, as bandwidths and FLOP rates are quoted: 2.0 MB, 3.0 TB/s, 47.0 GFLOP/s."""
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.1f} {prefix}{unit}"
-    return f"{value:.1f} {unit}"
 
 
 # ---- work ------------------------------------------------------------------------------------------
@@ -109,14 +71,6 @@ def problem_work(
 
 
 # ---- floor and verdicts ----------------------------------------------------------------------------
-
-
-def floor_to_json(fl: Floor) -> dict[str, Any]:
-    return dataclasses.asdict(fl)
-
-
-def floor_from_json(data: dict[str, Any]) -> Floor:
-    return Floor(**{**data, "work": Work(**data["work"]), "ceilings": Ceilings(**data["ceilings"])})
 
 
 def floor(work: Work, ceilings: Ceilings) -> Floor:

@@ -11,7 +11,8 @@ from kbench.judge.verdicts import NO_MODELNEW, syntax_error
 from kbench.problems.metadata import (
     META_FILE, MODEL_FILE, load_problem_dir, load_problem_file, read_meta,
 )
-from kbench.results.records import PRECISIONS, ProblemSpec, SolutionSpec
+from kbench.results.records import ProblemSpec, SolutionSpec
+from kbench.results.tolerances import PRECISIONS
 
 DEVICES_NAME = "DEVICES"
 KNOWN_DEVICES = ("cuda", "cpu")

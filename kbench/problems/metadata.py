@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from kbench.errors import DiscoveryError
-from kbench.results.records import PRECISIONS, ProblemSpec
+from kbench.results.records import ProblemSpec
+from kbench.results.tolerances import PRECISIONS
 
 if sys.version_info >= (3, 11):
     import tomllib

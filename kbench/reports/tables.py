@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 from tabulate import tabulate
 
-from kbench.results.records import Evaluation
+from kbench.results.records import COMPILED, EAGER, Evaluation
 from kbench.results.storage import RunStore, atomic_write
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def _row(e: Evaluation) -> dict[str, object]:
     row["vs_eager"] = e.speedup_vs_eager
     row["vs_compile"] = e.speedup_vs_compile
     row["max_abs_err"] = e.max_abs_err
-    row["floor_pct"] = e.extra.get("percent_of_floor")
+    row["floor_pct"] = e.percent_of_floor
     row["peak_mib"] = peak_bytes(e) / 2**20 if peak_bytes(e) is not None else None
     if e.compile is not None:
         row["compile_s"] = e.compile.seconds
@@ -54,9 +54,9 @@ def _row(e: Evaluation) -> dict[str, object]:
 
 def peak_bytes(e: Evaluation) -> int | None:
     """The most GPU memory one call of the row's model allocated beyond what was allocated before it."""
-    peaks = e.extra.get("peak_bytes") or {}
-    value = peaks.get("solution") if "solution" in peaks else peaks.get("reference")
-    return value if isinstance(value, int) else None
+    if e.peak is None:
+        return None
+    return e.peak.solution if e.solution not in (EAGER, COMPILED) else e.peak.reference
 
 
 def results_frame(evaluations: Sequence[Evaluation]) -> pd.DataFrame:

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from kbench.results import stats
+from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
+from kbench.results.tolerances import PRECISIONS, tolerance
 
 
 class Status(str, Enum):
@@ -30,12 +32,6 @@ class Status(str, Enum):
 # Names of the two rows every problem gets besides its solutions.
 EAGER = "eager"
 COMPILED = "torch.compile"
-
-
-# Precisions a run can evaluate in, KernelBench's names: models and floating inputs are cast to the dtype.
-PRECISIONS: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-# The problem's own tolerance (problem.toml) is for fp32; at a reduced precision it is at least this loose.
-REDUCED_PRECISION_TOLERANCE = 1e-2
 
 
 @dataclass(frozen=True)
@@ -101,29 +97,6 @@ class MathFlags:
     @classmethod
     def from_tf32(cls, tf32: bool) -> MathFlags:
         return cls() if tf32 else cls(cudnn_tf32=False, matmul_tf32=False)
-
-
-# Tolerance profiles: (atol, rtol) per precision, or None for the problem's own (problem.toml). KernelBench's current
-# harness compares fp32 at 1e-4 and fp16/bf16 at 1e-2; its v0 and v0.1 used 1e-2 for every precision.
-TOLERANCE_PROFILES: dict[str, dict[str, tuple[float, float]] | None] = {
-    "problem": None,
-    "kernelbench": {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (1e-2, 1e-2)},
-    "kernelbench-v0.1": {"fp32": (1e-2, 1e-2), "fp16": (1e-2, 1e-2), "bf16": (1e-2, 1e-2)},
-}
-
-
-def tolerance(profile: str, precision: str, problem: tuple[float, float],
-              explicit: tuple[float | None, float | None] = (None, None)) -> tuple[float, float]:
-    """(atol, rtol) for a comparison: explicit --atol/--rtol win, then the profile's value for the precision, then the
-    problem's own."""
-    table = TOLERANCE_PROFILES[profile]
-    if table is not None:
-        base = table[precision]
-    elif precision == "fp32":
-        base = problem
-    else:
-        base = (max(problem[0], REDUCED_PRECISION_TOLERANCE), max(problem[1], REDUCED_PRECISION_TOLERANCE))
-    return (explicit[0] if explicit[0] is not None else base[0], explicit[1] if explicit[1] is not None else base[1])
 
 
 @dataclass(frozen=True)
@@ -251,7 +224,14 @@ class Evaluation:
     speedup_vs_compile: float | None = None
     warnings: tuple[str, ...] = ()
     seconds: float = 0.0  # wall time of the whole evaluation, child start to result
-    extra: dict[str, Any] = field(default_factory=dict)
+    floor: Floor | None = None  # the problem's hardware floor on this GPU (on the eager row)
+    percent_of_floor: float | None = None  # the floor's time as a percentage of this row's median
+    accuracy: Accuracy | None = None  # max error against float64 (solutions)
+    kernels: KernelShare | None = None  # the solution's own kernels' share of its GPU time
+    peak: PeakMemory | None = None  # peak memory of a call: the solution's and the reference's
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step of the evaluation's child
+    gpu: str | None = None  # the slot that ran it (a GPU index, a Ray task slot) when runs are spread out
+    extra: dict[str, Any] = field(default_factory=dict)  # diagnostics without a fixed shape (noise, machine, rounds)
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -290,5 +270,19 @@ class Evaluation:
             speedup_vs_compile=data.get("speedup_vs_compile"),
             warnings=tuple(data.get("warnings", ())),
             seconds=data.get("seconds", 0.0),
+            floor=_typed(Floor, data.get("floor")),
+            percent_of_floor=data.get("percent_of_floor"),
+            accuracy=_typed(Accuracy, data.get("accuracy")),
+            kernels=_typed(KernelShare, data.get("kernels")),
+            peak=_typed(PeakMemory, data.get("peak")),
+            phases=data.get("phases", {}),
+            gpu=data.get("gpu"),
             extra=data.get("extra", {}),
         )
+
+
+def _typed(kind: type[Any], value: Any) -> Any:
+    """A typed figure of a run file, checked (kbench.results.codec.ProtocolError, a ValueError, when it is not one)."""
+    from kbench.results.codec import decode
+
+    return None if value is None else decode(kind, value)

@@ -1,8 +1,8 @@
 """The run file's JSON schema, generated from the records: `python -m kbench.results.schema > docs/run.schema.json`.
 
 docs/run.schema.json is its published copy (a test keeps the two equal, and checks run files against it). pydantic
-reads the frozen dataclasses of kbench.results.records as they are; it is needed only to generate or check, never to
-run kbench.
+reads the frozen dataclasses of kbench.results.records as they are (kbench.results.codec uses it to check run files
+and the parent<->child protocol as they are read).
 """
 
 from __future__ import annotations

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from kbench.errors import ResultsError, UsageError
+from kbench.results import migrate
 from kbench.results.records import Evaluation
 
 FORMAT = "kbench-run"
-VERSION = 1
+VERSION = 2  # kbench.results.migrate brings older files up to it
 RUN_FILE = "run.json"
 BASELINES = "baselines"  # results/baselines/<name>.json: curated runs kept in git
 
@@ -122,6 +123,7 @@ def load_run(path: Path) -> tuple[dict[str, Any], list[Evaluation]]:
     if doc.get("version", 0) > VERSION:
         raise ResultsError(f"{file} has format version {doc['version']}; this kbench reads up to {VERSION}. Upgrade kbench.")
     try:
+        doc = migrate.upgrade(doc, VERSION)
         evaluations = [Evaluation.from_json(e) for e in doc.get("evaluations", [])]
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultsError(f"{file} has a malformed evaluation ({exc})") from None

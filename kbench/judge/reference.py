@@ -1,0 +1,167 @@
+"""The reference's own child: its eager timing (and torch.compile's, checked first), its checks and its floor.
+
+Each model gets inputs drawn afresh before every round, as a solution's judge does (the same values for both
+models, and no copy of kbench's own): only the call is timed. The `check` mode asks only whether the problem can
+tell right from wrong at its tolerance.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kbench.judge import correctness, degeneracy, noise, trust
+from kbench.judge.harness import (
+    Phases, apply_math_flags, describe_output, guarded, job_reference, load_problem, make_timer, pin, timing_core,
+    with_peak,
+)
+from kbench.judge.session import Announce
+from kbench.judge.verdicts import short
+from kbench.measure import timing
+from kbench.results.codec import decode
+from kbench.results.figures import Floor
+from kbench.results.jobs import CheckJob, CheckResult, CompiledResult, Judging, ReferenceJob, ReferenceResult
+from kbench.system import machine
+
+_perf_counter = time.perf_counter
+
+
+def time_reference(job: ReferenceJob, announce: Announce) -> ReferenceResult:
+    """The eager reference timed (and, if asked, torch.compile of it, checked against eager and timed)."""
+    device, seed = job.device, job.seed
+    apply_math_flags(job.math)
+    if device == "cuda":  # the core a solution's judge times from (harness.timing_core)
+        pin(0, timing_core())
+    phases = Phases()
+    problem = load_problem(job.problem)
+    with torch.no_grad():
+        reference, _, make = job_reference(problem, job)
+        result, peak = _checked_reference(job, reference, make, phases)
+        models = {"eager": reference}
+        compiled: dict[str, Any] | None = None
+        if job.compile_baseline:
+            compiled = _check_compiled(job, reference, make, device)
+            if compiled["status"] == "correct":
+                models["compiled"] = compiled.pop("model")
+            phases.mark("compile")
+        measured = _time_models(job, reference, make, models, result)
+        phases.mark("timing")
+        announce("timed")
+    result["timing"] = measured["eager"]
+    result["peak"] = {"reference": peak}
+    if device == "cuda" and job.ceilings_dir:
+        result["floor"] = hardware_floor(job, reference, make(seed))
+        phases.mark("floor")
+    if compiled is not None:
+        result["compiled"] = decode(CompiledResult, {**compiled, "timing": measured.get("compiled")})
+    return decode(ReferenceResult, result)
+
+
+def _checked_reference(job: ReferenceJob, reference: Any, make: Any, phases: Phases) -> tuple[dict[str, Any], Any]:
+    """The reference's first call, then its degenerate-output and noise checks: the draft of the result, and the
+    first call's peak memory."""
+    device, seed = job.device, job.seed
+    first = make(seed)
+    out, peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *first)))
+    result: dict[str, Any] = {"status": "correct", "message": "", "output": describe_output(out), "warnings": [],
+                              "phases": phases.seconds, "figures": {}}
+    phases.mark("setup")
+    _degenerate_check(job, reference, make, out, result)
+    phases.mark("degenerate_check")
+    result["figures"]["noise"], found = _noise(job, reference, first, out)
+    result["warnings"] += found
+    del out, first
+    phases.mark("noise_check")
+    return result, peak
+
+
+def _time_models(job: ReferenceJob, reference: Any, make: Any, models: dict[str, Any],
+                 result: dict[str, Any]) -> dict[str, Any]:
+    """The models timed in rounds, fresh inputs before each (primed as the judge's rounds are); the machine's figures
+    and warnings go into `result`."""
+    device, seed = job.device, job.seed
+    timer = make_timer(device)
+    inputs: dict[str, list[Any] | None] = {}
+
+    def fresh(index: int) -> None:
+        for name in models:
+            inputs[name] = None  # the last round's go before this round's are drawn
+            inputs[name] = make(seed + 1000 + index)
+        timing.settle(device)
+
+    primed = timing.primes(device, partial(reference, *make(seed + 999)), timer)  # as the judge's rounds
+    samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timer, primed)
+                for name, model in models.items()}
+    measured, result["figures"]["machine"], busy = machine.watched(
+        lambda: guarded(device, "timing", lambda: timing.measure_rounds(samplers, job.timing, before_round=fresh)),
+        device, own_processes=1)
+    moved = timing.level_moved_warning(measured["eager"], "the eager reference")
+    result["warnings"] += busy + ([moved] if moved else [])
+    result["figures"]["primed"] = primed
+    inputs.clear()
+    return measured
+
+
+def _degenerate_check(job: Judging, reference: Any, make: Any, out: Any, result: dict[str, Any]) -> None:
+    """Can this problem tell right from wrong (`degeneracy.degenerate_findings`)? A harness check: if it cannot run
+    (out of memory, say), `[check_skipped]` with the reason."""
+    try:
+        other = reference(*make(job.seed + 1))
+        findings, figures = degeneracy.degenerate_findings(out, other, job.atol, job.rtol)
+    except Exception as exc:  # noqa: BLE001 - the harness's own check; the reference's row still stands
+        findings, figures = [trust.skipped("the degenerate-output check", exc)], {}
+    result["warnings"] += findings
+    result["output"].update(figures)
+
+
+def _noise(job: Judging, reference: Any, inputs: list[Any], out: Any) -> tuple[dict[str, Any], list[str]]:
+    """The reference's own error against float64 at the run's precision and tolerance (kbench.judge.noise)."""
+    return noise.reference_noise(reference, inputs, out, job.device, job.precision, job.atol, job.rtol,
+                                 job.math.allows_tf32)
+
+
+def check_problem(job: CheckJob) -> CheckResult:
+    """Can this problem tell right from wrong at its tolerance? (reference outputs for two input seeds)"""
+    device, seed = job.device, job.seed
+    apply_math_flags(job.math)
+    problem = load_problem(job.problem)
+    with torch.no_grad():
+        reference, _, make = job_reference(problem, job)
+        inputs = make(seed + 1)
+        first = guarded(device, "the reference", lambda: reference(*inputs))
+        second = guarded(device, "the reference", lambda: reference(*make(seed + 2)))
+        findings, figures = degeneracy.degenerate_findings(first, second, job.atol, job.rtol)
+        del second
+        figures["noise"], found = _noise(job, reference, inputs, first)
+    return CheckResult("correct", findings=tuple(findings + found), figures={**figures, **describe_output(first)})
+
+
+def hardware_floor(job: ReferenceJob, reference: Any, inputs: list[Any]) -> Floor:
+    """The problem's floor on this GPU: minimal bytes over measured bandwidth, FLOPs over measured peak."""
+    from kbench.measure import ceilings, roofline
+
+    work = roofline.problem_work(reference, inputs, device="meta")
+    peaks = ceilings.cached_ceilings(Path(str(job.ceilings_dir)), torch.device("cuda"), job.math.allows_tf32)
+    return roofline.floor(work, peaks)
+
+
+def _check_compiled(job: ReferenceJob, reference: Any, make: Any, device: str) -> dict[str, Any]:
+    """torch.compile of the reference, checked against eager on the correctness trials' seeds: the draft of a
+    CompiledResult, with the compiled `model` when it passed."""
+    start = _perf_counter()
+    model = torch.compile(reference)
+    seeds = [job.seed + 1 + i for i in range(job.trials)]
+    try:
+        trials, _ = correctness.run_trials(make, correctness.on_copies(model), reference, seeds, job.atol, job.rtol,
+                                           sync=lambda: timing.synchronize(device))
+        timing.synchronize(device)
+    except Exception as exc:  # inductor needs a working compiler toolchain; report, don't fail the problem
+        return {"status": "runtime_error", "message": f"torch.compile raised {short(exc)}"}
+    info = {"trials": trials, "compile_seconds": _perf_counter() - start}
+    if not all(t.passed for t in trials):
+        return {**info, "status": "incorrect", "message": trials[-1].message}
+    return {**info, "status": "correct", "message": "", "model": model}

@@ -1,0 +1,54 @@
+"""Typed records to JSON and back, checked field by field on the way in (pydantic reads the frozen dataclasses as
+they are). The one place kbench turns outside data into its records: the pipe between parent and child, run files."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class ProtocolError(ValueError):
+    """Data that is not the record it should be."""
+
+
+@functools.cache
+def _adapter(kind: Any) -> Any:
+    from pydantic import TypeAdapter  # imported on first use: `kbench --help` does not pay for it
+
+    return TypeAdapter(kind)
+
+
+def encode(record: Any) -> str:
+    """A record as one line of JSON (NaN and infinities as Python's json writes them: a trial's error may be NaN)."""
+    return json.dumps(to_wire(record))
+
+
+def to_wire(record: Any, kind: Any = None) -> Any:
+    """A record (of type `kind`, default its own) as plain JSON values (dicts, lists, numbers, strings); a value JSON
+    has no type for, in a record's free-form figures (a dtype, say), as its str()."""
+    return _adapter(kind or type(record)).dump_python(record, mode="json", fallback=str)
+
+
+def decode(kind: type[T], value: Any) -> T:
+    """The record of type `kind` in `value` (JSON values already parsed), checked field by field."""
+    return _checked(kind, lambda adapter: adapter.validate_python(value))
+
+
+def decode_json(kind: type[T], text: str | bytes) -> T:
+    """The record of type `kind` in the JSON `text`, checked field by field."""
+    return _checked(kind, lambda adapter: adapter.validate_json(text))
+
+
+def _checked(kind: type[T], validate: Any) -> T:
+    from pydantic import ValidationError
+
+    try:
+        return validate(_adapter(kind))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the record"
+        raise ProtocolError(f"not a valid {getattr(kind, '__name__', kind)}: {where}: {first['msg']} "
+                            f"({exc.error_count()} error(s))") from None

@@ -1,0 +1,188 @@
+"""The parent <-> child protocol: one typed job goes to the child, one typed result comes back.
+
+Both directions are frozen dataclasses, written as JSON and checked field by field where they are read
+(kbench.results.codec): the child refuses a job that is not one of these records, the parent a result that is not the record
+its job asks for (kbench.execution.child). A child that fails before it has a result answers with the result
+record of its job holding only a status and a message, so every field but those two has a default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
+from kbench.results.records import MathFlags, Measurement, TimingPolicy, TrialResult
+
+
+# ---- jobs (parent -> child) -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProblemRef:
+    """A problem file at one size: `overrides` sets its module-level size constants."""
+
+    name: str
+    path: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SolutionRef:
+    name: str
+    path: str
+
+
+@dataclass(frozen=True)
+class OtherSize:
+    """A further size at which a solution's correctness is checked."""
+
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Judging:
+    """What every job on a problem shares: the problem at its size and the run's settings for it."""
+
+    problem: ProblemRef
+    device: str
+    precision: str = "fp32"
+    seed: int
+    trials: int
+    atol: float
+    rtol: float
+    math: MathFlags = MathFlags()
+    timing: TimingPolicy = TimingPolicy()
+    kernel_profile: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReferenceJob(Judging):
+    """Time the eager reference (and torch.compile of it, checked first); on CUDA, its hardware floor."""
+
+    mode: Literal["reference"] = "reference"
+    compile_baseline: bool = True
+    ceilings_dir: str | None = None  # where measured ceilings are cached; None: no floor
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateJob(Judging):
+    """Judge one solution: this child becomes its judge; the solution runs in a candidate process it spawns."""
+
+    mode: Literal["evaluate"] = "evaluate"
+    solution: SolutionRef
+    other_sizes: tuple[OtherSize, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckJob(Judging):
+    """Can the problem tell right from wrong at its tolerance?"""
+
+    mode: Literal["check"] = "check"
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """Import a solution once so that its extensions compile into the cache."""
+
+    solution: SolutionRef
+    mode: Literal["build"] = "build"
+
+
+@dataclass(frozen=True)
+class ProbeJob:
+    """Describe torch and the device as the child sees them."""
+
+    mode: Literal["probe"] = "probe"
+
+
+# Told apart by `mode` (each a different Literal), which pydantic reads when it checks an Envelope.
+Job = Union[ReferenceJob, EvaluateJob, CheckJob, BuildJob, ProbeJob]
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What the parent writes to a child's stdin: the job, the token its result line must carry, and the
+    environment variables that differ between jobs (kbench.execution.child.JOB_ENV)."""
+
+    job: Job
+    token: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+
+# ---- results (child -> parent) --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompiledResult:
+    """torch.compile of the reference: checked against eager, then timed in the reference's rounds."""
+
+    status: str
+    message: str = ""
+    trials: tuple[TrialResult, ...] = ()
+    compile_seconds: float = 0.0
+    timing: Measurement | None = None
+
+
+@dataclass(frozen=True)
+class ReferenceResult:
+    status: str
+    message: str = ""
+    output: dict[str, Any] = field(default_factory=dict)  # what the reference returns (shapes, dtypes, spread)
+    warnings: tuple[str, ...] = ()
+    timing: Measurement | None = None
+    compiled: CompiledResult | None = None
+    floor: Floor | None = None
+    peak: PeakMemory | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step of the child
+    figures: dict[str, Any] = field(default_factory=dict)  # diagnostics: noise, machine, primed
+
+
+@dataclass(frozen=True)
+class EvaluateResult:
+    status: str
+    message: str = ""
+    trials: tuple[TrialResult, ...] = ()
+    size_checks: dict[str, tuple[TrialResult, ...]] = field(default_factory=dict)
+    timing: Measurement | None = None
+    eager_timing: Measurement | None = None
+    warnings: tuple[str, ...] = ()
+    accuracy: Accuracy | None = None
+    kernels: KernelShare | None = None
+    peak: PeakMemory | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)  # diagnostics: the protocol's rounds, machine, weights copied
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    status: str
+    message: str = ""
+    findings: tuple[str, ...] = ()
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BuildJobResult:
+    status: str
+    message: str = ""
+    seconds: float | None = None  # compile and link time, when the import built anything
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    status: str
+    message: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)
+
+
+JobResult = Union[ReferenceResult, EvaluateResult, CheckResult, BuildJobResult, ProbeResult]
+
+RESULT_OF: dict[str, type] = {"reference": ReferenceResult, "evaluate": EvaluateResult, "check": CheckResult,
+                              "build": BuildJobResult, "probe": ProbeResult}
+
+
+def result_type(job: Any) -> type:
+    """The result record a job is answered with."""
+    return RESULT_OF[job.mode]

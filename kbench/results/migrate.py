@@ -1,0 +1,51 @@
+"""Run files of earlier versions, brought up to the current one as they are read (kbench.results.storage.load_run).
+
+Version 2 (2026-11-25) gave the figures that version 1 kept in each evaluation's `extra` their own typed fields:
+floor, percent_of_floor, accuracy, kernels, peak (v1: peak_bytes), phases, gpu. A v1 figure that is not the
+record it should be stays in `extra` as it was: a migration never drops what a run measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kbench.results.codec import ProtocolError, decode, to_wire
+from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
+
+# v1 `extra` key -> (v2 field, its type)
+V1_FIGURES: dict[str, tuple[str, Any]] = {
+    "floor": ("floor", Floor), "percent_of_floor": ("percent_of_floor", float), "accuracy": ("accuracy", Accuracy),
+    "kernels": ("kernels", KernelShare), "peak_bytes": ("peak", PeakMemory), "phases": ("phases", dict[str, float]),
+    "gpu": ("gpu", str),
+}
+
+
+def _v1_row(row: dict[str, Any]) -> dict[str, Any]:
+    extra = dict(row.get("extra") or {})
+    moved: dict[str, Any] = {}
+    for old, (new, kind) in V1_FIGURES.items():
+        if old not in extra or extra[old] is None:
+            continue
+        try:
+            moved[new] = to_wire(decode(kind, extra[old]), kind)
+        except ProtocolError:
+            continue  # not what v2 types it as: it stays where v1 had it
+        del extra[old]
+    return {**row, **moved, "extra": extra}
+
+
+def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "version": 2, "evaluations": [_v1_row(e) for e in doc.get("evaluations", [])]}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+
+
+def upgrade(doc: dict[str, Any], to: int) -> dict[str, Any]:
+    """`doc` (a parsed run file of version `to` or older; no version: 1) as version `to` has it."""
+    version = doc.get("version") or 1
+    while version < to:
+        doc = MIGRATIONS[version](doc)
+        version = doc["version"]
+    return doc

@@ -1,0 +1,79 @@
+"""The parent <-> child protocol: typed jobs and results, checked field by field where they are read."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kbench.execution import child, isolation
+from kbench.results.codec import ProtocolError, decode, encode
+from kbench.results.jobs import (
+    BuildJob, CheckJob, EvaluateJob, EvaluateResult, Envelope, OtherSize, ProbeJob, ProblemRef, ReferenceJob,
+    ReferenceResult, SolutionRef,
+)
+from kbench.results.records import MathFlags, Measurement, TimingPolicy, TrialResult
+
+COMMON = {"problem": ProblemRef("p", "/problems/p/model.py", {"N": 64}), "device": "cuda", "precision": "bf16",
+          "seed": 7, "trials": 3, "atol": 1e-2, "rtol": 1e-2, "math": MathFlags.from_tf32(False),
+          "timing": TimingPolicy(min_samples=20), "kernel_profile": False}
+JOBS = [ReferenceJob(**COMMON, compile_baseline=False, ceilings_dir="/cache/ceilings"),
+        EvaluateJob(**COMMON, solution=SolutionRef("fast", "/s/fast.py"), other_sizes=(OtherSize("small", {"N": 4}),)),
+        CheckJob(**COMMON), BuildJob(SolutionRef("fast", "/s/fast.py")), ProbeJob()]
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: j.mode)
+def test_every_job_crosses_the_pipe_as_the_same_record(job):
+    envelope = Envelope(job, "token", {"TORCH_EXTENSIONS_DIR": "/x"})
+    assert decode(Envelope, json.loads(encode(envelope))) == envelope
+
+
+def test_a_job_missing_a_field_or_with_a_wrong_type_is_refused():
+    wire = json.loads(encode(Envelope(JOBS[1], "t")))
+    del wire["job"]["solution"]
+    with pytest.raises(ProtocolError, match="not a valid Envelope"):
+        decode(Envelope, wire)
+    wire = json.loads(encode(Envelope(JOBS[0], "t")))
+    wire["job"]["seed"] = "seven"
+    with pytest.raises(ProtocolError):
+        decode(Envelope, wire)
+
+
+def test_a_failed_trials_nan_error_survives_the_wire():
+    result = EvaluateResult("incorrect", trials=(TrialResult(1, False, max_abs_err=float("nan"), max_rel_err=math.inf),))
+    back = decode(EvaluateResult, json.loads(encode(result)))
+    assert math.isnan(back.trials[0].max_abs_err) and back.trials[0].max_rel_err == math.inf
+
+
+def test_the_parent_refuses_a_result_that_is_not_the_record_its_job_is_answered_with():
+    job = JOBS[1]
+    good, why = child._checked(job, {"status": "correct", "timing": {"samples": [1e-3, 2e-3]}})
+    assert why == "" and isinstance(good, EvaluateResult) and good.timing == Measurement((1e-3, 2e-3))
+    bad, why = child._checked(job, {"status": "correct", "timing": {"samples": "fast"}})
+    assert bad is None and why.startswith("not a valid EvaluateResult: timing")
+    outcome = child.ChildOutcome(bad, 0, False, 1.0, "", why)
+    status, message = outcome.failure
+    assert status == "crashed" and "the child's result was refused: not a valid EvaluateResult" in message
+    failed, _ = child._checked(JOBS[0], {"status": "timeout", "message": "slow"})  # a failure: status and message only
+    assert isinstance(failed, ReferenceResult) and (failed.status, failed.message) == ("timeout", "slow")
+
+
+def test_a_worker_given_a_job_that_is_not_one_answers_with_a_harness_error_under_its_token():
+    read, write = os.pipe()
+    text = json.dumps({"token": "tok", "job": {"mode": "evaluate", "device": "cpu"}})
+    proc = subprocess.run([sys.executable, "-m", "kbench.execution.worker", "--result-fd", str(write)], input=text.encode(),
+                          pass_fds=(write,), env=isolation.worker_path_env(), capture_output=True, timeout=120)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        lines = [json.loads(line) for line in pipe.read().splitlines()]
+    assert proc.returncode == 0 and [m["token"] for m in lines] == ["tok"]
+    result = lines[0]["result"]
+    assert result["status"] == "runtime_error" and result["message"].startswith("harness error: the job is not valid")
+
+
+def test_a_probe_job_runs_end_to_end_as_typed_records():
+    outcome = isolation.run_child(ProbeJob(), 120, isolation.worker_path_env())
+    assert outcome.failure is None and outcome.result.status == "ok", outcome.log
+    assert "torch" in outcome.result.environment

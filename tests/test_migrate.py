@@ -1,0 +1,67 @@
+"""Run files of version 1 load as version 2: the figures v1 kept in `extra` move to their typed fields."""
+
+import json
+
+import pytest
+
+from kbench.errors import ResultsError
+from kbench.results import migrate, storage
+from kbench.results.figures import Accuracy, Ceilings, Floor, KernelShare, PeakMemory, Work
+from kbench.results.records import Status
+
+FLOOR = {"seconds": 1e-3, "memory_s": 1e-3, "compute_s": 1e-4, "bound": "memory", "work": {"flops": 1e9, "bytes": 3e9},
+         "ceilings": {"name": "H100", "bandwidth_bytes_s": 3e12, "flops_s": 4e14, "flops_kind": "tf32",
+                      "measured_at": "2026-11-20"}}
+
+
+def _v1_file(tmp_path, rows):
+    doc = {"format": "kbench-run", "version": 1, "run_id": "20261120-000000-abcd", "started": "2026-11-20T00:00:00",
+           "state": "complete", "config": {"device": "cuda"}, "evaluations": rows}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _row(solution, extra):
+    return {"problem": "p", "solution": solution, "status": "correct", "device": "cuda", "size": "full", "extra": extra}
+
+
+def test_a_version_1_run_loads_with_its_figures_in_typed_fields(tmp_path):
+    eager = _row("eager", {"floor": FLOOR, "peak_bytes": {"reference": 4096}, "phases": {"timing": 2.0},
+                           "noise": {"rel": 1e-7}})
+    solution = _row("fast", {"percent_of_floor": 61.5, "accuracy": {"solution": 2e-6, "reference": 1e-6, "tf32": 5e-4},
+                             "kernels": {"own_s": 1e-4, "library_s": 0.0, "own_share": 1.0, "kernels_declared": ["k"],
+                                         "top": [["k", 100.0]]},
+                             "peak_bytes": {"solution": 8192, "reference": 4096}, "gpu": "1",
+                             "protocol": {"rounds": 12}})
+    doc, (e, s) = storage.load_run(_v1_file(tmp_path, [eager, solution]))
+    assert doc["version"] == storage.VERSION == 2
+    assert e.floor == Floor(1e-3, 1e-3, 1e-4, "memory", Work(1e9, 3e9), Ceilings("H100", 3e12, 4e14, "tf32", "2026-11-20"))
+    assert e.floor.describe() == "memory-bound: 3.0 GB at 3.0 TB/s"
+    assert e.peak == PeakMemory(reference=4096) and e.phases == {"timing": 2.0} and e.extra == {"noise": {"rel": 1e-7}}
+    assert s.status == Status.CORRECT and s.percent_of_floor == 61.5 and s.gpu == "1"
+    assert s.accuracy == Accuracy(solution=2e-6, reference=1e-6, tf32=5e-4)
+    assert s.kernels == KernelShare(own_s=1e-4, library_s=0.0, own_share=1.0, kernels_declared=("k",), top=(("k", 100.0),))
+    assert s.peak == PeakMemory(solution=8192, reference=4096) and s.extra == {"protocol": {"rounds": 12}}
+
+
+def test_a_version_1_figure_that_is_not_its_record_stays_in_extra():
+    doc = migrate.upgrade({"version": 1, "evaluations": [_row("odd", {"accuracy": {"solution": "tiny"}, "gpu": 0})]}, 2)
+    row = doc["evaluations"][0]
+    assert row["extra"] == {"accuracy": {"solution": "tiny"}, "gpu": 0} and "accuracy" not in row
+
+
+def test_a_resumed_version_1_run_is_written_as_version_2(tmp_path):
+    path = _v1_file(tmp_path, [_row("eager", {"phases": {"setup": 1.0}})])
+    store = storage.RunStore.resume(path)
+    store.save("interrupted")
+    written = json.loads(path.read_text())
+    assert written["version"] == 2 and written["evaluations"][0]["phases"] == {"setup": 1.0}
+    assert "phases" not in written["evaluations"][0]["extra"]
+
+
+def test_a_file_of_a_newer_version_is_refused_with_what_to_do(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"format": "kbench-run", "version": 3, "evaluations": []}))
+    with pytest.raises(ResultsError, match="format version 3; this kbench reads up to 2. Upgrade kbench"):
+        storage.load_run(path)

@@ -2,6 +2,7 @@
 tensor operation dispatched between its markers (a one-operation problem, so anything else is kbench's own)."""
 
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -178,3 +179,36 @@ def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_unti
             "the untimed call saw this round's inputs"
         assert not torch.equal(timed_saw, fresh)  # sealed until the timed request arrived
         assert torch.equal(timed_ran, fresh)
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            found |= {int(c) for c in f.read().split()}
+    return found
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
+def test_torch_compile_in_the_reference_process_starts_no_compile_workers_on_its_timing_core():
+    """Inductor's worker count is read when its config is imported, before the reference's process is pinned to one
+    core; left alone it would start a pool of workers on that core while the models are timed. The reference's
+    child compiles in its own process instead."""
+    import torch._inductor.config as inductor_config
+
+    job = ReferenceJob(device="cpu", seed=5, trials=1, atol=1e-5, rtol=1e-5, problem=ProblemRef("one_op", str(PROBLEM)))
+    problem = load_problem(job.problem)
+    model, _, make = reference_child.job_reference(problem, job)
+    before_affinity, before_threads = os.sched_getaffinity(0), inductor_config.compile_threads
+    inductor_config.compile_threads = 4  # as read on a machine of several cores, before the pin
+    os.sched_setaffinity(0, {min(before_affinity)})
+    before = _children(os.getpid())
+    try:
+        with torch.no_grad():
+            compiled = reference_child._check_compiled(job, model, make, "cpu")
+        assert compiled["status"] == "correct", compiled.get("message")
+        assert inductor_config.compile_threads == 1
+        assert _children(os.getpid()) - before == set()
+    finally:
+        os.sched_setaffinity(0, before_affinity)
+        inductor_config.compile_threads = before_threads

@@ -77,3 +77,15 @@ def test_a_probe_job_runs_end_to_end_as_typed_records():
     outcome = isolation.run_child(ProbeJob(), 120, isolation.worker_path_env())
     assert outcome.failure is None and outcome.result.status == "ok", outcome.log
     assert "torch" in outcome.result.environment
+
+
+def test_every_outcome_becomes_a_result_of_its_jobs_kind():
+    """child.answer: the one place an outcome becomes a status (a timeout, a death, a refused or foreign result)."""
+    ok = EvaluateResult("correct", timing=Measurement((1e-3,)))
+    assert child.answer(child.ChildOutcome(ok, 0, False, 1.0, ""), EvaluateResult) is ok
+    timed_out = child.answer(child.ChildOutcome(None, None, True, 900.0, ""), EvaluateResult)
+    assert (timed_out.status, timed_out.timing) == ("timeout", None) and "900 s" in timed_out.message
+    killed = child.answer(child.ChildOutcome(None, -9, False, 2.0, "boom\n"), ReferenceResult)
+    assert isinstance(killed, ReferenceResult) and killed.status == "crashed" and "SIGKILL" in killed.message
+    foreign = child.answer(child.ChildOutcome(ReferenceResult("correct"), 0, False, 1.0, ""), EvaluateResult)
+    assert isinstance(foreign, EvaluateResult) and foreign.status == "crashed"

@@ -106,11 +106,9 @@ def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int, launch: 
         # ninja rebuilds even a cached extension when torch's headers are newer (a fresh install): not cached then.
         cached = built_before and not any(p.stat().st_mtime >= started for p in directory.rglob("*.so"))
     log = outcome.log[-BUILD_LOG_CHARS:]
-    failure = outcome.failure
-    result = outcome.result if isinstance(outcome.result, BuildJobResult) else None
-    if failure is None and (result is None or result.status != "ok"):
-        failure = (result.status, result.message) if result is not None else ("crashed", "")
-    seconds = result.seconds if result is not None and result.seconds is not None else outcome.seconds
+    result = child.answer(outcome, BuildJobResult)
+    failure = None if result.status == "ok" else (result.status, result.message)
+    seconds = result.seconds if result.seconds is not None else outcome.seconds
     info = CompileInfo(ok=failure is None, seconds=seconds, cached=cached and failure is None, log=log, cache_key=key)
     if failure is not None:
         status, message = failure

@@ -13,6 +13,7 @@ from kbench.commands.machine import build_context, probe_environment, resolve_de
 from kbench.commands.progress import build_progress, Progress
 from kbench.errors import KbenchError, UsageError
 from kbench.execution import isolation
+from kbench.execution.child import answer
 from kbench.results.jobs import CheckJob, CheckResult
 from kbench.results.records import MathFlags, ProblemSpec, RunConfig
 from kbench.results.tolerances import PRECISIONS, TOLERANCE_PROFILES
@@ -69,8 +70,7 @@ def check_problems(problem_refs: Sequence[str], problems_dir: Path, device: str,
             plan = Plan(config, device, size, env, None)  # type: ignore[arg-type]
             progress(f"checking {problem.name} ({device}, {size}, {precision}) ...")
             outcome = isolation.run_child(CheckJob(**judging(plan, problem)), timeout_s, isolation.worker_path_env())
-            result = outcome.result if isinstance(outcome.result, CheckResult) else CheckResult("crashed")
-            error = "" if result.status == "correct" else (
-                result.message or (outcome.failure or ("", "no result"))[1])
+            result = answer(outcome, CheckResult)
+            error = "" if result.status == "correct" else (result.message or result.status)
             checks.append(ProblemCheck(problem, size, result.findings, result.figures, error, precision))
     return checks

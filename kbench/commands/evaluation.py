@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kbench.build.compile import BuildContext, BuildResult, child_env
+from kbench.execution.child import answer
 from kbench.execution.executors import Executor, local_executor
 from kbench.execution.pool import Slot
 from kbench.results.figures import Floor
@@ -74,10 +75,7 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
     outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, None, 1), slot))
     common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds,
               "precision": plan.config.precision_for(problem)}
-    result = outcome.result
-    if outcome.failure is not None or not isinstance(result, ReferenceResult):
-        status, message = outcome.failure or ("crashed", "")
-        return [Evaluation(solution=EAGER, status=Status(status), message=message, **common)]
+    result = answer(outcome, ReferenceResult)
     if result.status != "correct" or result.timing is None:
         return [Evaluation(solution=EAGER, status=Status(result.status), message=result.message, **common)]
     eager = result.timing
@@ -138,10 +136,7 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
     job = EvaluateJob(**judging(plan, problem), other_sizes=other_sizes(plan, problem),
                       solution=SolutionRef(solution.name, str(solution.path)))
     outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, solution, 1), slot))
-    result = outcome.result
-    if outcome.failure is not None or not isinstance(result, EvaluateResult):
-        status, message = outcome.failure or ("crashed", "")
-        return Evaluation(status=Status(status), message=message, seconds=outcome.seconds, **common)
+    result = answer(outcome, EvaluateResult)
     timing, eager = result.timing, result.eager_timing
     speedup = eager.median / timing.median if timing and eager else None
     return Evaluation(

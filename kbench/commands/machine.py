@@ -8,6 +8,7 @@ from typing import Any
 from kbench.build.compile import BuildContext, zygote_env
 from kbench.errors import KbenchError, UsageError
 from kbench.execution import isolation
+from kbench.execution.child import answer
 from kbench.execution.zygote import Zygote
 from kbench.results.jobs import ProbeJob, ProbeResult
 from kbench.system import toolkit
@@ -19,10 +20,10 @@ def probe_environment(zygote: Zygote | None = None) -> dict[str, Any]:
     """The machine as a worker sees it (torch, GPUs); from a worker forked by `zygote` when one is given."""
     env = zygote_env(toolkit.find_cuda_home()) if zygote is not None else isolation.worker_path_env()
     outcome = isolation.run_forked(zygote, ProbeJob(), PROBE_TIMEOUT_S, env)
-    result = outcome.result
-    if not isinstance(result, ProbeResult) or result.status != "ok":
-        status, message = outcome.failure or ("crashed", result.message if result is not None else "")
-        raise KbenchError(f"Cannot start a kbench worker ({status}: {message}). Is torch installed in this Python?")
+    result = answer(outcome, ProbeResult)
+    if result.status != "ok":
+        raise KbenchError(f"Cannot start a kbench worker ({result.status}: {result.message}). "
+                          "Is torch installed in this Python?")
     return result.environment
 
 

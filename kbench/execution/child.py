@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kbench.execution.process_tree import _live, _live_lock, kill_tree
 from kbench.execution.zygote import ForkedWorker, Zygote
@@ -53,6 +53,18 @@ class ChildOutcome:
         if code:
             return "crashed", f"the child exited with code {code} before reporting{_last_line(self.log)}"
         return "crashed", f"the child exited without reporting a result{_last_line(self.log)}"
+
+
+R = TypeVar("R")
+
+
+def answer(outcome: ChildOutcome, kind: type[R]) -> R:
+    """The child's result, of the record type its job is answered with; when it gave none, a record of that type
+    holding only how the child ended (`ChildOutcome.failure`): the one place an outcome becomes a status."""
+    if outcome.failure is None and isinstance(outcome.result, kind):
+        return outcome.result
+    status, message = outcome.failure or ("crashed", "the child answered another job")
+    return kind(status=status, message=message)  # type: ignore[call-arg]
 
 
 def _last_line(log: str) -> str:

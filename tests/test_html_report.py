@@ -188,6 +188,10 @@ def test_report_html_through_the_cli(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert f"html:   {directory / 'report.html'}" in result.output
     assert (directory / "report.html").read_text().startswith("<!DOCTYPE html>")
+    baseline = tmp_path / "baselines" / "h100.json"  # a run file of another name gets a page of its name
+    baseline.parent.mkdir()
+    baseline.write_text((directory / "run.json").read_text())
+    assert html.write_html_report("h100", tmp_path) == tmp_path / "baselines" / "h100.html"
 
 
 def test_report_html_of_a_missing_run_is_one_error_line(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from kbench.errors import ResultsError
 from kbench.reports import leaderboard, reproduce, strips, tables
 from kbench.reports.compare import MARKS, Comparison, environment_key
 from kbench.results.records import COMPILED, EAGER, Evaluation, Status
-from kbench.results.storage import LoadedRun, atomic_write, latest_run, load, resolve
+from kbench.results.storage import RUN_FILE, LoadedRun, atomic_write, latest_run, load, resolve
 
 TEMPLATES = Path(__file__).with_name("templates")
 REPORT_FILE = "report.html"
@@ -175,9 +175,12 @@ def _write(path: Path, text: str) -> Path:
 
 
 def write_html_report(ref: str | None, results_dir: Path) -> Path:
-    """Write report.html next to a run's run.json (default: the latest run); returns its path."""
+    """Write report.html next to a run's run.json (default: the latest run), or NAME.html next to a run file of
+    another name (a baseline's NAME.json); returns its path."""
     run = load(resolve(ref, results_dir)) if ref else latest_run(results_dir, [])
-    return _write(_directory(run) / REPORT_FILE, report_html(run.doc, run.evaluations))
+    named = not run.path.is_dir() and run.path.name != RUN_FILE
+    path = run.path.with_suffix(".html") if named else _directory(run) / REPORT_FILE
+    return _write(path, report_html(run.doc, run.evaluations))
 
 
 def _samples(run: LoadedRun) -> dict[tuple[str, str, str], tuple[float, ...]]:

@@ -20,6 +20,7 @@ def compare_command(
     fmt: Annotated[str, typer.Option("--format", help="table, md, csv or json.")] = "table",
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when a row is slower or newly failing.")] = False,
     ignore_env: Annotated[bool, typer.Option("--ignore-env", help="Compare runs from different GPUs or torch versions anyway.")] = False,
+    html: Annotated[bool, typer.Option("--html", help="Also write compare-<before>.html beside the after run's run.json: both runs' samples per row, verdicts and status changes.")] = False,
     results_dir: ResultsDir = DEFAULT.results_dir,
 ) -> None:
     """Did it get faster or slower for real? Compare two runs row by row.
@@ -35,6 +36,8 @@ def compare_command(
       kbench compare 20261122-074644-be41 20261122-091500-a1b2 --format md
 
       kbench compare --baseline h100 --fail-on-regression
+
+      kbench compare --html
     """
     from kbench.reports.compare import compare
     from kbench.reports.tables import FORMATS, comparison_frame, render
@@ -47,6 +50,10 @@ def compare_command(
     if fmt == "table":
         typer.echo(f"before: {result.before.label}\nafter:  {result.after.label}\n")
     typer.echo(render(comparison_frame(result.rows), fmt))
+    if html:
+        from kbench.reports.html import write_html_compare
+
+        typer.echo(f"html: {write_html_compare(result)}", err=fmt != "table")
     if fail_on_regression and result.regressions:
         typer.secho(f"[error] {len(result.regressions)} regression(s)", err=True, fg=typer.colors.RED)
         raise typer.Exit(code=1)
@@ -57,12 +64,14 @@ def report_command(
     run: Annotated[Optional[str], typer.Argument(help="A run id, run directory or run.json. Default: the latest run.")] = None,
     no_chart: Annotated[bool, typer.Option("--no-chart", help="Skip the PNG chart.")] = False,
     format: Annotated[str, typer.Option("--format", help="markdown (report.md and the chart) or kernelbench (eval_results.json in KernelBench's field names).")] = "markdown",
+    html: Annotated[bool, typer.Option("--html", help="Also write report.html beside run.json: one self-contained page (leaderboards, sample charts, every row's details) to open in a browser.")] = False,
     results_dir: ResultsDir = DEFAULT.results_dir,
 ) -> None:
     """Rank each problem's solutions and summarize the suite (fast_p, geometric-mean speedup).
 
     Writes report.md and speedups.png (needs matplotlib: pip install 'kbench[plot]') next to run.json; with
-    --format kernelbench, eval_results.json as KernelBench's eval_from_generations.py writes it.
+    --format kernelbench, eval_results.json as KernelBench's eval_from_generations.py writes it; with --html, also
+    report.html (self-contained: open it from disk in any browser).
 
     Examples:
 
@@ -71,6 +80,8 @@ def report_command(
       kbench report 20261122-074644-be41 --no-chart
 
       kbench report --format kernelbench
+
+      kbench report --html
     """
     from kbench.reports.leaderboard import write_kernelbench, write_report
 
@@ -78,8 +89,12 @@ def report_command(
         raise UsageError(f"Unknown report format '{format}'. Use markdown or kernelbench.")
     if format == "kernelbench":
         typer.echo(f"eval_results: {write_kernelbench(run, results_dir)}")
-        return
-    md_path, png, text = write_report(run, results_dir, with_chart=not no_chart)
-    typer.echo(text)
-    skipped = "" if no_chart else "\nchart:  skipped (matplotlib is not installed; pip install 'kbench[plot]' draws it)"
-    typer.echo(f"report: {md_path}" + (f"\nchart:  {png}" if png else skipped))
+    else:
+        md_path, png, text = write_report(run, results_dir, with_chart=not no_chart)
+        typer.echo(text)
+        skipped = "" if no_chart else "\nchart:  skipped (matplotlib is not installed; pip install 'kbench[plot]' draws it)"
+        typer.echo(f"report: {md_path}" + (f"\nchart:  {png}" if png else skipped))
+    if html:
+        from kbench.reports.html import write_html_report
+
+        typer.echo(f"html:   {write_html_report(run, results_dir)}")

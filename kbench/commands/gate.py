@@ -17,6 +17,7 @@ from kbench.commands.progress import Progress
 from kbench.errors import KbenchError, UsageError
 from kbench.problems.discovery import select
 from kbench.reports import compare as comparing
+from kbench.reports import reproduce
 from kbench.results.records import Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status
 from kbench.results.storage import atomic_write, load, LoadedRun, resolve, RunStore
 
@@ -50,9 +51,7 @@ class GateResult:
 
 
 def _repro(e: Evaluation, *extra: str) -> str:
-    precision = ["--precision", e.precision] if e.precision != "fp32" else []
-    return " ".join(["kbench run", "-p", e.problem, "-s", e.solution, "--device", e.device, "--size", e.size,
-                     *precision, *extra])
+    return reproduce.command(e, extra)
 
 
 def _trials_check(e: Evaluation, size: str, trials: Sequence, name: str, repro: str) -> Check:

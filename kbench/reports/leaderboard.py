@@ -104,11 +104,11 @@ def markdown(doc: dict, evaluations: Sequence[Evaluation]) -> str:
         lines += ["", f"## {problem}", "", tabulate(
             rows, headers=["rank", "solution", "status", "median ms", "vs eager", "vs compile", "max abs err", "note"],
             tablefmt="github", disable_numparse=True)]
-        lines += _noise_line(evaluations, problem)
+        lines += noise_line(evaluations, problem)
     return "\n".join(lines) + "\n"
 
 
-def _noise_line(evaluations: Sequence[Evaluation], problem: str) -> list[str]:
+def noise_line(evaluations: Sequence[Evaluation], problem: str) -> list[str]:
     """The reference's own error against float64 beside the tolerance (kbench.judge.noise), from the problem's eager row."""
     eager = next((e for e in evaluations if e.problem == problem and e.solution == EAGER), None)
     noise = (eager.extra.get("noise") or {}) if eager is not None else {}

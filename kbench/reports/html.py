@@ -1,0 +1,226 @@
+"""`kbench report --html` and `kbench compare --html`: one self-contained HTML file (styles, script, charts inline)."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import functools
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import markupsafe
+import pandas as pd
+
+from kbench.build.compile import first_compiler_error
+from kbench.errors import ResultsError
+from kbench.reports import leaderboard, reproduce, strips, tables
+from kbench.reports.compare import MARKS, Comparison, environment_key
+from kbench.results.records import COMPILED, EAGER, Evaluation, Status
+from kbench.results.storage import RUN_FILE, LoadedRun, atomic_write, latest_run, load, resolve
+
+TEMPLATES = Path(__file__).with_name("templates")
+REPORT_FILE = "report.html"
+LOG_HEAD, LOG_TAIL = 40, 360  # lines of a long compiler log shown; run.json keeps it whole
+MEANING = {  # what each status says, before the row's own message says why
+    "correct": "every trial matched the reference within tolerance, and the timing passed its checks",
+    "incorrect": "an output differed from the reference beyond the tolerance",
+    "suspect": "the outputs pass, but the timing cannot be trusted: its speedups are left out",
+    "compile_error": "the extension did not compile",
+    "load_error": "the file could not be loaded (an import or syntax error, no ModelNew, or the file contract)",
+    "runtime_error": "ModelNew raised an exception while running",
+    "timeout": "the evaluation ran past --timeout and was stopped",
+    "crashed": "the evaluation's process died (a signal, a CUDA fault, or no readable result)",
+    "not_run": "not evaluated in this run",
+}
+
+
+def _plain(record: Any) -> Any:
+    return dataclasses.asdict(record) if dataclasses.is_dataclass(record) else record
+
+
+def figures(e: Evaluation) -> dict[str, Any]:
+    """The figures a row keeps besides its verdict and samples, as plain values for the templates: floor, % of floor,
+    float64 accuracy, own-kernel share, phases, peak memory, the GPU slot (typed fields), and from `extra` the
+    reference's noise, the timing protocol and a suspect row's withheld speedups."""
+    x = e.extra
+    return {"floor": _plain(e.floor), "percent_of_floor": e.percent_of_floor, "accuracy": _plain(e.accuracy),
+            "kernels": _plain(e.kernels), "phases": e.phases or None, "peak_bytes": _plain(e.peak), "gpu": e.gpu,
+            "noise": x.get("noise"), "protocol": x.get("protocol"),
+            "withheld": {k: x[k] for k in ("speedup_vs_eager", "speedup_vs_compile") if x.get(k) is not None}}
+
+
+def _number(value: Any, pattern: str) -> str:
+    missing = value is None or (not isinstance(value, str) and bool(pd.isna(value)))
+    return "" if missing else pattern.format(value)
+
+
+def flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Nested run-file fields as (dotted key, text) pairs, for the environment and configuration tables."""
+    if isinstance(data, dict):
+        return [pair for k, v in data.items() for pair in flatten(v, f"{prefix}.{k}" if prefix else str(k))]
+    if isinstance(data, (list, tuple)) and not any(isinstance(v, (dict, list)) for v in data):
+        return [(prefix, ", ".join(str(v) for v in data))]
+    return [(prefix, "" if data is None else f"{data:.4g}" if isinstance(data, float) else str(data))]
+
+
+def trial_rows(e: Evaluation) -> list[tuple[str, Any]]:
+    """(size, trial) of every correctness trial: the row's own size, then the other sizes checked."""
+    return [(e.size, t) for t in e.trials] + [(size, t) for size, trials in e.size_checks.items() for t in trials]
+
+
+def peaks(peak_bytes: dict[str, Any] | None) -> list[tuple[str, str]]:
+    return [(f"peak memory, {who}", f"{value / 2**20:.1f} MiB") for who, value in (peak_bytes or {}).items()
+            if isinstance(value, (int, float))]
+
+
+def compiler_log(log: str) -> dict[str, Any]:
+    """A compiler log as the report shows it: its first error, and its first LOG_HEAD and last LOG_TAIL lines (a
+    build's errors come at its end)."""
+    lines = log.splitlines()
+    cut = len(lines) - LOG_HEAD - LOG_TAIL
+    if cut > 0:
+        lines = [*lines[:LOG_HEAD], f"... {cut} lines left out here: run.json has the whole log (compile.log) ...",
+                 *lines[-LOG_TAIL:]]
+    return {"first_error": first_compiler_error(log), "text": "\n".join(lines), "lines": len(log.splitlines())}
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """Templates with autoescape on everywhere: solution text, warnings and logs reach the page only as text."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(
+        ms=lambda s: _number(s * 1e3 if s is not None else None, "{:#.4g}"), x=lambda v: _number(v, "{:.2f}×"),
+        pct=lambda v: _number(v, "{:.0f}%"), sci=lambda v: _number(v, "{:.2e}"), num=lambda v: _number(v, "{:.4g}"),
+        plain=lambda v: _number(v, "{}"), firstline=lambda s: s.splitlines()[0] if s else "")
+    env.globals.update(figures=figures, compiler_log=compiler_log, flatten=flatten, trial_rows=trial_rows, peaks=peaks,
+                       meaning=MEANING, max_dots=strips.MAX_DOTS)
+    return env
+
+
+@functools.lru_cache(maxsize=1)
+def _assets() -> dict[str, Any]:
+    """The style sheet and the script, inline; the page's content security policy lets only this script run."""
+    script = (TEMPLATES / "sort.js").read_text(encoding="utf-8")
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    return {"css": (TEMPLATES / "report.css").read_text(encoding="utf-8"), "script": script,
+            "script_hash": f"sha256-{digest}"}
+
+
+def render(template: str, **context: Any) -> str:
+    assets = _assets()
+    # Our own files, not a run's text: marked safe so the script's bytes match the hash in the policy.
+    return environment().get_template(template).render(
+        css=markupsafe.Markup(assets["css"]), script=markupsafe.Markup(assets["script"]),
+        script_hash=assets["script_hash"], **context)
+
+
+def _kind(e: Evaluation) -> str:
+    if e.solution in (EAGER, COMPILED):
+        return "reference"
+    return {Status.CORRECT: "correct", Status.SUSPECT: "suspect"}.get(e.status, "failed")
+
+
+def leaderboard_rows(rows: Sequence[Evaluation]) -> list[dict[str, Any]]:
+    """The results table's figures (kbench.reports.tables) of ranked rows, missing values as None."""
+    frame = tables.results_frame(rows)
+    out = []
+    for e, record in zip(rows, frame.to_dict("records")):
+        clean = {k: None if not isinstance(v, str) and _number(v, "{}") == "" else v for k, v in record.items()}
+        out.append({**clean, "e": e, "kind": _kind(e)})
+    return out
+
+
+def problem_view(doc: dict[str, Any], evaluations: Sequence[Evaluation], problem: str, index: int) -> dict[str, Any]:
+    ranked = leaderboard.ranked(evaluations, problem)
+    rows = [{**row, "anchor": f"p{index}-{j}", "repro": reproduce.run_command(row["e"], doc)}
+            for j, row in enumerate(leaderboard_rows(ranked))]
+    chart = strips.chart([(e.solution, _kind(e), e.timing.samples if e.timing else ()) for e in ranked])
+    eager = next((e for e in ranked if e.solution == EAGER), None)
+    solutions = [r for r in rows if r["solution"] not in leaderboard.BASELINE_ROWS]
+    return {"name": problem, "id": f"p{index}", "info": (doc.get("problems") or {}).get(problem, {}),
+            "noise": leaderboard.noise_line(evaluations, problem), "rows": rows, "chart": chart,
+            "floor": figures(eager)["floor"] if eager is not None else None,
+            "best": next((r for r in solutions if r["kind"] == "correct"), None), "n_solutions": len(solutions),
+            "n_correct": sum(r["kind"] == "correct" for r in solutions)}
+
+
+def report_html(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> str:
+    """The run's page: environment, configuration, suite summary, and per problem a leaderboard, a chart of the
+    samples and a section per row."""
+    problems = sorted({e.problem for e in evaluations})
+    views = [problem_view(doc, evaluations, p, i) for i, p in enumerate(problems)]
+    anchors = {(r["e"].problem, r["e"].solution): r["anchor"] for v in views for r in v["rows"]}
+    solutions = [e for e in evaluations if e.solution not in leaderboard.BASELINE_ROWS]
+    counts = Counter(e.status for e in solutions)
+    return render(
+        "report.html.j2", doc=doc, summary=leaderboard.summarize(evaluations), fast_p=leaderboard.FAST_P,
+        counts=[(s.value, counts[s]) for s in Status if counts[s]], n_solutions=len(solutions),
+        suspects=[e for e in solutions if e.status == Status.SUSPECT],
+        references=[e for e in evaluations if e.solution in leaderboard.BASELINE_ROWS and e.status != Status.CORRECT],
+        environment=flatten(doc.get("environment") or {}), git=flatten(doc.get("git") or {}),
+        config=flatten(doc.get("config") or {}), selection=flatten(doc.get("selection") or {}),
+        problems=views, anchors=anchors)
+
+
+def _directory(run: LoadedRun) -> Path:
+    return run.path if run.path.is_dir() else run.path.parent
+
+
+def _write(path: Path, text: str) -> Path:
+    try:
+        atomic_write(path, text)
+    except OSError as exc:
+        raise ResultsError(f"Cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def write_html_report(ref: str | None, results_dir: Path) -> Path:
+    """Write report.html next to a run's run.json (default: the latest run), or NAME.html next to a run file of
+    another name (a baseline's NAME.json); returns its path."""
+    run = load(resolve(ref, results_dir)) if ref else latest_run(results_dir, [])
+    named = not run.path.is_dir() and run.path.name != RUN_FILE
+    path = run.path.with_suffix(".html") if named else _directory(run) / REPORT_FILE
+    return _write(path, report_html(run.doc, run.evaluations))
+
+
+def _samples(run: LoadedRun) -> dict[tuple[str, str, str], tuple[float, ...]]:
+    """A run's raw samples by (problem, solution, size), as compare's rows name them."""
+    return {(e.problem, e.solution, e.size): e.timing.samples for e in run.evaluations if e.timing is not None}
+
+
+def comparison_view(comparison: Comparison) -> list[dict[str, Any]]:
+    """Per problem: its rows, and a chart with both runs' samples of each row (before above after)."""
+    before, after = _samples(comparison.before), _samples(comparison.after)
+    out: list[dict[str, Any]] = []
+    for i, problem in enumerate(dict.fromkeys(r.problem for r in comparison.rows)):
+        rows = [r for r in comparison.rows if r.problem == problem]
+        sized = len({r.size for r in rows}) > 1
+        series = []
+        for r in rows:
+            key, label = (r.problem, r.solution, r.size), f"{r.solution} {r.size}" if sized else r.solution
+            series += [(f"{label} (before)", "before", before.get(key, ()) if r.before_status else ()),
+                       (f"{label} (after)", _css(r.change), after.get(key, ()) if r.after_status else ())]
+        out.append({"name": problem, "id": f"p{i}", "rows": rows, "chart": strips.chart(series)})
+    return out
+
+
+def _css(change: str) -> str:
+    return change.replace(" ", "-")
+
+
+def compare_html(comparison: Comparison) -> str:
+    counts = Counter(r.change for r in comparison.rows)
+    return render("compare.html.j2", c=comparison, counts=[(c, counts[c]) for c in MARKS if counts[c]], change_class=_css,
+                  machine=lambda run: "{}, torch {}".format(*environment_key(run)),
+                  problems=comparison_view(comparison))
+
+
+def write_html_compare(comparison: Comparison) -> Path:
+    """Write compare-<before>.html next to the after run's run.json; returns its path."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in comparison.before.label)
+    return _write(_directory(comparison.after) / f"compare-{safe}.html", compare_html(comparison))

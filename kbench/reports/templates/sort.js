@@ -1,0 +1,30 @@
+// Sortable tables: a click on a column's header sorts the rows by that column, again to reverse. Cells carry the
+// value to sort by in data-v (numbers in th.num columns); rows without a value stay last either way.
+document.querySelectorAll("table.sortable").forEach(function (table) {
+  var heads = table.tHead.rows[0].cells;
+  Array.prototype.forEach.call(heads, function (th, col) {
+    th.tabIndex = 0;
+    function sort() {
+      var ascending = th.getAttribute("aria-sort") !== "ascending";
+      Array.prototype.forEach.call(heads, function (h) { h.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+      var numeric = th.classList.contains("num");
+      var body = table.tBodies[0];
+      var rows = Array.prototype.slice.call(body.rows);
+      function key(row) {
+        var v = row.cells[col].getAttribute("data-v");
+        if (v === null || v === "") return null;
+        return numeric ? parseFloat(v) : v.toLowerCase();
+      }
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b);
+        if (x === null || y === null) return (x === null) - (y === null);
+        var order = x < y ? -1 : x > y ? 1 : 0;
+        return ascending ? order : -order;
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    }
+    th.addEventListener("click", sort);
+    th.addEventListener("keydown", function (event) { if (event.key === "Enter") sort(); });
+  });
+});

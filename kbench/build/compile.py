@@ -125,9 +125,11 @@ def build_all(
     solutions: Sequence[SolutionSpec],
     progress: Callable[[BuildResult, int, int], None] | None = None,
     launch: Launch = isolation.run_child,
+    started: Callable[[SolutionSpec], None] | None = None,
 ) -> dict[Path, BuildResult]:
     """Build independent solutions in parallel; compiler threads are split between the jobs. `launch` starts each
-    build's child (a run passes its executor's, whose workers are forked with everything imported)."""
+    build's child (a run passes its executor's, whose workers are forked with everything imported); `started` hears
+    of each build as it begins, `progress` as it ends."""
     if not solutions:
         return {}
     jobs = max(1, min(ctx.jobs or (os.cpu_count() or 1), len(solutions)))
@@ -141,6 +143,11 @@ def build_all(
         if progress:
             progress(result, len(results), len(solutions))
 
+    def build(solution: SolutionSpec) -> BuildResult:
+        if started:
+            started(solution)
+        return build_one(ctx, solution, max_jobs, launch)
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        drain([pool.submit(build_one, ctx, s, max_jobs, launch) for s in solutions], finished)
+        drain([pool.submit(build, s) for s in solutions], finished)
     return results

@@ -7,6 +7,9 @@ from pathlib import Path
 import pytest
 
 from kbench.commands.execute import execute
+from kbench.commands.progress import (
+    BuildFinished, BuildStarted, EvaluationFinished, EvaluationPhase, EvaluationStarted, line, Planned,
+)
 from kbench.execution import isolation
 from kbench.problems.discovery import select
 from kbench.results.records import COMPILED, EAGER, RunConfig, Status, TimingPolicy
@@ -40,9 +43,9 @@ def fixture_run(tmp_path_factory):
         results_dir=tmp / "results", cache_dir=tmp / "cache",
     )
     problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "solutions")
-    messages: list[str] = []
-    store = execute(config, problems, solutions, Path.cwd(), messages.append)
-    return store, messages
+    events: list = []
+    store = execute(config, problems, solutions, Path.cwd(), events.append)
+    return store, events
 
 
 def test_each_fixture_gets_its_exact_verdict(fixture_run):
@@ -116,9 +119,23 @@ def test_a_forged_result_on_stdout_changes_nothing(fixture_run):
 
 
 def test_progress_is_reported(fixture_run):
-    _, messages = fixture_run
-    assert any("reference" in m for m in messages)
-    assert any("tiny/hangs: timeout" in m for m in messages)
+    store, events = fixture_run
+    messages = [text for text in map(line, events) if text is not None]
+    assert "tiny: reference (eager) ..." in messages
+    assert any(m.startswith("  tiny/hangs: timeout - no result after") for m in messages)
+    # Counts known up front: 13 solutions (2 with nothing to build: a syntax error, no ModelNew) and a reference.
+    assert [e for e in events if isinstance(e, Planned)] == [Planned(builds=11, evaluations=14)]
+    started = {(e.problem, e.solution) for e in events if isinstance(e, BuildStarted)}
+    assert len(started) == 11 and started == {(e.problem, e.solution) for e in events if isinstance(e, BuildFinished)}
+    finished = [e for e in events if isinstance(e, EvaluationFinished)]
+    assert [s for e in finished for s in e.statuses] == [row.status for row in store.evaluations]
+    # The child's own event reaches the display: a solution that was timed says so, between its start and its end.
+    good = [e for e in events if isinstance(e, (EvaluationStarted, EvaluationPhase, EvaluationFinished))
+            and e.solution == "good"]
+    assert [type(e) for e in good] == [EvaluationStarted, EvaluationPhase, EvaluationFinished]
+    assert good[1] == EvaluationPhase("tiny", "good", "timed")
+    assert EvaluationPhase("tiny", "reference (eager)", "timed") in events
+    assert not any(isinstance(e, EvaluationPhase) and e.solution == "wrong_values" for e in events)  # never timed
 
 
 def test_compile_baseline_is_checked_and_timed(tmp_path):

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from kbench.commands.execute import execute
+from kbench.commands.progress import plain
 from kbench.problems.discovery import select
 from kbench.results.records import EAGER, RunConfig, Status, TimingPolicy
 from tests.conftest import FIXTURES
@@ -28,7 +29,7 @@ def test_ray_tasks_give_the_same_verdicts_as_local_children(tmp_path):
     solutions = {"tiny": [s for s in solutions["tiny"] if s.name in EXPECTED]}
     messages: list[str] = []
     try:
-        store = execute(config, problems, solutions, Path.cwd(), messages.append)
+        store = execute(config, problems, solutions, Path.cwd(), plain(messages.append))
     finally:
         ray.shutdown()
     rows = {e.solution: e for e in store.evaluations}

@@ -60,3 +60,21 @@ def test_build_env_points_the_child_at_its_own_cache(tmp_path):
     assert (env["CUDA_HOME"], env["TORCH_CUDA_ARCH_LIST"], env["MAX_JOBS"]) == (str(tmp_path / "cuda"), "9.0", "2")
     assert "CUDA_HOME" not in toolkit.build_env(tmp_path, None, "9.0", 1)
     assert os.environ.get("TORCH_EXTENSIONS_DIR") != str(tmp_path / "k")
+
+
+def test_the_first_compiler_error_is_the_line_a_person_looks_for_with_its_folder_dropped():
+    from kbench.judge.loading import first_error_line
+    from kbench.system.toolkit import first_compiler_error
+
+    log = "\n".join([
+        "[1/3] c++ -MMD -Werror=return-type -c main.cpp -o main.o",
+        "FAILED: cuda.cuda.o",
+        "/tmp/torch_extensions/ext/cuda.cu(42): error: identifier \"tile\" is undefined",
+        "/tmp/torch_extensions/ext/cuda.cu(43): error: expected a \";\"",
+        "RuntimeError: Error building extension 'ext'",
+    ])
+    assert first_compiler_error(log) == 'cuda.cu(42): error: identifier "tile" is undefined'
+    assert first_compiler_error("ninja: no work to do.") is None
+    # the import's message (a compile_error verdict) and the build's come from the same function
+    assert first_error_line(log) == first_compiler_error(log)
+    assert first_error_line("ImportError: undefined symbol: _Z3foov") == "ImportError: undefined symbol: _Z3foov"

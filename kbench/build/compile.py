@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -70,18 +69,6 @@ def zygote_env(cuda_home: Path | None) -> dict[str, str]:
     return child.shared_env({**isolation.worker_path_env(), **toolkit.build_env(None, cuda_home, "", 1)})
 
 
-_COMPILER_ERROR = re.compile(r"(?:^|\s)(?:fatal )?error\b\s*:?", re.IGNORECASE)
-
-
-def first_compiler_error(log: str) -> str | None:
-    """The first line of compiler output that reports an error, with its file's folder dropped."""
-    for line in log.splitlines():
-        if _COMPILER_ERROR.search(line) and "Error building extension" not in line and not line.startswith("FAILED:"):
-            head, sep, tail = line.partition(": ")
-            return (Path(head).name + sep + tail if sep and "/" in head else line).strip()[:300]
-    return None
-
-
 def needs_build(solution: SolutionSpec) -> bool:
     """Only files that use torch.utils.cpp_extension have anything to compile."""
     return b"cpp_extension" in solution.path.read_bytes()
@@ -113,7 +100,7 @@ def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int, launch: 
     if failure is not None:
         status, message = failure
         if status == "compile_error":
-            message = first_compiler_error(log) or message
+            message = toolkit.first_compiler_error(log) or message
         return BuildResult(solution, False, status, message, info)
     return BuildResult(solution, True, "ok", "", info)
 
@@ -123,9 +110,11 @@ def build_all(
     solutions: Sequence[SolutionSpec],
     progress: Callable[[BuildResult, int, int], None] | None = None,
     launch: Launch = isolation.run_child,
+    started: Callable[[SolutionSpec], None] | None = None,
 ) -> dict[Path, BuildResult]:
     """Build independent solutions in parallel; compiler threads are split between the jobs. `launch` starts each
-    build's child (a run passes its executor's, whose workers are forked with everything imported)."""
+    build's child (a run passes its executor's, whose workers are forked with everything imported); `started` hears
+    of each build as it begins, `progress` as it ends."""
     if not solutions:
         return {}
     jobs = max(1, min(ctx.jobs or (os.cpu_count() or 1), len(solutions)))
@@ -139,6 +128,11 @@ def build_all(
         if progress:
             progress(result, len(results), len(solutions))
 
+    def build(solution: SolutionSpec) -> BuildResult:
+        if started:
+            started(solution)
+        return build_one(ctx, solution, max_jobs, launch)
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        drain([pool.submit(build_one, ctx, s, max_jobs, launch) for s in solutions], finished)
+        drain([pool.submit(build, s) for s in solutions], finished)
     return results

@@ -45,10 +45,11 @@ def list_command(
     """
     from kbench.commands.listing import check_table, listing
     from kbench.commands.build_and_check import check_problems
+    from kbench.commands.progress import plain
 
     typer.echo(listing(problems_dir, solutions_dir))
     if check:
-        checks = check_problems(problem or [], problems_dir, device, size, timeout, progress, precision or (),
+        checks = check_problems(problem or [], problems_dir, device, size, timeout, plain(progress), precision or (),
                                 tolerance, tf32=not no_tf32)
         typer.echo("\n" + check_table(checks))
 

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from kbench.cli.app import command, progress
+from kbench.cli.app import command
 from kbench.cli.options import (
     DEFAULT, PROBLEMS_DIR, SOLUTIONS_DIR, CacheDir, Device, Jobs, MaxTime, NoCompileBaseline, Precision, Problems,
-    ProblemsDir, ResultsDir, Resume, Size, Solution, SolutionsDir, Timeout, ToleranceProfile, Trials, fraction,
-    run_config,
+    ProblemsDir, ResultsDir, Resume, ShowProgress, Size, Solution, SolutionsDir, Timeout, ToleranceProfile, Trials,
+    fraction, run_config,
 )
+
+if TYPE_CHECKING:
+    from kbench.results.storage import RunStore
 
 
 @command("run")
@@ -42,6 +45,7 @@ def run_command(
     cache_dir: CacheDir = DEFAULT.cache_dir,
     problems_dir: ProblemsDir = PROBLEMS_DIR,
     solutions_dir: SolutionsDir = SOLUTIONS_DIR,
+    show_progress: ShowProgress = None,
 ) -> None:
     """Compile, validate and time solutions against their reference; write results/<run-id>/.
 
@@ -61,8 +65,8 @@ def run_command(
 
       kbench run --executor ray --address ray://head:10001
     """
+    from kbench.cli.live import progress_sink
     from kbench.commands.run import run
-    from kbench.reports.tables import results_frame, to_terminal
 
     config = run_config(
         device=device, size=size, trials=trials, atol=atol, rtol=rtol, tolerance=tolerance, precision=precision,
@@ -70,7 +74,16 @@ def run_command(
         max_time=max_time, results_dir=results_dir, cache_dir=cache_dir, seed=seed, executor=executor,
         address=address, parallel=parallel, kernel_profile=kernel_profile,
     )
-    store = run(config, problem or [], solution, problems_dir, solutions_dir, progress, resume)
+    with progress_sink(show_progress) as progress:
+        store = run(config, problem or [], solution, problems_dir, solutions_dir, progress, resume)
+    _show_run(store)
+
+
+def _show_run(store: RunStore) -> None:
+    """The results table and the run's folder on stdout (after the progress display has stopped); exit 1 when any
+    row is not correct."""
+    from kbench.reports.tables import results_frame, to_terminal
+
     typer.echo(to_terminal(results_frame(store.evaluations)))
     typer.echo(f"\nresults: {store.directory}")
     _exit_unless_correct(store.evaluations)
@@ -96,6 +109,7 @@ def build_command(
     cache_dir: CacheDir = DEFAULT.cache_dir,
     problems_dir: ProblemsDir = PROBLEMS_DIR,
     solutions_dir: SolutionsDir = SOLUTIONS_DIR,
+    show_progress: ShowProgress = None,
 ) -> None:
     """Compile and link solutions without running them (no GPU needed); exit 1 if any fails.
 
@@ -108,10 +122,12 @@ def build_command(
 
       kbench build -p conv3d_gelu -s cuda_fused
     """
+    from kbench.cli.live import progress_sink
     from kbench.commands.build_and_check import build_only
     from kbench.reports.tables import build_table
 
-    results = build_only(problem or [], solution, problems_dir, solutions_dir, cache_dir, jobs, timeout, progress)
+    with progress_sink(show_progress) as progress:
+        results = build_only(problem or [], solution, problems_dir, solutions_dir, cache_dir, jobs, timeout, progress)
     typer.echo(build_table(results))
     failed = [r for r in results if not r.ok]
     for r in failed:
@@ -134,6 +150,7 @@ def baseline_command(
     results_dir: ResultsDir = DEFAULT.results_dir,
     resume: Resume = None,
     problems_dir: ProblemsDir = PROBLEMS_DIR,
+    show_progress: ShowProgress = None,
 ) -> None:
     """Time only the references (eager and torch.compile) of a problem suite and store them as a baseline.
 
@@ -147,12 +164,14 @@ def baseline_command(
 
       kbench baseline --problems-dir ~/KernelBench/level1 --precision bf16
     """
+    from kbench.cli.live import progress_sink
     from kbench.commands.baseline import baseline
     from kbench.reports.tables import results_frame, to_terminal
 
     config = run_config(device=device, size=size, no_compile_baseline=no_compile_baseline, timeout=timeout,
                         max_time=max_time, results_dir=results_dir, precision=precision, tolerance=tolerance)
-    store, target = baseline(config, problem or [], problems_dir, name, progress, resume)
+    with progress_sink(show_progress) as progress:
+        store, target = baseline(config, problem or [], problems_dir, name, progress, resume)
     typer.echo(to_terminal(results_frame(store.evaluations)))
     typer.echo(f"\nbaseline: {target}")
 
@@ -174,6 +193,7 @@ def gate_command(
     cache_dir: CacheDir = DEFAULT.cache_dir,
     problems_dir: ProblemsDir = PROBLEMS_DIR,
     solutions_dir: SolutionsDir = SOLUTIONS_DIR,
+    show_progress: ShowProgress = None,
 ) -> None:
     """The CI correctness gate: exit 0 only when every selected solution passes every check run here.
 
@@ -190,12 +210,14 @@ def gate_command(
 
       kbench gate --baseline h100 --max-regression 5%
     """
+    from kbench.cli.live import progress_sink
     from kbench.commands.gate import FAIL, PASS, SKIP, gate, write_junit
 
     config = run_config(trials=trials, timeout=timeout, jobs=jobs, max_time=max_time, results_dir=results_dir,
                         cache_dir=cache_dir, precision=precision, tolerance=tolerance)
-    result = gate(problem or [], solution, problems_dir, solutions_dir, config, baseline, fraction(max_regression),
-                  progress)
+    with progress_sink(show_progress) as progress:
+        result = gate(problem or [], solution, problems_dir, solutions_dir, config, baseline, fraction(max_regression),
+                      progress)
     if junit is not None:
         write_junit(result, junit)
     for check in result.checks:

@@ -10,7 +10,7 @@ from typing import Any
 from kbench.build.compile import build_all, BuildResult
 from kbench.commands.evaluation import judging, Plan
 from kbench.commands.machine import build_context, probe_environment, resolve_device, resolve_size
-from kbench.commands.progress import build_progress, Progress
+from kbench.commands.progress import build_progress, build_started, Note, Planned, Progress
 from kbench.errors import KbenchError, UsageError
 from kbench.execution import isolation
 from kbench.execution.child import answer
@@ -33,8 +33,9 @@ def build_only(problem_refs: Sequence[str], solution_ref: str | None, problems_d
     if needs_cuda and ctx.cuda_home is None:
         names = ", ".join(f"{s.problem}/{s.name}" for s in needs_cuda)
         raise KbenchError(f"No CUDA toolkit found for {names}. Set CUDA_HOME to the toolkit's folder.")
-    progress(f"building {len(chosen)} solution(s) for arch {ctx.arch} (CUDA toolkit: {ctx.cuda_home or 'none'}) into {ctx.cache_dir} ...")
-    results = build_all(ctx, chosen, build_progress(progress))
+    progress(Planned(builds=len(chosen)))
+    progress(Note(f"building {len(chosen)} solution(s) for arch {ctx.arch} (CUDA toolkit: {ctx.cuda_home or 'none'}) into {ctx.cache_dir} ..."))
+    results = build_all(ctx, chosen, build_progress(progress), started=build_started(progress))
     return [results[s.path] for s in chosen]
 
 
@@ -68,7 +69,7 @@ def check_problems(problem_refs: Sequence[str], problems_dir: Path, device: str,
         for precision in precisions or (problem.precision,):
             config = RunConfig(device=device, precision=precision, tolerance=profile, math=MathFlags.from_tf32(tf32))
             plan = Plan(config, device, size, env, None)  # type: ignore[arg-type]
-            progress(f"checking {problem.name} ({device}, {size}, {precision}) ...")
+            progress(Note(f"checking {problem.name} ({device}, {size}, {precision}) ..."))
             outcome = isolation.run_child(CheckJob(**judging(plan, problem)), timeout_s, isolation.worker_path_env())
             result = answer(outcome, CheckResult)
             error = "" if result.status == "correct" else (result.message or result.status)

@@ -9,7 +9,9 @@ from kbench.build.compile import build_all
 from kbench.commands.evaluation import (
     Plan, evaluate_reference, evaluate_solution, on_gpu, with_floor, with_next_step, with_suspicion,
 )
-from kbench.commands.progress import build_progress, heartbeat, Progress
+from kbench.commands.progress import (
+    build_progress, build_started, EvaluationFinished, evaluating, heartbeat, Note, Planned, Progress,
+)
 from kbench.execution import isolation
 from kbench.execution.pool import run_on_slots, Slot
 from kbench.results.records import COMPILED, EAGER, Evaluation, ProblemSpec, SolutionSpec, Status
@@ -50,26 +52,35 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
     chosen, skipped = to_build(plan.device, every, cuda_home, plan.config.build_unrunnable)
     unrunnable = sum(UNRUNNABLE_HINT in reason for reason in skipped.values())
     if unrunnable:
-        progress(f"skipping {unrunnable} CUDA solution(s): no GPU here ({UNRUNNABLE_HINT.replace(' it ', ' them ')})")
+        progress(Note(f"skipping {unrunnable} CUDA solution(s): no GPU here ({UNRUNNABLE_HINT.replace(' it ', ' them ')})"))
+    references = [p for p in problems if not is_done(store, p.name, EAGER)]
+    pending = [(p, s) for p in problems for s in solutions.get(p.name, []) if not is_done(store, p.name, s.name)]
+    progress(Planned(builds=len(chosen), evaluations=len(references) + len(pending)))
     if chosen:
-        progress(f"building {len(chosen)} solution(s) into {plan.build.cache_dir} ...")
+        progress(Note(f"building {len(chosen)} solution(s) into {plan.build.cache_dir} ..."))
 
     local = plan.executor.name == "local"  # its workers are forked with everything imported
     with heartbeat(progress, f"building {len(chosen)} solution(s)", bool(chosen)):
-        builds = build_all(plan.build, chosen, build_progress(progress), plan.executor.launch if local else isolation.run_child)
+        builds = build_all(plan.build, chosen, build_progress(progress),
+                           plan.executor.launch if local else isolation.run_child, build_started(progress))
     slots = list(plan.executor.slots)
     if len(slots) > 1 or plan.executor.name != "local":
-        progress(f"evaluating {len(slots)} at once ({plan.executor.name}; one evaluation per GPU): {', '.join(map(str, slots))}")
+        progress(Note(f"evaluating {len(slots)} at once ({plan.executor.name}; one evaluation per GPU): {', '.join(map(str, slots))}"))
 
     # References first: each problem's solutions need its floor and torch.compile gain.
+    label = f"reference (eager{', torch.compile' if plan.config.compile_baseline else ''})"
+
     def reference(problem: ProblemSpec, slot: Slot) -> list[Evaluation]:
-        progress(f"{problem.name}: reference (eager{', torch.compile' if plan.config.compile_baseline else ''}) ...")
-        with heartbeat(progress, f"{problem.name}: reference"):
+        with evaluating(progress, problem.name, label, f"{problem.name}: reference"):
             rows = evaluate_reference(plan, problem, slot)
         return [on_gpu(with_floor(row, rows[0].floor), slot) for row in rows]
 
-    run_on_slots([p for p in problems if not is_done(store, p.name, EAGER)], slots, reference,
-                 lambda _, rows: [store.add(row) for row in rows])
+    def stored(problem: ProblemSpec, rows: list[Evaluation]) -> None:
+        for row in rows:
+            store.add(row)
+        progress(EvaluationFinished(problem.name, label, tuple(r.status for r in rows), rows[0].message, reference=True))
+
+    run_on_slots(references, slots, reference, stored)
     rows_of = {p.name: [e for e in store.evaluations if e.problem == p.name and e.solution in (EAGER, COMPILED)] for p in problems}
 
     def solution_row(item: tuple[ProblemSpec, SolutionSpec], slot: Slot) -> Evaluation:
@@ -84,14 +95,12 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
         if solution.path in skipped:
             return Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
                               message=skipped[solution.path], **where)
-        progress(f"{problem.name}: {solution.name} ...")
-        with heartbeat(progress, f"{problem.name}: {solution.name}"):
+        with evaluating(progress, problem.name, solution.name, f"{problem.name}: {solution.name}"):
             row = with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor)
         return on_gpu(with_next_step(with_suspicion(row), plan.config.timeout_s), slot)
 
     def record(item: tuple[ProblemSpec, SolutionSpec], row: Evaluation) -> None:
-        progress(f"  {row.problem}/{row.solution}: {row.status.value}{' - ' + row.message if row.message else ''}")
         store.add(row)
+        progress(EvaluationFinished(row.problem, row.solution, (row.status,), row.message))
 
-    pending = [(p, s) for p in problems for s in solutions.get(p.name, []) if not is_done(store, p.name, s.name)]
     run_on_slots(pending, slots, solution_row, record)

@@ -13,7 +13,7 @@ from kbench.build.compile import zygote_env
 from kbench.commands.evaluate_all import evaluate_all, is_done
 from kbench.commands.evaluation import Plan
 from kbench.commands.machine import build_context, probe_environment, resolve_device, resolve_size
-from kbench.commands.progress import Progress
+from kbench.commands.progress import Note, Progress
 from kbench.errors import Interrupted, UsageError
 from kbench.execution import process_tree
 from kbench.execution.executor import Executor
@@ -53,7 +53,7 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
     plan = Plan(config, device, size, env, ctx, _executor(config, device, gpu, early))
     store = _open_store(plan, resumed, _header(plan, repo, problems, selection))
     machine = gpu.get("name", env["cpu"]) if device == "cuda" else env["cpu"]
-    progress(f"run {store.run_id}: {len(problems)} problem(s) on {device} ({machine}), size {size}")
+    progress(Note(f"run {store.run_id}: {len(problems)} problem(s) on {device} ({machine}), size {size}"))
     _evaluate(plan, problems, solutions, broken, store, progress)
     store.finish("complete")
     write_tables(store)
@@ -70,7 +70,7 @@ def _check_profiles(config: RunConfig) -> None:
 def _probe(config: RunConfig, progress: Progress) -> tuple[dict[str, Any], Zygote | None]:
     """The machine's probe, and the run's zygote (local executor): it starts now (its imports overlap the probe)
     and forks the probe's worker."""
-    progress("probing the machine ...")
+    progress(Note("probing the machine ..."))
     early = Zygote(zygote_env(toolkit.find_cuda_home())) if config.executor == "local" else None
     try:
         return probe_environment(early), early

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from kbench.execution.listeners import with_listener
 from kbench.execution.process_tree import _live, _live_lock, kill_tree
 from kbench.execution.zygote import ForkedWorker, Zygote
 from kbench.results.codec import ProtocolError, decode, encode
@@ -183,6 +184,7 @@ class _Child:
         if on_event is not None:
             self.on_event = on_event
         start = time.monotonic()
+        self.on_event = with_listener(self.on_event)  # and a listener set around this launch (a progress display)
         timed_out = False
         try:
             try:

@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from kbench.judge.verdicts import NO_MODELNEW, short, syntax_error, Verdict
+from kbench.system.toolkit import first_compiler_error
 
 _perf_counter = time.perf_counter
 
@@ -21,10 +22,10 @@ class BuildFailed(Exception):
 
 
 def first_error_line(text: str) -> str:
-    """The compiler log's first line that names an error (the line a person looks for first)."""
-    for line in text.splitlines():
-        if "error" in line.lower() and "Error building extension" not in line:
-            return line.strip()[:300]
+    """The compiler log's first error (the line a person looks for first), else its first line."""
+    found = first_compiler_error(text)
+    if found is not None:
+        return found
     return text.strip().splitlines()[0][:300] if text.strip() else "build failed"
 
 

@@ -15,7 +15,7 @@ import jinja2
 import markupsafe
 import pandas as pd
 
-from kbench.build.compile import first_compiler_error
+from kbench.system.toolkit import first_compiler_error
 from kbench.errors import ResultsError
 from kbench.reports import leaderboard, reproduce, strips, tables
 from kbench.reports.compare import MARKS, Comparison, environment_key

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -70,3 +71,15 @@ def build_env(extensions_dir: Path | None, cuda_home: Path | None, arch: str, ma
     if cuda_home is not None:
         env["CUDA_HOME"] = str(cuda_home)
     return env
+
+
+_COMPILER_ERROR = re.compile(r"(?:^|\s)(?:fatal )?error\b\s*:?", re.IGNORECASE)
+
+
+def first_compiler_error(log: str) -> str | None:
+    """The first line of compiler output that reports an error, with its file's folder dropped."""
+    for line in log.splitlines():
+        if _COMPILER_ERROR.search(line) and "Error building extension" not in line and not line.startswith("FAILED:"):
+            head, sep, tail = line.partition(": ")
+            return (Path(head).name + sep + tail if sep and "/" in head else line).strip()[:300]
+    return None

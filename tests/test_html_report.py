@@ -36,13 +36,13 @@ def samples(center_ms: float, n: int = 120, spread: float = 0.03, seed: int = 0)
     return Measurement(tuple(center_ms / 1e3 * (1 + abs(rng.gauss(0, spread))) for _ in range(n)))
 
 
-TYPED = {"floor": Floor, "accuracy": Accuracy, "kernels": KernelShare, "peak_bytes": PeakMemory}
+TYPED = {"floor": Floor, "accuracy": Accuracy, "kernels": KernelShare, "peak": PeakMemory}
 
 
 def with_figures(e: Evaluation, **figures: object) -> Evaluation:
     """The one place the fixtures set floor, accuracy, kernels, phases, peak memory and GPU (typed fields; what has
     no field, a suspect row's withheld speedups, goes to `extra`)."""
-    typed = {("peak" if k == "peak_bytes" else k): decode(TYPED[k], v) if k in TYPED else v
+    typed = {k: decode(TYPED[k], v) if k in TYPED else v
              for k, v in figures.items() if k in TYPED or k in ("percent_of_floor", "phases", "gpu")}
     extra = {k: v for k, v in figures.items() if k not in TYPED and k not in ("percent_of_floor", "phases", "gpu")}
     return dataclasses.replace(e, **typed, extra={**e.extra, **extra})
@@ -81,7 +81,7 @@ def problem_rows(problem: str = "conv") -> list[Evaluation]:
                      kernels={"profiled": True, "own_s": 9e-4, "library_s": 1e-4, "own_share": 0.9,
                               "kernels_declared": ["fused_kernel"], "top": [["fused_kernel", 900.0]]},
                      phases={"calibrate": 1.5, "load": 0.4, "trials": 2.0, "timing": 3.0}, gpu="0",
-                     peak_bytes={"solution": 64 * 2**20, "reference": 96 * 2**20}),
+                     peak={"solution": 64 * 2**20, "reference": 96 * 2**20}),
         row(problem, "slow", ms=3.0, compile=ok, trials=trials),
         with_figures(row(problem, "cheat", Status.SUSPECT, ms=0.01, trials=trials,
                          message="outputs pass, timing not trusted: [escaped_timer] work ran outside the timed interval",
@@ -154,6 +154,14 @@ def test_every_row_has_a_detail_section_with_its_reproduce_command(report: Path)
     assert '<code class="first-error">kernel.cu(42): error: identifier &lt;script&gt;' in page
     assert f"... {LOG_LINES - html.LOG_HEAD - html.LOG_TAIL} lines left out here" in page  # a long log is cut
     assert "Speedups withheld from the leaderboard" in page and "400.00×" in page  # the suspect row's figures
+
+
+def test_a_rows_typed_figures_appear_in_its_detail_and_its_problems_header(report: Path) -> None:
+    page = report.read_text()
+    assert "Hardware floor 0.2000 ms (memory-bound: 600.0 MB at 3.0 TB/s)" in page
+    assert "90% of the GPU time is in the solution's own kernels (0.9000 ms own, 0.1000 ms library per call)" in page
+    assert "peak memory, solution</td><td class=\"mono\">64.0 MiB" in page
+    assert "Accuracy against float64 (max abs error)" in page and "Phases (seconds)" in page
 
 
 def test_reproduce_adds_only_the_options_that_differ_from_the_defaults() -> None:

@@ -3,12 +3,15 @@ tensor operation dispatched between its markers (a one-operation problem, so any
 
 import dataclasses
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kbench.judge import candidate, correctness, judge, judge_timing, protocol
+from kbench.execution import isolation
 from kbench.judge import reference as reference_child
 from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.measure import timing
@@ -180,35 +183,39 @@ def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_unti
         assert not torch.equal(timed_saw, fresh)  # sealed until the timed request arrived
         assert torch.equal(timed_ran, fresh)
 
+# As kbench's workers do: inductor's config is imported before the process is pinned to its one timing core.
+COMPILE_IN_A_PINNED_CHILD = """
+import os
+import torch
+import torch._inductor.config as config
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+model = torch.compile(torch.nn.Linear(4, 4))
+with torch.no_grad():
+    model(torch.randn(2, 4))
+pid = os.getpid()
+children = set()
+for task in os.listdir(f"/proc/{pid}/task"):
+    with open(f"/proc/{pid}/task/{task}/children") as f:
+        children |= set(f.read().split())
+print(config.compile_threads, len(children))
+"""
 
-def _children(pid: int) -> set[int]:
-    found: set[int] = set()
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            found |= {int(c) for c in f.read().split()}
-    return found
+
+def _compile_in_a_pinned_child(env: dict) -> tuple[int, int]:
+    done = subprocess.run([sys.executable, "-c", COMPILE_IN_A_PINNED_CHILD], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    threads, children = done.stdout.split()[-2:]
+    return int(threads), int(children)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
-def test_torch_compile_in_the_reference_process_starts_no_compile_workers_on_its_timing_core():
-    """Inductor's worker count is read when its config is imported, before the reference's process is pinned to one
-    core; left alone it would start a pool of workers on that core while the models are timed. The reference's
-    child compiles in its own process instead."""
-    import torch._inductor.config as inductor_config
-
-    job = ReferenceJob(device="cpu", seed=5, trials=1, atol=1e-5, rtol=1e-5, problem=ProblemRef("one_op", str(PROBLEM)))
-    problem = load_problem(job.problem)
-    model, _, make = reference_child.job_reference(problem, job)
-    before_affinity, before_threads = os.sched_getaffinity(0), inductor_config.compile_threads
-    inductor_config.compile_threads = 4  # as read on a machine of several cores, before the pin
-    os.sched_setaffinity(0, {min(before_affinity)})
-    before = _children(os.getpid())
-    try:
-        with torch.no_grad():
-            compiled = reference_child._check_compiled(job, model, make, "cpu")
-        assert compiled["status"] == "correct", compiled.get("message")
-        assert inductor_config.compile_threads == 1
-        assert _children(os.getpid()) - before == set()
-    finally:
-        os.sched_setaffinity(0, before_affinity)
-        inductor_config.compile_threads = before_threads
+def test_torch_compile_in_a_pinned_child_starts_no_compile_workers_on_its_timing_core():
+    """Every child's environment (isolation.worker_path_env) has inductor compile in its own process: its default, read
+    before the pin, is a pool of one worker per core of the machine, all started on the one timing core."""
+    env = isolation.worker_path_env()
+    assert _compile_in_a_pinned_child(env) == (1, 0)
+    if len(os.sched_getaffinity(0)) > 1 and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+        bare = {k: v for k, v in env.items() if k != "TORCHINDUCTOR_COMPILE_THREADS"}
+        threads, _ = _compile_in_a_pinned_child(bare)  # what the variable prevents: a pool as wide as the machine
+        assert threads == len(os.sched_getaffinity(0))

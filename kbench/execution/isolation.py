@@ -33,6 +33,11 @@ def worker_path_env() -> dict[str, str]:
     # Spinning OpenMP threads of the judge would steal cores from the candidate's timed calls (and the reverse):
     # idle threads sleep instead, in every child alike, unless the user chose otherwise.
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Inductor compiles in the process that calls torch.compile. Its default, a pool of one worker per core of the
+    # machine, is decided when its config is first imported (before a child is pinned to its one timing core) and
+    # would start every worker on that core while calls are timed: on the H100 the reference's host clock then saw
+    # twice the event time on one of its two models.
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     root = str(Path(__file__).resolve().parents[2])  # the folder holding the kbench package
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env

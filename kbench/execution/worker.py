@@ -21,9 +21,10 @@ import torch
 from kbench.judge.loading import load_solution
 from kbench.judge.reference import check_problem, time_reference
 from kbench.judge.verdicts import short, Verdict
+from kbench.results import codec
 from kbench.results.codec import ProtocolError, decode, to_wire
 from kbench.results.jobs import (
-    BuildJob, BuildJobResult, Envelope, EvaluateJob, EvaluateResult, ProbeJob, ProbeResult, ReferenceJob,
+    WIRE_TYPES, BuildJob, BuildJobResult, Envelope, EvaluateJob, EvaluateResult, ProbeJob, ProbeResult, ReferenceJob,
 )
 from kbench.system.toolkit import BUILT_MARKER
 
@@ -90,6 +91,7 @@ def serve(result_fd: int, warm: bool, forked: bool = False) -> None:
             warm_cuda()
     if warm and not forked:
         _warm_flop_counter()  # a forked worker has it from the zygote
+        codec.prepare(*WIRE_TYPES)
     envelope, token, problem = _read_envelope(sys.stdin.read())
     if _spare is not None and (envelope is None or envelope.job.mode != "evaluate"):
         _spare.kill()

@@ -141,6 +141,9 @@ def _prepare() -> None:
     """What every worker would otherwise import (no GPU is touched)."""
     from kbench.execution import worker  # noqa: F401 - imported for the forks
     from kbench.judge import candidate, judge, session  # noqa: F401
+    from kbench.results import codec, jobs
+
+    codec.prepare(*jobs.WIRE_TYPES)  # each fork checks its job and result without building the checkers
 
 
 def _warm() -> None:

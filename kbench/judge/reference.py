@@ -149,22 +149,10 @@ def hardware_floor(job: ReferenceJob, reference: Any, inputs: list[Any]) -> Floo
     return roofline.floor(work, peaks)
 
 
-def in_process_compilation() -> None:
-    """Inductor compiles in this process. Its worker count was read when its config was first imported, before
-    this process was pinned to its one timing core (kbench.judge.harness.timing_core), so its default would start a
-    pool with one worker per core of the machine, every worker on that core, still importing torch while the models
-    are timed: on the H100, the host's clock then saw twice the event time on one of the two models (`[escaped_timer]`
-    on reference rows, only with the compile baseline)."""
-    import torch._inductor.config as inductor_config
-
-    inductor_config.compile_threads = 1
-
-
 def _check_compiled(job: ReferenceJob, reference: Any, make: Any, device: str) -> dict[str, Any]:
     """torch.compile of the reference, checked against eager on the correctness trials' seeds: the draft of a
     CompiledResult, with the compiled `model` when it passed."""
     start = _perf_counter()
-    in_process_compilation()
     model = torch.compile(reference)
     seeds = [job.seed + 1 + i for i in range(job.trials)]
     try:

@@ -19,6 +19,7 @@ from kbench.system.toolkit import first_compiler_error
 from kbench.errors import ResultsError
 from kbench.reports import leaderboard, reproduce, strips, tables
 from kbench.reports.compare import MARKS, Comparison, environment_key
+from kbench.results.figures import PeakMemory
 from kbench.results.records import COMPILED, EAGER, Evaluation, Status
 from kbench.results.storage import RUN_FILE, LoadedRun, atomic_write, latest_run, load, resolve
 
@@ -38,18 +39,11 @@ MEANING = {  # what each status says, before the row's own message says why
 }
 
 
-def _plain(record: Any) -> Any:
-    return dataclasses.asdict(record) if dataclasses.is_dataclass(record) else record
-
-
 def figures(e: Evaluation) -> dict[str, Any]:
-    """The figures a row keeps besides its verdict and samples, as plain values for the templates: floor, % of floor,
-    float64 accuracy, own-kernel share, phases, peak memory, the GPU slot (typed fields), and from `extra` the
-    reference's noise, the timing protocol and a suspect row's withheld speedups."""
+    """What a row keeps in `extra` that the page shows (its typed figures are read off the row itself): the timing
+    protocol's figures and a suspect row's withheld speedups."""
     x = e.extra
-    return {"floor": _plain(e.floor), "percent_of_floor": e.percent_of_floor, "accuracy": _plain(e.accuracy),
-            "kernels": _plain(e.kernels), "phases": e.phases or None, "peak_bytes": _plain(e.peak), "gpu": e.gpu,
-            "noise": x.get("noise"), "protocol": x.get("protocol"),
+    return {"protocol": x.get("protocol"),
             "withheld": {k: x[k] for k in ("speedup_vs_eager", "speedup_vs_compile") if x.get(k) is not None}}
 
 
@@ -59,7 +53,9 @@ def _number(value: Any, pattern: str) -> str:
 
 
 def flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:
-    """Nested run-file fields as (dotted key, text) pairs, for the environment and configuration tables."""
+    """Nested run-file fields or records as (dotted key, text) pairs, for the tables of key and value."""
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        data = dataclasses.asdict(data)
     if isinstance(data, dict):
         return [pair for k, v in data.items() for pair in flatten(v, f"{prefix}.{k}" if prefix else str(k))]
     if isinstance(data, (list, tuple)) and not any(isinstance(v, (dict, list)) for v in data):
@@ -72,9 +68,9 @@ def trial_rows(e: Evaluation) -> list[tuple[str, Any]]:
     return [(e.size, t) for t in e.trials] + [(size, t) for size, trials in e.size_checks.items() for t in trials]
 
 
-def peaks(peak_bytes: dict[str, Any] | None) -> list[tuple[str, str]]:
-    return [(f"peak memory, {who}", f"{value / 2**20:.1f} MiB") for who, value in (peak_bytes or {}).items()
-            if isinstance(value, (int, float))]
+def peaks(peak: PeakMemory | None) -> list[tuple[str, str]]:
+    found = (("solution", peak.solution), ("reference", peak.reference)) if peak is not None else ()
+    return [(f"peak memory, {who}", f"{value / 2**20:.1f} MiB") for who, value in found if value is not None]
 
 
 def compiler_log(log: str) -> dict[str, Any]:
@@ -144,7 +140,7 @@ def problem_view(doc: dict[str, Any], evaluations: Sequence[Evaluation], problem
     solutions = [r for r in rows if r["solution"] not in leaderboard.BASELINE_ROWS]
     return {"name": problem, "id": f"p{index}", "info": (doc.get("problems") or {}).get(problem, {}),
             "noise": leaderboard.noise_line(evaluations, problem), "rows": rows, "chart": chart,
-            "floor": figures(eager)["floor"] if eager is not None else None,
+            "floor": eager.floor if eager is not None else None,
             "best": next((r for r in solutions if r["kind"] == "correct"), None), "n_solutions": len(solutions),
             "n_correct": sum(r["kind"] == "correct" for r in solutions)}
 

@@ -183,6 +183,9 @@ RESULT_OF: dict[str, type] = {"reference": ReferenceResult, "evaluate": Evaluate
                               "build": BuildJobResult, "probe": ProbeResult}
 
 
+WIRE_TYPES: tuple[type, ...] = (Envelope, *RESULT_OF.values())  # what crosses the pipe, for codec.prepare
+
+
 def result_type(job: Any) -> type:
     """The result record a job is answered with."""
     return RESULT_OF[job.mode]

@@ -61,7 +61,9 @@ HONEST_SPEEDUP = 1.15  # no plain-PyTorch copy of the reference may be reported 
 # flushing the CPU caches before each call changed nothing, so it is the VM's idle vCPUs waking, not the caches).
 # The row carries [threads]; README "What kbench does not defend" says so.
 SPINNING_SPEEDUP = {"busy_thread": 1.35}
-EITHER = {"busy_python_thread"}  # correct or suspect, as long as no speedup shows
+# Correct or suspect, as long as no speedup shows: a thread left spinning delays the candidate's answers on a small
+# machine, which the judge's clock sees as time the reported one leaves out.
+EITHER = {"busy_python_thread", "busy_thread"}
 LOOSE = 2e-2  # loose enough for bf16_inside to pass, so that only its accuracy flag catches it
 
 
@@ -152,8 +154,8 @@ def test_the_judge_measures_what_the_protocol_costs(timed_run):
     protocol = row.extra["protocol"]
     assert protocol["rounds"] == len(row.timing.samples) == len(row.timing.judge_samples)
     assert protocol["rechecked"] == protocol["rounds"]  # small outputs: every timed call is checked
-    assert 0 < protocol["calibration_p50_s"] <= protocol["calibration_p90_s"]
-    assert all(j >= t for j, t in zip(row.timing.judge_samples, row.timing.samples))
+    assert protocol["regime"] == row.timing.regime == "host" and 0 < protocol["calibration_p50_s"]
+    assert all(j >= t for j, t in zip(row.timing.judge_samples, row.timing.samples))  # the window holds the call
 
 
 @pytest.mark.parametrize("name", sorted(CPU_CASES))

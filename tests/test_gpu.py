@@ -198,3 +198,34 @@ def test_a_launch_bound_model_is_named_so_and_its_honest_copy_is_not_faster(tmp_
     assert "launch_bound" in honest.flags and "launch_bound" in eager.flags, (honest.warnings, eager.warnings)
     assert honest.extra["protocol"]["primed"] is True and eager.extra["primed"] is True
     assert honest.speedup_vs_eager <= HONEST_SPEEDUP, honest.speedup_vs_eager
+
+
+FIDELITY = ["convtranspose3d_softmax", "conv3d_logsumexp"]  # the two shortest tf32_igemm calls (0.36 and 0.98 ms)
+
+
+def test_kbench_agrees_with_the_same_call_timed_in_one_plain_process(tmp_path, build_cache):
+    """Timing v3's fidelity rule on two shipped solutions: kbench's median within 3% of its own timer called directly in
+    a fresh process (the row's regime), and within 5% of Triton's do_bench (bench/fidelity.py has the whole table)."""
+    from bench.fidelity import _in_child
+
+    problems, solutions = select(FIDELITY, "tf32_igemm", ROOT / "problems", ROOT / "solutions")
+    store = execute(_config(tmp_path, build_cache, compile_baseline=False), problems, solutions, Path.cwd())
+    for row in (e for e in store.evaluations if e.solution == "tf32_igemm"):
+        assert row.status == Status.CORRECT and row.timing.regime == "gpu", (row.message, row.warnings)
+        plain = _in_child("one_process", row.problem, "tf32_igemm", "gpu", str(build_cache))
+        assert abs(row.timing.median * 1e3 / plain["one_process_ms"] - 1) <= 0.03, (row.problem, row.timing.median, plain)
+        assert abs(row.timing.median * 1e3 / plain["do_bench_ms"] - 1) <= 0.05, (row.problem, row.timing.median, plain)
+
+
+def test_every_shave_is_suspect_on_cuda_and_the_honest_copy_is_not(tmp_path):
+    from tests.shaves import write_shaves
+
+    names = write_shaves(tmp_path / "solutions" / "shaved")
+    problems, solutions = select(["shaved"], None, FIXTURES / "problems", tmp_path / "solutions")
+    store = execute(_config(tmp_path, compile_baseline=False), problems, solutions, Path.cwd())
+    rows = {e.solution: e for e in store.evaluations}
+    for name in names:
+        assert rows[name].status == Status.SUSPECT and "timer_mismatch" in rows[name].flags, (name, rows[name].warnings)
+    honest = rows["honest_copy"]
+    assert honest.status == Status.CORRECT and "timer_mismatch" not in honest.flags, honest.warnings
+    assert abs(honest.speedup_vs_eager - 1) <= 0.03, honest.speedup_vs_eager

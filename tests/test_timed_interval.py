@@ -15,6 +15,7 @@ from kbench.execution import isolation
 from kbench.judge import reference as reference_child
 from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.measure import timing
+from kbench.measure.timers import REGIME_HOST
 from kbench.results.jobs import EvaluateJob, ProblemRef, ReferenceJob, SolutionRef
 from kbench.results.records import MathFlags, TimingPolicy
 from tests.conftest import FIXTURES
@@ -41,6 +42,8 @@ class CountingTimer:
     def __init__(self) -> None:
         self.windows: list[list[str]] = []
         self.last_issue = 0.0
+        self.last_forced = False
+        self.regime = REGIME_HOST
 
     def sample(self, fn):
         ops: list[str] = []
@@ -48,6 +51,14 @@ class CountingTimer:
             fn()
         self.windows.append(ops)
         return 1e-3, 1e-3
+
+    def use(self, regime):
+        pass
+
+    def decide(self, fn, calls=3):
+        for _ in range(calls):
+            self.sample(fn)
+        return self.regime
 
 
 @pytest.fixture
@@ -58,8 +69,19 @@ def timers(monkeypatch):
         made.append(CountingTimer())
         return made[-1]
 
-    for module in (reference_child, judge_timing, candidate):
+    for module in (reference_child, judge_timing):
         monkeypatch.setattr(module, "make_timer", make)
+    candidate_timer = CountingTimer()
+
+    def window(call):  # the candidate's timed window (candidate.window), recorded the same way
+        ops: list[str] = []
+        with Recorder(ops):
+            out = call()
+        candidate_timer.windows.append(ops)
+        return out, 1e-3
+
+    monkeypatch.setattr(candidate, "window", window)
+    made.append(candidate_timer)
     yield made
     torch.set_grad_enabled(True)
 
@@ -102,13 +124,13 @@ def test_the_judge_times_the_eager_reference_and_nothing_else(timers):
     assert result.status == "correct", result.message
     windows = _windows(timers)
     rounds = result.figures["protocol"]["rounds"]
-    assert len(windows) >= rounds + judge_timing.CALIBRATION_SAMPLES[0]
+    assert len(windows) >= rounds + judge_timing.CALIBRATION_ROUNDS[0]
     assert all(w == THE_CALL for w in windows), windows
 
 
 def test_the_candidate_times_the_solutions_call_and_nothing_else(timers):
-    """The candidate's Sample command, run here in-process: its timer window holds the solution's call alone; the
-    outputs are copied into the judge's buffers after the window."""
+    """The candidate's Arm and Go commands, run here in-process: its timed window holds the solution's call alone;
+    on the CPU the outputs are copied into the judge's buffers after the window."""
     torch.set_grad_enabled(False)
     problem = load_problem(_job("evaluate").problem)
     reference, init = build_reference(problem, 5, "cpu")
@@ -120,8 +142,8 @@ def test_the_candidate_times_the_solutions_call_and_nothing_else(timers):
     harness.load(protocol.Load(str(SOLUTION), {}))
     harness.build(protocol.Build("main", init, reference.state_dict(), 5, "cpu"))
     harness.bind(protocol.Bind("main", inputs, [out]))
-    replies = [harness.sample(protocol.Sample()) for _ in range(3)]
-    assert all(r["status"] == "ok" for r in replies)
+    replies = [(harness.arm(protocol.Arm(False)), harness.go(protocol.Go()))[1] for _ in range(3)]
+    assert all(r["status"] == "ok" and r["outputs"] == [{"copied": True}] for r in replies)
     assert torch.equal(out, reference(*inputs))  # the delivered output, copied outside the window
     assert timers[-1].windows == [THE_CALL] * 3
 
@@ -147,41 +169,51 @@ def test_primed_reference_rounds_time_the_second_call_alone(timers, monkeypatch)
 
 
 def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_untimed_call(timers, monkeypatch):
-    """Primed rounds: the candidate's untimed call sees the last round's inputs, the timed one this round's; the
-    judge's eager call is timed on its second copy of the same values after an untimed call of its own."""
-    monkeypatch.setattr(judge_timing, "primed_rounds", lambda device, calibration: True)
-    monkeypatch.setattr(judge_timing, "seals", lambda device: True)  # as on a GPU
-    log: list[tuple[str, object]] = []
-    real_sample, real_refill = judge.Session.sample, judge.Session.refill
+    """Primed rounds: the candidate's untimed call sees the last round's inputs, the timed one this round's, which
+    reach the shared buffers only at the release (after the candidate said it is ready); the judge's eager call is
+    timed on its second copy of the same values after an untimed call of its own."""
+    from kbench.judge import timed_call
 
-    def sample(self):
-        seen = self.inputs[0].clone()  # what the shared buffer holds when the request is sent
-        result = real_sample(self)
-        log.append(("sample", seen, self.inputs[0].clone()))  # and what the call ran on (after unsealing)
-        return result
+    monkeypatch.setattr(judge_timing.timing.Calibration, "reference_launch_bound", property(lambda self: True))
+    monkeypatch.setattr(judge_timing.SolutionRounds, "__init__", _primed_anyway(judge_timing.SolutionRounds.__init__))
+    log: list[tuple[str, object, object]] = []
+    real_call, real_sample = judge.Session.call, timed_call.TimedCalls.sample
 
-    def refill(self, values, sealed=False):
-        log.append(("refill", values[0].clone(), None))
-        return real_refill(self, values, sealed)
+    def call(self):
+        log.append(("call", self.inputs[0].clone(), None))
+        return real_call(self)
 
-    monkeypatch.setattr(judge.Session, "sample", sample)
-    monkeypatch.setattr(judge.Session, "refill", refill)
+    def sample(self, gated, values, expected, label="a timed call"):
+        before = self.session.inputs[0].clone()  # what the shared buffer holds when the call is armed
+        seen = real_sample(self, gated, values, expected, label)
+        log.append(("sample", before, (values[0].clone(), self.session.inputs[0].clone())))
+        return seen
+
+    monkeypatch.setattr(judge.Session, "call", call)
+    monkeypatch.setattr(timed_call.TimedCalls, "sample", sample)
     result = judge.evaluate(_job("evaluate"), {}, _quiet)
     assert result.status == "correct", result.message
     assert result.figures["protocol"]["primed"] is True
     windows = _windows(timers)
     assert all(w == THE_CALL for w in windows), windows
-    timed = [i for i in range(len(log) - 2) if [e[0] for e in log[i:i + 3]] == ["sample", "refill", "sample"]]
+    timed = [i for i in range(len(log) - 1) if [e[0] for e in log[i:i + 2]] == ["call", "sample"]]
     rounds = result.figures["protocol"]["rounds"]
     assert len(timed) >= rounds
-    for i in timed[-rounds:]:  # the timing rounds (before them, warm-up calls repeat the warm-up round's inputs)
-        untimed_saw, untimed_ran = log[i][1], log[i][2]
-        fresh = log[i + 1][1]
-        timed_saw, timed_ran = log[i + 2][1], log[i + 2][2]
-        assert not torch.equal(untimed_saw, fresh) and not torch.equal(untimed_ran, fresh), \
-            "the untimed call saw this round's inputs"
-        assert not torch.equal(timed_saw, fresh)  # sealed until the timed request arrived
+    for i in timed[-rounds:]:
+        untimed_saw = log[i][1]
+        armed_saw, (fresh, timed_ran) = log[i + 1][1], log[i + 1][2]
+        assert not torch.equal(untimed_saw, fresh), "the untimed call saw this round's inputs"
+        assert not torch.equal(armed_saw, fresh)  # not in the shared buffers until the release
         assert torch.equal(timed_ran, fresh)
+
+
+def _primed_anyway(init):
+    """SolutionRounds primes only on CUDA; here it primes on the CPU too, to check the order of its steps."""
+    def patched(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.primed = True
+    return patched
+
 
 # As kbench's workers do: inductor's config is imported before the process is pinned to its one timing core.
 COMPILE_IN_A_PINNED_CHILD = """

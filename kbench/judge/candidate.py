@@ -20,18 +20,22 @@ from typing import Any
 import torch
 
 from kbench.system.lifetime import die_with_parent
-from kbench.judge import protocol, sealing, trust
-from kbench.judge.harness import apply_math_flags, construct, make_timer, set_sizes
+from kbench.judge import protocol, trust
+from kbench.judge.harness import apply_math_flags, construct, set_sizes
 from kbench.judge.loading import import_path
+from kbench.judge.outputs import Locator, each_output
 from kbench.judge.verdicts import short, Verdict
-from kbench.measure import timing
+from kbench.measure import timers, timing
+from kbench.measure.gate import Gate, SignalPage
 from kbench.results.records import MathFlags
 from kbench.system import procstate
 
-_tensor_type, _strided = torch.Tensor, torch.strided
 _memory_allocated, _max_memory_allocated = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
 _reset_peak = torch.cuda.reset_peak_memory_stats
-_synchronize = timing.synchronize
+_synchronize = timers.synchronize
+_perf_counter = timers._perf_counter
+_cuda_event, _elapsed_time = timers._cuda_event, timers._elapsed_time
+_current_stream = timers._current_stream
 
 
 def warm_cuda() -> None:
@@ -40,8 +44,13 @@ def warm_cuda() -> None:
         torch.empty(1, device="cuda")
 
 
-def _flatten(out: Any) -> list[Any]:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
+def window(call: Callable[[], Any]) -> tuple[Any, float]:
+    """The candidate's timed window: the call alone, the garbage collector paused (as in every process that times),
+    between two reads of the host clock: its time on the CPU, the time to issue it between the events on CUDA."""
+    with timers.no_collection():
+        start = _perf_counter()
+        out = call()
+        return out, _perf_counter() - start
 
 
 class Harness:
@@ -51,7 +60,10 @@ class Harness:
         self.device = "cpu"
         self.expected: dict[str, object] = {}
         self.changes: list[procstate.Change] = []
-        self.timer: timing.Timer | None = None
+        self.page: SignalPage | None = None
+        self.gate: Gate | None = None
+        self.locator = Locator()
+        self.armed: tuple[Any, ...] = ()  # the GPU regime's call in flight: start, end, outputs, host issue seconds
         self.guarded: dict[str, Any] = {}
         self.module: Any = None
         self.models: dict[str, Any] = {}
@@ -68,7 +80,9 @@ class Harness:
         apply_math_flags(MathFlags(**cmd.math))
         torch.set_grad_enabled(False)
         self.expected = procstate.snapshot()
-        self.timer = make_timer(cmd.device)
+        if cmd.page is not None:
+            self.page = SignalPage.within(cmd.page)
+            self.gate = Gate(self.page)
         problem = import_path("kbench_calibration_problem", cmd.path)
         set_sizes(problem, cmd.overrides)
         model = construct(lambda: problem.Model(*cmd.init), 0, cmd.device, cmd.precision)  # the judge's weights go in
@@ -120,18 +134,66 @@ class Harness:
         figures = {"peak_bytes": max(_max_memory_allocated() - before, 0)} if cuda else {}
         return {"status": "ok", "values": self._deliver(out), "figures": figures}
 
-    def sample(self, cmd: protocol.Sample) -> dict[str, Any]:
+    def arm(self, cmd: protocol.Arm) -> dict[str, Any]:
+        """Ready for a timed call (protocol.Arm): in the GPU regime, the call issued behind the closed gate now."""
         self._before_call()
-        if cmd.seal:
-            sealing.apply(self.inputs, cmd.seal)  # before the timer: the judge's clock still sees it
-        held: list[Any] = []
-        assert self.timer is not None
+        self.armed = ()
+        if not cmd.gated:
+            return {"status": "ok"}
+        assert self.gate is not None and self.page is not None
+        stream = _current_stream().cuda_stream
+        start, end = _cuda_event(enable_timing=True), _cuda_event(enable_timing=True)
+        self.gate.close(stream, cmd.value)
         try:
-            timed, wall = self.timer.sample(lambda: held.append(self.model(*self.inputs)))
+            start.record()
+            out, issue = window(lambda: self.model(*self.inputs))
+            end.record()
+        except BaseException as exc:  # noqa: BLE001
+            self.gate.open(cmd.value)  # nothing may stay queued behind it
+            raise Verdict("runtime_error", f"the solution raised {short(exc)} in a timed call") from exc
+        values, where = self._locate(out)  # an output that must be copied is copied before the DONE word
+        self.page.write_on(stream, SignalPage.DONE, cmd.value)
+        self.armed = (start, end, out, issue)
+        return {"status": "ok", "issue_s": issue, "values": values, "outputs": where}
+
+    def go(self, cmd: protocol.Go) -> dict[str, Any]:
+        """The host regime's timed call (protocol.Go)."""
+        cuda = self.device == "cuda"
+        try:
+            if cuda:
+                assert self.gate is not None and self.page is not None
+                stream = _current_stream().cuda_stream
+                self.gate.close(stream, cmd.value)
+                start, end = _cuda_event(enable_timing=True), _cuda_event(enable_timing=True)
+                start.record()
+                out, issue = window(lambda: self.model(*self.inputs))
+                end.record()
+                values, where = self._locate(out)
+                self.page.write_on(stream, SignalPage.DONE, cmd.value)
+                _synchronize(self.device)
+                timed = _elapsed_time(start, end) / 1e3
+            else:
+                out, timed = window(lambda: self.model(*self.inputs))
+                issue = timed
+                values, where = self._locate(out)
+        except Verdict:
+            raise
         except BaseException as exc:  # noqa: BLE001
             raise Verdict("runtime_error", f"the solution raised {short(exc)} in a timed call") from exc
-        return {"status": "ok", "timed_s": timed, "wall_s": wall, "issue_s": self.timer.last_issue,
-                "values": self._deliver(held[0])}
+        self.armed = (None, None, out, issue)
+        return {"status": "ok", "timed_s": timed, "issue_s": issue, "values": values, "outputs": where}
+
+    def report(self) -> dict[str, Any]:
+        """The armed call's time (protocol.Report)."""
+        if not self.armed or self.armed[0] is None:
+            return {"status": "runtime_error", "message": "a report was asked for with no call armed"}
+        start, end, _, issue = self.armed
+        try:
+            end.synchronize()
+            timed = _elapsed_time(start, end) / 1e3
+        except BaseException as exc:  # noqa: BLE001
+            raise Verdict("runtime_error", f"the solution raised {short(exc)} in a timed call") from exc
+        return {"status": "ok", "timed_s": timed, "issue_s": issue}
 
     def profile(self, cmd: protocol.Profile) -> dict[str, Any]:
         self._before_call()
@@ -158,33 +220,14 @@ class Harness:
         self._restore("the import" if self.calls == 1 else f"call {self.calls - 1}")
 
     def _deliver(self, out: Any) -> list[Any]:
-        """Copy each output into the judge's buffer; plain numbers go back in the reply. Only an exact, dense, strided
-        torch.Tensor of the expected shape, dtype and device is copied: a subclass or lazy wrapper is not an output."""
-        outs = _flatten(out)
-        if len(outs) != len(self.outputs):
-            raise Verdict("incorrect", f"returned {len(outs)} outputs, the reference returns {len(self.outputs)}")
-        values = []
-        for i, (o, buf) in enumerate(zip(outs, self.outputs)):
-            label = f"output {i}" if len(outs) > 1 else "output"
-            if buf is None:
-                if isinstance(o, bool) or not isinstance(o, (int, float)):
-                    raise Verdict("incorrect", f"{label} is a {type(o).__name__}, expected a number")
-                values.append(o)
-                continue
-            if type(o) is not _tensor_type:
-                raise Verdict("incorrect", f"{label} is a {type(o).__module__}.{type(o).__name__}, "
-                                           "not a plain torch.Tensor (no subclasses or lazy wrappers)")
-            if o.layout != _strided:
-                raise Verdict("incorrect", f"{label} has layout {o.layout}, expected a dense strided tensor")
-            if o.device != buf.device:
-                raise Verdict("incorrect", f"{label} is on {o.device}, the reference's on {buf.device}")
-            if tuple(o.shape) != tuple(buf.shape):
-                raise Verdict("incorrect", f"{label} shape {tuple(o.shape)} != reference {tuple(buf.shape)}")
-            if o.dtype != buf.dtype:
-                raise Verdict("incorrect", f"{label} dtype {o.dtype} != reference {buf.dtype}")
-            buf.copy_(o)
+        """Copy each output into the judge's buffer (an untimed call); plain numbers go back in the reply."""
+        values, _ = each_output(out, self.outputs, lambda o, buf: buf.copy_(o))
         _synchronize(self.device)
         return values
+
+    def _locate(self, out: Any) -> tuple[list[Any], list[Any]]:
+        """A timed call's outputs: plain numbers, and where each tensor lies (kbench.judge.outputs) for the judge."""
+        return each_output(out, self.outputs, self.locator.locate)
 
 
 def _only_own_descriptors(conn: Any) -> None:
@@ -221,7 +264,8 @@ def main(conn: Any, init_cuda: bool = False, forked: bool = False) -> None:
     handlers: dict[type, Callable[[Any], dict[str, Any]]] = {
         protocol.Calibrate: harness.calibrate,
         protocol.Load: harness.load, protocol.Build: harness.build, protocol.Bind: harness.bind,
-        protocol.Call: lambda c: harness.call(), protocol.Sample: harness.sample,
+        protocol.Call: lambda c: harness.call(), protocol.Arm: harness.arm, protocol.Go: harness.go,
+        protocol.Report: lambda c: harness.report(),
         protocol.Profile: harness.profile, protocol.Finish: lambda c: harness.finish(),
     }
     while True:

@@ -15,14 +15,14 @@ import torch
 
 from kbench.judge.loading import import_path
 from kbench.judge.verdicts import short, Verdict
-from kbench.measure import timing
+from kbench.measure import timers, timing
 from kbench.results.jobs import Judging, ProblemRef
 from kbench.results.records import MathFlags
 from kbench.results.tolerances import PRECISIONS
 
 _perf_counter = time.perf_counter
 _manual_seed = torch.manual_seed
-_synchronize = timing.synchronize
+_synchronize = timers.synchronize
 _tensor_type = torch.Tensor
 _memory_allocated, _max_memory_allocated = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
 _reset_peak = torch.cuda.reset_peak_memory_stats
@@ -151,7 +151,7 @@ def pin(pid: int, core: int | None) -> bool:
 
 
 def make_timer(device: str) -> timing.Timer:
-    return timing.CudaEventTimer(torch.device("cuda")) if device == "cuda" else timing.HostTimer()
+    return timers.CudaEventTimer(torch.device("cuda")) if device == "cuda" else timers.HostTimer()
 
 
 def out_of_memory(exc: BaseException) -> bool:

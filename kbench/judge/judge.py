@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from kbench.judge import correctness, kernel_names, protocol, trust
-from kbench.measure import timing
+from kbench.measure import timers, timing
 from kbench.system import escapes
 from kbench.judge.harness import (
     Phases, apply_math_flags, guarded, job_reference, load_problem, set_sizes, with_peak,
@@ -85,7 +85,7 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     measured, figures, result["figures"]["machine"], busy = time_rounds(job, session, reference, make, calibration)
     result["timing"], result["eager_timing"] = measured["solution"], measured["eager"]
     result["figures"]["protocol"] = figures
-    found = timing_warnings(device, measured, calibration)
+    found = timing_warnings(device, measured, calibration, figures)
     found, result["figures"]["protocol"]["recalibration"] = settle_mismatch(
         found, measured["solution"], device, lambda: recalibrate(job, reference, init, make))
     result["warnings"] += found + busy
@@ -151,7 +151,7 @@ def _trials(job: EvaluateJob, session: Session, reference: Any, make: Callable[[
     with the reference's output on the judge's own copy of the inputs (no clone of kbench's own)."""
     device = job.device
     found = guarded(device, "the reference", lambda: correctness.run_trials(
-        make, session.call_on, reference, seeds, job.atol, job.rtol, sync=lambda: timing.synchronize(device)),
+        make, session.call_on, reference, seeds, job.atol, job.rtol, sync=lambda: timers.synchronize(device)),
         judge_work="the correctness trials")
     _free_cached(device)
     return found

@@ -1,4 +1,4 @@
-"""The judge's timing of a solution (README "Timing protocol"): calibration, timed rounds, timer mismatch settlement."""
+"""The judge's timing of a solution (README "Timing protocol"): calibration, the regime, timed rounds, the bound."""
 
 from __future__ import annotations
 
@@ -11,19 +11,23 @@ from typing import Any
 import torch
 
 from kbench.judge import comparison, correctness
-from kbench.measure import timing
-from kbench.system import escapes, machine
 from kbench.judge.harness import guarded, make_timer, pin, timing_core
 from kbench.judge.session import CandidateProcess, Session
+from kbench.judge.timed_call import Observed, TimedCalls
 from kbench.judge.verdicts import Verdict
+from kbench.measure import timers, timing
 from kbench.results.jobs import Judging
 from kbench.results.records import TimingPolicy
+from kbench.results.stats import median
+from kbench.system import escapes, machine
 
 _perf_counter = time.perf_counter
 
-CALIBRATION_SAMPLES = (4, 24)  # at least, at most: the first are discarded (first-touch costs)
+CALIBRATION_ROUNDS = (10, 60)  # per regime: at least, at most (the first CALIBRATION_DISCARD are dropped)
 CALIBRATION_DISCARD = 2
-CALIBRATION_S = 0.5  # no more calibration samples once this long has passed
+CALIBRATION_S = 1.0  # no more calibration rounds once this long has passed
+REGIME_ROUNDS = 5  # gated calls of the solution that decide its regime
+REGIME_SLACK = 1.25  # a GPU-regime row whose judged issue time later exceeds its GPU time this much was launch-bound
 RECHECK_ALL_NUMEL = 1 << 24  # outputs up to this many elements are checked after every timed call
 RECHECK_SHARE = 0.25  # larger ones: five random calls among the first rounds, this share of the rest, and the last
 RECHECK_FIRST = 5
@@ -40,153 +44,218 @@ def pin_timing_core(device: str, cand: CandidateProcess, judge: bool = False) ->
 
 def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], make: Callable[[int], list[Any]],
               inputs: list[Any], outputs: Any) -> timing.Calibration:
-    """Rounds of the timing protocol with the reference on both sides: the candidate's process still holds nothing
-    but kbench and the reference, so each round trip's excess over the reported time is what the protocol costs for a
-    call like this one, under this machine's conditions now (the judge's own samples interleaved, as in timing)."""
+    """Rounds of the timing protocol with the reference on both sides, in each regime (only the host's on the CPU):
+    the candidate's process still holds nothing but kbench and the reference, so each call's excess of the judge's
+    window over the reported time is what the protocol costs for a call like this one, on this machine now. The
+    judge's eager samples are interleaved, as in timing; its timer decides the reference's own regime first."""
     session.start_calibration(job, reference, init, inputs, outputs)
+    calls = TimedCalls(session, job.atol, job.rtol)
     timer = make_timer(job.device)
-    gaps: list[float] = []
+    eager_regime = timer.decide(lambda: reference(*inputs))
+    modes = [True, False] if job.device == "cuda" else [False]
+    seen: dict[bool, list[Observed]] = {m: [] for m in modes}
     eager: list[float] = []
     issue: list[float] = []
-    host_gaps: list[float] = []
-    start = _perf_counter()
-    low, high = CALIBRATION_SAMPLES
-    while len(gaps) < high and (len(gaps) < low or _perf_counter() - start < CALIBRATION_S):
-        values = make(job.seed - 1 - len(gaps))
-        session.refill(values, sealed=seals(job.device))
-        timing.settle(job.device)
-        eager.append(timer.sample(lambda: reference(*values))[0])
-        issue.append(timer.last_issue)
-        sample = session.sample()
-        gaps.append((sample.judge or 0.0) - sample.timed)
-        host_gaps.append(sample.wall - sample.timed)
+    low, high = CALIBRATION_ROUNDS
+    start, index = _perf_counter(), 0
+    try:
+        while not all(len(seen[m]) >= high for m in modes) and (
+                any(len(seen[m]) < low for m in modes) or _perf_counter() - start < CALIBRATION_S):
+            values = make(job.seed - 1 - index)
+            timing.settle(job.device)
+            held: list[Any] = []
+            eager.append(timer.sample(lambda: held.append(reference(*values)))[0])
+            issue.append(timer.last_issue)
+            mode = modes[index % len(modes)]
+            seen[mode].append(calls.sample(mode, values, held[0], "a calibration call"))
+            if seen[mode][-1].forced:  # the reference waits for the GPU while issued: no GPU regime on this problem
+                modes.remove(mode)
+                seen[mode] = []
+            index += 1
+    finally:
+        calls.close()
     keep = slice(CALIBRATION_DISCARD, None)
-    return timing.Calibration(tuple(gaps[keep]), tuple(eager[keep]), tuple(host_gaps[keep]), tuple(issue[keep]))
+    host, gpu = seen[False][keep], seen.get(True, [])[keep]
+    return timing.Calibration(
+        overhead=tuple(o.window - o.timed for o in host), eager=tuple(eager[keep]),
+        gpu_overhead=tuple(o.window - o.timed for o in gpu if not o.forced), eager_issue=tuple(issue[keep]),
+        arm_overhead=tuple(o.arm - o.issue for o in gpu if not o.forced), eager_regime=eager_regime)
 
 
-def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
-                calibration: timing.Calibration) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
-    """Candidate and eager reference in alternating rounds: fresh inputs before each round, the candidate's outputs
-    checked against the reference's on the same values after it (every round, or a random subset for big outputs).
+class SolutionRounds:
+    """The state the steps of the timed rounds share (`time_rounds`): this round's inputs and reference output, the
+    judge's second set of inputs (primed rounds), the recheck count and the seconds spent outside the samples."""
 
-    Primed rounds, for a launch-bound reference (its time is the host's, and a call right after a call of the same
-    code in the same process ran several percent faster on the H100): each side's timed call follows an untimed call
-    of its own and a copy of the round's inputs. The judge calls the reference on the fresh inputs, copies them into
-    its own second set and times its call there; the candidate calls on the last round's inputs, the judge then
-    writes the fresh ones into the shared buffers, and the candidate's call on them is timed. The fresh inputs reach
-    the candidate only after its untimed call has returned and its process is frozen again."""
-    device, policy = job.device, job.timing
-    timer = make_timer(device)
-    primed = primed_rounds(device, calibration)
-    rng = random.Random(secrets.randbits(64))
-    base = secrets.randbits(30)  # unpredictable seeds: no output can be computed ahead of its call
-    cheap = sum(b.numel() for b in session.buffers[session.name] if b is not None) <= RECHECK_ALL_NUMEL
-    forced = set(rng.sample(range(policy.min_samples), min(RECHECK_FIRST, policy.min_samples)))
-    state: dict[str, Any] = {"inputs": None, "ref": None, "second": None, "checked": -2, "count": 0,
-                             "refresh_s": 0.0, "check_s": 0.0}
-    before, eager, solution, check = _round_steps(job, session, reference, make, timer, primed, base, state)
+    def __init__(self, job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
+                 calibration: timing.Calibration) -> None:
+        self.job, self.session, self.reference, self.make = job, session, reference, make
+        self.calibration = calibration
+        self.calls = TimedCalls(session, job.atol, job.rtol)
+        self.timer = make_timer(job.device)
+        self.timer.use(timers.REGIME_HOST if calibration.reference_launch_bound else timers.REGIME_GPU)
+        self.primed = job.device == "cuda" and calibration.reference_launch_bound
+        self.regime = timers.REGIME_HOST
+        self.base = secrets.randbits(30)  # unpredictable seeds: no output can be computed ahead of its call
+        self.inputs: list[Any] | None = None
+        self.ref: Any = None
+        self.second: list[Any] | None = None
+        self.seen: list[Observed] = []
+        self.round = -1  # the round under way (-1: the warm-up)
+        self.checked, self.count = -2, 0
+        self.refresh_s = self.check_s = 0.0
 
-    def after(index: int) -> None:
-        if cheap or index in forced or rng.random() < RECHECK_SHARE:
-            check(index)
+    def decide(self) -> str:
+        """The solution's regime, from what the judge saw of REGIME_ROUNDS gated calls (on CUDA): the GPU regime when
+        the call's issue time as the judge's clock sees it (the Arm request less the protocol's part) is below its
+        GPU time as the judge's window sees it (less the protocol's part); the host regime for a launch-bound call or
+        one that waits for the GPU while issued."""
+        if self.job.device != "cuda" or not self.calibration.gpu_overhead:
+            return self.regime
+        seen = []
+        for index in range(REGIME_ROUNDS):
+            values = self.make(self.base - 1 - index)
+            expected = self.reference(*values)
+            seen.append(self.calls.sample(True, values, expected, "a call of the solution"))
+            if seen[-1].forced:
+                return self.regime
+        issue, gpu = self.judged(seen[1:])
+        self.regime = timers.REGIME_GPU if issue < gpu else timers.REGIME_HOST
+        return self.regime
 
-    (measured, escaped_s, escaped_n, window, gpu_holders), machine_figures, busy = machine.watched(
-        lambda: _measure(session, device, policy, before, eager, solution, after), device, own_processes=2)
-    if (escaped := escapes.escaped_warning(escaped_s, escaped_n, window, gpu_holders)) is not None:
-        busy = [escaped, *busy]
-    rounds = len(measured["solution"].samples)
-    if state["checked"] != rounds - 1:
-        check(rounds - 1)
-    figures = {"rounds": rounds, "rechecked": state["count"], "recheck_every_call": cheap, "primed": primed,
-               "refresh_s": round(state["refresh_s"], 4), "recheck_s": round(state["check_s"], 4),
-               "calibration_p50_s": calibration.p50, "calibration_p90_s": calibration.p90}
-    return measured, figures, machine_figures, busy
+    def judged(self, seen: list[Observed]) -> tuple[float, float]:
+        """The calls' median issue and GPU times as the judge's own clock sees them (seconds)."""
+        cal = self.calibration
+        issue = median([o.arm for o in seen]) - median(cal.arm_overhead)
+        gpu = median([o.window for o in seen]) - median(cal.gpu_overhead)
+        return issue, gpu
 
-
-def _round_steps(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
-                 timer: Any, primed: bool, base: int, state: dict[str, Any]) -> tuple[Callable[..., Any], ...]:
-    """The steps of one timed round (see `time_rounds`), sharing `state`: before it, the eager reference's sample,
-    the candidate's sample, and the check of the candidate's outputs against the reference's."""
-    device = job.device
-
-    def refill() -> None:
+    def before(self, index: int) -> None:
+        self.round = index
         start = _perf_counter()
-        session.refill(state["inputs"], sealed=seals(device))  # unsealed by the candidate inside its request
-        timing.settle(device)
-        state["refresh_s"] += _perf_counter() - start
+        self.inputs = self.ref = None  # the last round's go before this round's are made
+        self.inputs = self.make(self.base + index + 1)
+        self.refresh_s += _perf_counter() - start
+        timing.settle(self.job.device)
 
-    def before(index: int) -> None:
-        start = _perf_counter()
-        state["inputs"] = state["ref"] = None  # the last round's go before this round's are made
-        state["inputs"] = make(base + index + 1)
-        state["refresh_s"] += _perf_counter() - start
-        if primed:
-            timing.settle(device)
-        else:
-            refill()
-
-    def eager() -> timing.Sampled:
+    def eager(self) -> timing.Sampled:
         held: list[Any] = []
-        inputs = state["inputs"]
-        if primed:
-            reference(*inputs)
-            state["second"] = _copied(inputs, state["second"])
-            inputs = state["second"]
-            timing.synchronize(device)
-        timed, wall = timer.sample(lambda: held.append(reference(*inputs)))
-        state["ref"] = held[0]
-        return timing.Sampled(timed, wall, None, timer.last_issue)
+        inputs = self.inputs
+        assert inputs is not None
+        if self.primed:
+            self.reference(*inputs)
+            self.second = _copied(inputs, self.second)
+            inputs = self.second
+            timers.synchronize(self.job.device)
+        timed, wall = self.timer.sample(lambda: held.append(self.reference(*inputs)))
+        self.ref = held[0]
+        return timing.Sampled(timed, wall, None, self.timer.last_issue, self.timer.regime)
 
-    def solution() -> timing.Sampled:
-        if primed:
-            session.sample()  # on the last round's inputs: this round's are not in the shared buffers yet
-            refill()
-        return session.sample()
+    def solution(self) -> timing.Sampled:
+        if self.primed:
+            self.session.call()  # untimed, on the last round's inputs: this round's reach the buffers at release
+        assert self.inputs is not None
+        label = f"timed call {self.round + 1}" if self.round >= 0 else "a warm-up call"
+        seen = self.calls.sample(self.regime == timers.REGIME_GPU, self.inputs, self.ref, label)
+        if seen.forced:  # the call waited for the GPU while issued: timed in the host regime from now on
+            self.regime = timers.REGIME_HOST
+            seen = self.calls.sample(False, self.inputs, self.ref, label)
+        self.seen.append(seen)
+        return timing.Sampled(seen.timed, seen.window, seen.window, seen.issue, seen.regime)
 
-    def check(index: int) -> None:
+    def check(self, index: int) -> None:
         start = _perf_counter()
-        ok, fig = comparison.compare(session.outputs(), state["ref"], job.atol, job.rtol)
-        state["check_s"] += _perf_counter() - start
-        state["checked"], state["count"] = index, state["count"] + 1
+        ok, fig = comparison.compare(self.calls.outputs, self.ref, self.job.atol, self.job.rtol)
+        self.check_s += _perf_counter() - start
+        self.checked, self.count = index, self.count + 1
         if not ok:
             raise Verdict("incorrect", f"timed call {index + 1}: {fig['message']} (its inputs were fresh, "
                                        "and the outputs of earlier calls were right)")
 
-    return before, eager, solution, check
+
+def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
+                calibration: timing.Calibration) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
+    """Candidate and eager reference in rounds: fresh inputs before each round (they reach the candidate at the
+    release of its timed call), the candidate's outputs checked against the reference's on the same values after it
+    (every round, or a random subset for big outputs).
+
+    Primed rounds, for a launch-bound reference (its time is the host's, and a call right after a call of the same
+    code in the same process ran several percent faster on the H100): each side's timed call follows an untimed call
+    of its own. The judge calls the reference on the fresh inputs, copies them into its own second set and times its
+    call there; the candidate calls on the last round's inputs, and this round's reach it at the release."""
+    device, policy = job.device, job.timing
+    rounds = SolutionRounds(job, session, reference, make, calibration)
+    try:
+        regime = guarded(device, "timing", rounds.decide, judge_work="deciding the solution's regime")
+        rng = random.Random(secrets.randbits(64))
+        cheap = sum(b.numel() for b in session.buffers[session.name] if b is not None) <= RECHECK_ALL_NUMEL
+        forced = set(rng.sample(range(policy.min_samples), min(RECHECK_FIRST, policy.min_samples)))
+
+        def after(index: int) -> None:
+            if cheap or index in forced or rng.random() < RECHECK_SHARE:
+                rounds.check(index)
+
+        (measured, escaped_s, escaped_n, window, gpu_holders), machine_figures, busy = machine.watched(
+            lambda: _measure(session, device, policy, rounds, after), device, own_processes=2)
+        if (escaped := escapes.escaped_warning(escaped_s, escaped_n, window, gpu_holders)) is not None:
+            busy = [escaped, *busy]
+        count = len(measured["solution"].samples)
+        if rounds.checked != count - 1:
+            rounds.check(count - 1)
+    finally:
+        rounds.calls.close()
+    figures = {"rounds": count, "rechecked": rounds.count, "recheck_every_call": cheap, "primed": rounds.primed,
+               "regime": regime, "eager_regime": rounds.timer.regime,
+               "refresh_s": round(rounds.refresh_s, 4), "recheck_s": round(rounds.check_s, 4),
+               "calibration_p50_s": median(calibration.excess(regime)) if calibration.excess(regime) else None}
+    if regime == timers.REGIME_GPU and rounds.seen:
+        figures["judged_issue_s"], figures["judged_gpu_s"] = rounds.judged(rounds.seen)
+    return measured, figures, machine_figures, busy
 
 
 # Eager first in every round, as in calibration: the judge's sample follows its own input refresh and the
 # candidate's follows the judge's sample. Alternating would put the judge's sample right after the candidate's
 # call in every other round, which on the H100 made it bimodal (about 3% apart), so that its median wandered and
 # sampling ran to --max-time.
-def _measure(session: Session, device: str, policy: TimingPolicy, before: Callable[[int], None],
-             eager: Callable[[], timing.Sampled], solution: Callable[[], timing.Sampled],
+def _measure(session: Session, device: str, policy: TimingPolicy, rounds: SolutionRounds,
              after: Callable[[int], None]) -> tuple[dict[str, Any], float, int, float, int]:
     """The timed rounds, with the CPU time of the candidate's escaped processes over them and the window's length."""
     pid, group, own = session.cand.proc.pid, session.cand.pgid, escapes.own_helpers()
     start, tree = _perf_counter(), escapes.tree_cpu(pid, group, own=own)
     found = guarded(device, "timing", lambda: timing.measure_rounds(
-        {"eager": eager, "solution": solution}, policy, before_round=before, after_round=after,
-        alternate=False), judge_work="timing (the judge's inputs, reference calls and rechecks)")
+        {"eager": rounds.eager, "solution": rounds.solution}, policy, before_round=rounds.before,
+        after_round=after, alternate=False), judge_work="timing (the judge's inputs, reference calls and rechecks)")
     end = escapes.tree_cpu(pid, group, own=own)
     return (found, *escapes.escaped_cpu(tree, end), _perf_counter() - start, len(tree.gpu | end.gpu))
 
 
-def timing_warnings(device: str, measured: dict[str, Any], calibration: timing.Calibration) -> list[str]:
-    """What the timing's figures flag: a timer mismatch, and on CUDA escaped work and a disturbed reference."""
+def timing_warnings(device: str, measured: dict[str, Any], calibration: timing.Calibration,
+                    figures: dict[str, Any] | None = None) -> list[str]:
+    """What the timing's figures flag: a timer mismatch, a GPU-regime call that was launch-bound after all, and on
+    CUDA a disturbed reference."""
     found = [timing.timer_mismatch_warning(measured["solution"], calibration, cpu=device == "cpu")]
     if device == "cuda":  # on the CPU the freeze covers a disturbed reference, and the noise there is larger
-        found += [timing.escaped_work_warning(measured["solution"], calibration.host_gap_p50),
-                  timing.disturbed_warning(measured["eager"], calibration)]
+        found += [timing.disturbed_warning(measured["eager"], calibration), regime_warning(figures or {})]
     return [w for w in found if w is not None]
+
+
+def regime_warning(figures: dict[str, Any]) -> str | None:
+    """`[regime_changed]` when a call timed in the GPU regime took the host longer to issue, by the judge's clock,
+    than REGIME_SLACK times its GPU time: it was launch-bound, whose time includes the host's (it behaved otherwise
+    while its regime was decided)."""
+    issue, gpu = figures.get("judged_issue_s"), figures.get("judged_gpu_s")
+    if issue is None or gpu is None or issue <= REGIME_SLACK * max(gpu, 0.0):
+        return None
+    return (f"[regime_changed] timed in the GPU regime, but the host took {issue * 1e3:.3f} ms to issue each call "
+            f"whose GPU time is {gpu * 1e3:.3f} ms (by the judge's clock): a launch-bound call's time includes the "
+            "host's")
 
 
 def settle_mismatch(found: list[str], solution: Any, device: str,
                     recalibrate: Callable[[], timing.Calibration | None]) -> tuple[list[str], dict[str, Any] | None]:
     """A `[timer_mismatch]` is checked once more against a calibration taken now (`recalibrate`): the protocol's own
-    cost follows the host's speed, which on the H100 machine moved enough between calibration and timing to flag an
-    honest solution (1 row in 4 runs). It stays only when the fresh calibration cannot explain the gap either. The
-    figures of the fresh calibration, or None when there was nothing to settle."""
+    cost follows the host's speed, which can move between calibration and timing. It stays only when the fresh
+    calibration cannot explain the excess either. The figures of the fresh calibration, or None when there was
+    nothing to settle."""
     if not any(w.startswith("[timer_mismatch]") for w in found):
         return found, None
     fresh = recalibrate()
@@ -194,7 +263,8 @@ def settle_mismatch(found: list[str], solution: Any, device: str,
         return found, {"ran": False}
     again = timing.timer_mismatch_warning(solution, fresh, cpu=device == "cpu")
     kept = [w for w in found if not w.startswith("[timer_mismatch]")] + ([again] if again is not None else [])
-    return kept, {"ran": True, "p50_s": fresh.p50, "p90_s": fresh.p90, "cleared": again is None}
+    base = fresh.excess(solution.regime)
+    return kept, {"ran": True, "p50_s": median(base) if base else None, "cleared": again is None}
 
 
 def recalibrate(job: Judging, reference: Any, init: list[Any],
@@ -212,18 +282,6 @@ def recalibrate(job: Judging, reference: Any, init: list[Any],
         return None
     finally:
         cand.kill()
-
-
-def seals(device: str) -> bool:
-    """Whether timed rounds write their inputs sealed (kbench.judge.sealing): on a GPU, where work a frozen process queued
-    keeps running. On the CPU a frozen process runs nothing (its escaped processes are counted: kbench.system.escapes), and
-    drawing a key there costs about 2 ms per MB."""
-    return device == "cuda"
-
-
-def primed_rounds(device: str, calibration: timing.Calibration) -> bool:
-    """Whether timing rounds are primed (see `time_rounds`): on a GPU, for a reference whose calls are launch-bound."""
-    return device == "cuda" and calibration.reference_launch_bound
 
 
 def _copied(values: list[Any], into: list[Any] | None) -> list[Any]:

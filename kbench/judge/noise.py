@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from kbench.judge import comparison, trust
-from kbench.measure.timing import synchronize
+from kbench.measure.timers import synchronize
 
 CODE = "tolerance_below_noise"
 

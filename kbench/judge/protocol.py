@@ -39,6 +39,7 @@ class Calibrate:
     inputs: list[Any]
     outputs: list[Any]
     precision: str = "fp32"
+    page: Any = None  # CUDA: a CPU tensor in shared memory holding the signal page (kbench.measure.gate)
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,28 @@ class Call:
 
 
 @dataclass(frozen=True)
-class Sample:
-    """One timed call (flush, events around the call, device-wide synchronize); outputs delivered afterwards. With
-    `seal`, the bound inputs are sealed with that seed (kbench.judge.sealing): unseal them before the timer starts."""
+class Arm:
+    """Get ready for one timed call (README "Timing protocol"). `gated` (GPU regime): issue it now, behind the gate of
+    the signal page closed on `value`, between the timing events, with a write of `value` to the page's DONE word
+    after the end event; answer with the outputs' locations and the host's time to issue. Otherwise (host regime)
+    just answer: the call waits for `Go`. Either way the judge writes the round's inputs only after this answer."""
 
-    seal: int = 0
+    gated: bool
+    value: int = 0
+
+
+@dataclass(frozen=True)
+class Go:
+    """Host regime: the call now. On CUDA the stream first waits for the gate's `value` (the judge's stream writes it
+    once the inputs are in place), then: start event, call, end event, DONE word, synchronize; on the CPU the host
+    clock around the call. Answer with the time and the outputs' locations."""
+
+    value: int = 0
+
+
+@dataclass(frozen=True)
+class Report:
+    """GPU regime: the armed call's time, once its end event has passed."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +130,7 @@ class Reply:
     issue_s: float = 0.0  # host seconds to issue the timed call (launch-bound when close to timed_s)
     values: tuple[Any, ...] = ()  # non-tensor outputs (numbers), in output order
     figures: dict[str, Any] = field(default_factory=dict)  # load/build details, kernel share, findings
+    outputs: tuple[Any, ...] = ()  # where a timed call's outputs lie (kbench.judge.outputs), checked by the judge
 
     @property
     def ok(self) -> bool:
@@ -159,8 +178,10 @@ def decode(data: bytes) -> Reply:
     status, message = obj.get("status"), obj.get("message", "")
     if status not in STATUSES or not isinstance(message, str):
         raise ProtocolError(f"a reply with status {status!r}")
-    values, figures = obj.get("values", []), obj.get("figures", {})
+    values, figures, outputs = obj.get("values", []), obj.get("figures", {}), obj.get("outputs", [])
     if not isinstance(values, list) or not _plain(values) or not isinstance(figures, dict) or not _plain(figures):
         raise ProtocolError("a reply whose values or figures are not plain JSON")
+    if not isinstance(outputs, list) or not _plain(outputs):
+        raise ProtocolError("a reply whose output locations are not plain JSON")
     return Reply(status, message[:4000], _seconds(obj, "timed_s"), _seconds(obj, "wall_s"), _seconds(obj, "issue_s"),
-                 tuple(values), figures)
+                 tuple(values), figures, tuple(outputs))

@@ -21,7 +21,7 @@ from kbench.judge.harness import (
 )
 from kbench.judge.session import Announce
 from kbench.judge.verdicts import short
-from kbench.measure import timing
+from kbench.measure import timers, timing
 from kbench.results.codec import decode
 from kbench.results.figures import Floor
 from kbench.results.jobs import CheckJob, CheckResult, CompiledResult, Judging, ReferenceJob, ReferenceResult
@@ -84,7 +84,6 @@ def _time_models(job: ReferenceJob, reference: Any, make: Any, models: dict[str,
     """The models timed in rounds, fresh inputs before each (primed as the judge's rounds are); the machine's figures
     and warnings go into `result`."""
     device, seed = job.device, job.seed
-    timer = make_timer(device)
     inputs: dict[str, list[Any] | None] = {}
 
     def fresh(index: int) -> None:
@@ -93,15 +92,20 @@ def _time_models(job: ReferenceJob, reference: Any, make: Any, models: dict[str,
             inputs[name] = make(seed + 1000 + index)
         timing.settle(device)
 
-    primed = timing.primes(device, partial(reference, *make(seed + 999)), timer)  # as the judge's rounds
-    samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timer, primed)
+    # Each model gets a timer of its own, in the regime its calls call for; primed as the judge's rounds are.
+    timers = {name: make_timer(device) for name in models}
+    probe = make(seed + 999)
+    primed = {name: timing.primes(device, partial(model, *probe), timers[name]) for name, model in models.items()}
+    del probe
+    samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timers[name], primed[name])
                 for name, model in models.items()}
     measured, result["figures"]["machine"], busy = machine.watched(
         lambda: guarded(device, "timing", lambda: timing.measure_rounds(samplers, job.timing, before_round=fresh)),
         device, own_processes=1)
     moved = timing.level_moved_warning(measured["eager"], "the eager reference")
     result["warnings"] += busy + ([moved] if moved else [])
-    result["figures"]["primed"] = primed
+    result["figures"]["primed"] = primed["eager"]
+    result["figures"]["regimes"] = {name: timer.regime for name, timer in timers.items()}
     inputs.clear()
     return measured
 
@@ -157,8 +161,8 @@ def _check_compiled(job: ReferenceJob, reference: Any, make: Any, device: str) -
     seeds = [job.seed + 1 + i for i in range(job.trials)]
     try:
         trials, _ = correctness.run_trials(make, correctness.on_copies(model), reference, seeds, job.atol, job.rtol,
-                                           sync=lambda: timing.synchronize(device))
-        timing.synchronize(device)
+                                           sync=lambda: timers.synchronize(device))
+        timers.synchronize(device)
     except Exception as exc:  # inductor needs a working compiler toolchain; report, don't fail the problem
         return {"status": "runtime_error", "message": f"torch.compile raised {short(exc)}"}
     info = {"trials": trials, "compile_seconds": _perf_counter() - start}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
 import signal
 import time
 from collections.abc import Callable
@@ -17,9 +16,9 @@ from typing import Any
 import torch
 import torch.multiprocessing as torch_mp
 
-from kbench.judge import candidate, correctness, protocol, sealing, trust
+from kbench.judge import candidate, correctness, protocol, trust
 from kbench.judge.verdicts import Verdict
-from kbench.measure import timing
+from kbench.measure import gate, timers, timing
 from kbench.results.jobs import Judging
 
 _perf_counter = time.perf_counter
@@ -62,17 +61,41 @@ class CandidateProcess:
 
     def request(self, command: Any) -> tuple[protocol.Reply, float]:
         """Send one command, wait for its reply; the reply and the judge's clock over the round trip."""
-        self._signal(signal.SIGCONT)
+        self.thaw()
         start = _perf_counter()
+        self.send(command)
+        reply = self.receive()
+        seconds = _perf_counter() - start
+        self.freeze()
+        return reply, seconds
+
+    def thaw(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def freeze(self) -> None:
+        self._signal(signal.SIGSTOP)
+
+    def send(self, command: Any) -> None:
         try:
             self.conn.send(command)
+        except (EOFError, OSError) as exc:
+            raise Verdict(*self._death(exc)) from None
+
+    def ready(self, timeout_s: float) -> bool:
+        """Whether a reply is waiting, after at most `timeout_s`."""
+        try:
+            return bool(self.conn.poll(timeout_s))
+        except (EOFError, OSError):
+            return True  # receive() says how it ended
+
+    def receive(self) -> protocol.Reply:
+        """The next reply, checked (protocol.decode)."""
+        try:
             data = self.conn.recv_bytes(protocol.MAX_REPLY_BYTES)
         except (EOFError, OSError) as exc:
             raise Verdict(*self._death(exc)) from None
-        seconds = _perf_counter() - start
-        self._signal(signal.SIGSTOP)
         try:
-            return protocol.decode(data), seconds
+            return protocol.decode(data)
         except protocol.ProtocolError as exc:
             raise Verdict("runtime_error", f"the solution's process broke the protocol: {exc}") from None
 
@@ -122,7 +145,8 @@ class Session:
         self.precision = "fp32"  # the run's (tolerances.PRECISIONS); set with the calibration
         self.values: tuple[Any, ...] = ()
         self.peak_bytes = 0  # the solution's largest peak of GPU memory over a call (as its process reports it)
-        self.seal = 0  # the seed the bound inputs are sealed with (kbench.judge.sealing), 0 when they are not
+        # CUDA: the shared page of the gate and the DONE word (kbench.measure.gate), sent with the calibration
+        self.page_tensor = gate.shared_page_tensor() if device == "cuda" else None
 
     def _shared(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         if self.pool is not None:
@@ -152,7 +176,7 @@ class Session:
         self.inputs = [self.shared_copy(x) for x in inputs]
         self.ask(protocol.Calibrate(self.device, dataclasses.asdict(job.math), job.problem.path, job.problem.overrides, init,
                                     self._shared_state(reference), self.inputs, self.buffers[self.name],
-                                    self.precision))
+                                    self.precision, self.page_tensor))
 
     def load(self, path: str, env: dict[str, str]) -> dict[str, Any]:
         return self.ask(protocol.Load(path, env)).figures
@@ -175,43 +199,38 @@ class Session:
         return [self._shared(lambda o=o: torch.empty(o.shape, dtype=o.dtype, device=o.device))
                 if isinstance(o, _tensor_type) else None for o in outs]
 
-    def bind(self, name: str, inputs: list[Any], outputs: Any = None, seal: int = 0) -> None:
-        """Model `name` on shared copies of `inputs` (the current buffers when they match), sealed with `seal` when it
-        is not 0; output buffers shaped like `outputs` (kept per name)."""
+    def bind(self, name: str, inputs: list[Any], outputs: Any = None) -> None:
+        """Model `name` on shared copies of `inputs` (the current buffers when they match); output buffers shaped like
+        `outputs` (kept per name)."""
         if outputs is not None:
             self.buffers[name] = self._output_buffers(outputs)
         if len(inputs) == len(self.inputs) and all(_same_kind(v, b) for v, b in zip(inputs, self.inputs)):
-            self._copy_in(inputs)
+            self.copy_in(inputs)
         else:
             self.inputs = []  # the old buffers go before the new ones are made
             self.inputs = [self.shared_copy(x) for x in inputs]
-        self._seal_and_sync(seal)
+        timers.synchronize(self.device)  # the candidate reads them next
         self.name = name
         self.ask(protocol.Bind(name, self.inputs, self.buffers[name]))
         self.buffers = {k: v for k, v in self.buffers.items() if k != "calibration" or name == "calibration"}
 
-    def _copy_in(self, values: list[Any]) -> None:
+    def fits(self, values: list[Any]) -> bool:
+        """Whether the bound input buffers can take `values` (same shapes, dtypes and devices; equal plain values)."""
+        return len(values) == len(self.inputs) and all(_same_kind(v, b) for v, b in zip(values, self.inputs))
+
+    def copy_in(self, values: list[Any]) -> None:
+        """`values` into the bound input buffers, on the current stream (no synchronize)."""
         for v, b in zip(values, self.inputs):
             if isinstance(v, _tensor_type):
                 b.copy_(v)
 
-    def _seal_and_sync(self, seal: int) -> None:
-        """Seal the bound inputs with `seal` (0: leave them plain), then wait until they are in memory: the candidate
-        reads them next."""
-        self.seal = seal
-        if seal:
-            sealing.apply(self.inputs, seal)
-        timing.synchronize(self.device)
-
-    def refill(self, values: list[Any], sealed: bool = False) -> None:
-        """New values in the bound input buffers (same shapes, dtypes and pointers); new buffers if the shapes differ.
-        `sealed`: written sealed (kbench.judge.sealing), for the next `sample` to unseal inside its request."""
-        seal = secrets.randbits(62) | 1 if sealed else 0
-        if len(values) == len(self.inputs) and all(_same_kind(v, b) for v, b in zip(values, self.inputs)):
-            self._copy_in(values)
-            self._seal_and_sync(seal)
+    def refill(self, values: list[Any]) -> None:
+        """New values in the bound input buffers (same shapes, dtypes and pointers); new buffers if the shapes differ."""
+        if self.fits(values):
+            self.copy_in(values)
+            timers.synchronize(self.device)
         else:
-            self.bind(self.name, values, seal=seal)
+            self.bind(self.name, values)
 
     def outputs(self) -> list[Any]:
         """The latest delivered outputs: the judge's buffers, with the plain numbers from the reply in their places."""
@@ -245,14 +264,6 @@ class Session:
         if self.device == "cuda":
             self.pool = None
             torch.cuda.empty_cache()
-
-    def sample(self) -> timing.Sampled:
-        seal, self.seal = self.seal, 0  # a seal is for the one request after the refill that made it
-        reply, seconds = self.cand.request(protocol.Sample(seal))
-        if not reply.ok:
-            raise Verdict(reply.status, reply.message)
-        self.values = reply.values
-        return timing.Sampled(reply.timed_s, reply.wall_s, seconds, reply.issue_s)
 
     def profile(self, inputs: list[Any], source: str) -> dict[str, Any]:
         self.refill(inputs)

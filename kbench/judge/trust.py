@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from kbench.judge import comparison, kernel_names
-from kbench.measure.timing import synchronize
+from kbench.measure.timers import synchronize
 from kbench.results.codec import decode
 from kbench.results.figures import KernelShare
 from kbench.results.jobs import Judging

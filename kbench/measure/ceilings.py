@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from kbench.measure.timing import HostTimer
+from kbench.measure.timers import HostTimer
 from kbench.results.figures import Ceilings
 from kbench.results.storage import atomic_write
 from kbench.system.environment import _cpu_model
@@ -54,8 +54,8 @@ def _best_seconds(fn: Callable[[], object], device: torch.device, sizes: Measure
     """The fastest of `repeats` calls after `warmup` calls: the best is the closest to the true peak.
 
     On a GPU the calls are queued back to back between their own events and synchronized once, so that the device
-    runs flat out; timing.CudaEventTimer synchronizes and flushes L2 before every call, which would put idle gaps
-    between them. On a CPU each call is timed by timing.HostTimer with `clock`."""
+    runs flat out; timers.CudaEventTimer synchronizes and flushes L2 before every call, which would put idle gaps
+    between them. On a CPU each call is timed by timers.HostTimer with `clock`."""
     for _ in range(sizes.warmup):
         fn()
     if device.type == "cuda":

@@ -1,44 +1,19 @@
-"""The timer: per-call samples with CUDA events (or a host clock), L2 flush, warm-up, adaptive stopping.
-
-This module captures the clock and CUDA event functions when it is imported, which the worker does
-before it imports any solution: a solution that later replaces `torch.cuda.Event`,
-`torch.cuda.synchronize` or `time.perf_counter` does not change how it is timed.
-"""
+"""Sampling: warm-up, rounds of samples from several callables, adaptive stopping; the timers are kbench.measure.timers."""
 
 from __future__ import annotations
 
-import gc
-import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
 
-import torch
-
+from kbench.measure.timers import REGIME_GPU, REGIME_HOST, Clock, Timer, _perf_counter, synchronize
 from kbench.results.records import Measurement, TimingPolicy
 from kbench.results.stats import median_ci_relative
 from kbench.measure.timing_checks import (  # noqa: F401 - re-exported: the protocol's warnings live beside it
     DISTURBED_P, DISTURBED_RATIO, HOST_EXCESS_ABS_S, HOST_EXCESS_REL, LAUNCH_BOUND_SHARE, STOP_CONVERGED, STOP_MAX_TIME,
-    TIMER_SLACK_ABS_CPU_S, TIMER_SLACK_ABS_S, TIMER_SLACK_REL, TIMER_SLACK_REL_CPU, TIMER_SLACK_SPREAD, Calibration,
-    disturbed_warning, escaped_work_warning, few_samples_warning, issue_bound, launch_bound_warning,
-    level_moved_warning, timer_mismatch_warning,
+    TIMER_BOUND_ABS_CPU_S, TIMER_BOUND_ABS_S, TIMER_BOUND_P, TIMER_BOUND_REL, Calibration, disturbed_warning,
+    escaped_work_warning, excess, few_samples_warning, issue_bound, launch_bound_warning, level_moved_warning,
+    timer_mismatch_warning,
 )
-
-_perf_counter = time.perf_counter
-_cuda_event = torch.cuda.Event
-_cuda_synchronize = torch.cuda.synchronize
-_elapsed_time = torch.cuda.Event.elapsed_time
-
-Clock = Callable[[], float]
-
-L2_FLUSH_FACTOR = 2  # the flush buffer is this many times the GPU's L2 size
-
-
-def synchronize(device: str) -> None:
-    """Wait for all work on the device, every stream included (the original function, never a replaced one)."""
-    if device == "cuda":
-        _cuda_synchronize()
-
 
 SETTLE_S = 1e-3  # the GPU's pause between a round's input refresh and its first timed call
 
@@ -55,86 +30,10 @@ def settle(device: str, clock: Clock = _perf_counter) -> None:
             pass
 
 
-@contextmanager
-def no_collection() -> Iterator[None]:
-    """Python's garbage collector paused for a timed window (as timeit does): a collection that happens to fall
-    inside one call, and not inside the other side's, would be charged to that call alone."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-class Timer(Protocol):
-    last_issue: float  # host seconds the last sample's call took to return (to issue its work, on a GPU)
-
-    def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
-        """Run fn once; return (timed seconds, host wall seconds over the same window)."""
-
-
-class HostTimer:
-    """CPU timing: the host clock around the call; nothing to flush or synchronize."""
-
-    def __init__(self, clock: Clock = _perf_counter) -> None:
-        self._clock = clock
-        self.last_issue = 0.0
-
-    def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
-        with no_collection():
-            start = self._clock()
-            fn()
-            elapsed = self._clock() - start
-        self.last_issue = elapsed
-        return elapsed, elapsed
-
-
-class CudaEventTimer:
-    """GPU timing with events on the current stream, after an L2 flush, with a host-clock cross-check.
-
-    Per sample: synchronize; overwrite a buffer twice the L2 size (so no input or weight is served
-    from L2); record start; call; record end; synchronize. Only the call lies between the events.
-    The host clock is read before the start event, after the end event is recorded (`last_issue`: how long the
-    host took to issue the call's work) and after the synchronize (the wall time).
-    """
-
-    def __init__(self, device: object, clock: Clock = _perf_counter) -> None:
-        self._device = device
-        self._clock = clock
-        self.last_issue = 0.0
-        l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
-        self._flush = torch.empty(max(L2_FLUSH_FACTOR * l2_bytes // 4, 1 << 20), dtype=torch.float32, device=device)
-
-    def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
-        start, end = _cuda_event(enable_timing=True), _cuda_event(enable_timing=True)
-        _cuda_synchronize(self._device)
-        self._flush.fill_(1.0)
-        with no_collection():
-            host_start = self._clock()
-            start.record()
-            fn()
-            end.record()
-            issued = self._clock()
-        _cuda_synchronize(self._device)
-        host = self._clock() - host_start
-        self.last_issue = issued - host_start
-        return _elapsed_time(start, end) / 1e3, host
-
-
-def launch_bound(fn: Callable[[], object], timer: Timer, calls: int = 3) -> bool:
-    """Whether fn's calls are launch-bound (`issue_bound`) on a GPU timer: `calls` timed calls (warm-up included)."""
-    timed, issue = [], []
-    for _ in range(calls):
-        timed.append(timer.sample(fn)[0])
-        issue.append(timer.last_issue)
-    return issue_bound(issue[1:], timed[1:])
-
-
 def primes(device: str, fn: Callable[[], object], timer: Timer) -> bool:
-    """Whether fn's timed calls go behind an untimed one (`local_sampler`): on a GPU, when they are launch-bound."""
-    return device == "cuda" and launch_bound(fn, timer)
+    """Decide fn's regime on `timer` (`CudaEventTimer.decide`) and whether its timed calls go behind an untimed one
+    (`local_sampler`): on a GPU, when they are timed in the host regime, whose time is the host's."""
+    return timer.decide(fn) == REGIME_HOST and device == "cuda"
 
 
 class Sampled(NamedTuple):
@@ -145,6 +44,7 @@ class Sampled(NamedTuple):
     wall: float
     judge: float | None = None
     issue: float | None = None  # host seconds to issue the call (see CudaEventTimer)
+    regime: str = ""  # the timer's regime for this sample (REGIME_GPU or REGIME_HOST)
 
 
 Sampler = Callable[[], Sampled]
@@ -157,7 +57,7 @@ def local_sampler(fn: Callable[[], object], timer: Timer, primed: bool = False) 
         if primed:
             fn()
         timed, wall = timer.sample(fn)
-        return Sampled(timed, wall, None, timer.last_issue)
+        return Sampled(timed, wall, None, timer.last_issue, timer.regime)
 
     return sample
 
@@ -244,4 +144,12 @@ def _measurement(taken: list[Sampled], reason: str) -> Measurement:
     judge = tuple(s.judge for s in taken if s.judge is not None)
     issue = tuple(s.issue for s in taken if s.issue is not None)
     return Measurement(tuple(s.timed for s in taken), tuple(s.wall for s in taken), reason,
-                       judge if len(judge) == len(taken) else (), issue if len(issue) == len(taken) else ())
+                       judge if len(judge) == len(taken) else (), issue if len(issue) == len(taken) else (),
+                       regime_of(s.regime for s in taken))
+
+
+def regime_of(regimes: Iterable[str]) -> str:
+    """A measurement's regime: the host regime if any sample was timed in it (a gate the watchdog had to open
+    switches a timer to it), else the GPU regime if any sample was, else none recorded."""
+    found = set(regimes)
+    return REGIME_HOST if REGIME_HOST in found else REGIME_GPU if REGIME_GPU in found else ""

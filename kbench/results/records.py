@@ -152,7 +152,10 @@ class Measurement:
     host_samples: tuple[float, ...] = ()
     stop_reason: str = ""
     judge_samples: tuple[float, ...] = ()  # the judge's clock over each round trip, for a call timed in another process
-    issue_samples: tuple[float, ...] = ()  # host seconds to issue each call's work (CUDA; see timing.CudaEventTimer)
+    issue_samples: tuple[float, ...] = ()  # host seconds to issue each call's work (CUDA; see timers.CudaEventTimer)
+    # What the samples include (README "Timing protocol"): "gpu", the call's GPU work alone (issued behind a gate);
+    # "host", the host's time to issue it too (launch-bound calls, calls that wait for the GPU, the CPU); "" unknown.
+    regime: str = ""
 
     @property
     def median(self) -> float:
@@ -162,7 +165,7 @@ class Measurement:
         return stats.summarize(self.samples)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"unit": "s", "stop_reason": self.stop_reason, **self.summary()}
+        out: dict[str, Any] = {"unit": "s", "stop_reason": self.stop_reason, "regime": self.regime, **self.summary()}
         out["samples"] = list(self.samples)
         out["host_samples"] = list(self.host_samples)
         if self.judge_samples:
@@ -174,7 +177,8 @@ class Measurement:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Measurement:
         return cls(tuple(data["samples"]), tuple(data.get("host_samples", ())), data.get("stop_reason", ""),
-                   tuple(data.get("judge_samples", ())), tuple(data.get("issue_samples", ())))
+                   tuple(data.get("judge_samples", ())), tuple(data.get("issue_samples", ())),
+                   str(data.get("regime", "")))
 
 
 @dataclass(frozen=True)

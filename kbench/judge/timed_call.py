@@ -1,0 +1,188 @@
+"""The judge's side of one timed call of the candidate (README "Timing protocol"): arm, release, watch, verify.
+
+1. **Arm.** The candidate gets ready: in the GPU regime it issues the call now, behind a closed gate, with a write
+   of the DONE word after its end event; in the host regime it just answers.
+2. **Release** (the judge's clock starts). The judge writes the round's inputs into the shared buffers and flushes
+   the L2 cache, then its own stream opens the gate. Nothing before this point could use the round's values, so
+   everything the call needs lies inside the judge's window.
+3. **Watch.** GPU regime: the judge waits for the DONE word, which the candidate's stream writes when the call's
+   work is over, asking the candidate's process nothing. Host regime: the judge sends `Go` and waits for the answer.
+4. **Verify** (the judge's clock stops). The judge reads a few hundred of the outputs' elements, drawn at random after
+   the call, where they lie (kbench.judge.outputs) and compares them with the reference's output. A stream that
+   wrote DONE before its work was over, or a process that answered early, fails here: either the judge's reads wait
+   for the remaining work (the GPU runs one process's work at a time) or they find it unfinished.
+
+The candidate's reported time is then bounded by that window (kbench.measure.timing_checks.timer_mismatch_warning).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kbench.judge import comparison, protocol
+from kbench.judge.outputs import OutputViews
+from kbench.judge.session import Session
+from kbench.judge.verdicts import Verdict
+from kbench.measure import timers, timing
+from kbench.measure.gate import SignalPage
+
+_perf_counter = time.perf_counter
+_tensor_type = torch.Tensor
+ARM_DEADLINE_S = 1.0  # a gated call not issued by then waits for the GPU while issued: the judge opens its gate
+DONE_DEADLINE_S = 600.0  # a timed call's stream that has not signalled by then never will
+SPOT_ELEMENTS = 256  # elements of each output read at random to verify a timed call
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One timed call as the judge saw it (seconds)."""
+
+    timed: float  # what the candidate reported
+    window: float  # the judge's clock from the release to the outputs verified
+    arm: float  # the judge's clock over the Arm request (a gated call is issued inside it)
+    issue: float  # the candidate's own report of its time to issue the call
+    regime: str
+    forced: bool = False  # gated, but the call waited for the GPU while issued: the judge opened the gate; no sample
+
+
+class TimedCalls:
+    """Timed calls of the session's bound model, on the judge's values, verified against the reference's outputs."""
+
+    def __init__(self, session: Session, atol: float, rtol: float) -> None:
+        self.session = session
+        self.cuda = session.device == "cuda"
+        self.atol, self.rtol = atol, rtol
+        self.page = SignalPage.within(session.page_tensor) if self.cuda else None
+        self.views = OutputViews()
+        self.outputs: list[Any] = []  # the last call's outputs, where they lie
+        self._value = 0
+        self._flush: torch.Tensor | None = None
+        self._generator: torch.Generator | None = None
+
+    def sample(self, gated: bool, values: list[Any], expected: Any, label: str = "a timed call") -> Observed:
+        """One timed call on `values`, verified against `expected` (the reference's output on them)."""
+        gated = gated and self.cuda
+        session, cand = self.session, self.session.cand
+        if not session.fits(values):
+            session.bind(session.name, values)
+        self._value = self._value % 0x7FFFFFFF + 1
+        value = self._value
+        cand.thaw()
+        try:
+            sent = _perf_counter()
+            cand.send(protocol.Arm(gated, value))
+            if gated and not cand.ready(ARM_DEADLINE_S):
+                return self._forced(value, _perf_counter() - sent)
+            armed = _answer(cand.receive())
+            arm = _perf_counter() - sent
+            start = _perf_counter()
+            self._release(values, value)
+            if gated:
+                self._await_done(value)
+                reply = armed
+            else:
+                cand.send(protocol.Go(value))
+                reply = _answer(cand.receive())
+            self.outputs = self._views(reply, label)
+            self._verify(expected, label)
+            window = _perf_counter() - start
+            if gated:
+                cand.send(protocol.Report())
+                reply = _answer(cand.receive())
+        finally:
+            cand.freeze()
+        return Observed(reply.timed_s, window, arm, reply.issue_s, timers.REGIME_GPU if gated else timers.REGIME_HOST)
+
+    def _forced(self, value: int, arm: float) -> Observed:
+        """The gated call is still being issued: it waits for the GPU. Open its gate so that it finishes (on stale
+        inputs: nothing of this call is kept), and say so."""
+        assert self.page is not None
+        self.page.write(SignalPage.FLAG, value)
+        armed = self.session.cand.receive()
+        if armed.ok:
+            self._await_done(value)
+        return Observed(0.0, 0.0, arm, armed.issue_s, timers.REGIME_GPU, forced=True)
+
+    def _release(self, values: list[Any], value: int) -> None:
+        """The round's inputs into the shared buffers, the L2 flushed, then the gate opened by the judge's stream."""
+        self.session.copy_in(values)
+        if self.page is None:
+            return
+        if self._flush is None:
+            l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+            self._flush = torch.empty(max(timers.L2_FLUSH_FACTOR * l2 // 4, 1 << 20), dtype=torch.float32, device="cuda")
+        self._flush.fill_(1.0)
+        self.page.write_on(torch.cuda.current_stream().cuda_stream, SignalPage.FLAG, value)
+
+    def _await_done(self, value: int) -> None:
+        assert self.page is not None
+        deadline = _perf_counter() + DONE_DEADLINE_S
+        while self.page.read(SignalPage.DONE) != value:
+            if _perf_counter() > deadline:
+                raise Verdict("timeout", f"a timed call's stream did not signal its end within {DONE_DEADLINE_S:g} s")
+
+    def _views(self, reply: protocol.Reply, label: str) -> list[Any]:
+        """The outputs where they lie, checked against the reference's buffers; plain numbers from the reply."""
+        buffers = self.session.buffers[self.session.name]
+        if len(reply.outputs) != len(buffers):
+            raise Verdict("runtime_error", f"the solution's process described {len(reply.outputs)} outputs for "
+                                           f"{len(buffers)} (in {label})")
+        numbers = iter(reply.values)
+        self.session.values = reply.values
+        return [next(numbers, None) if buf is None else self.views.view(where, buf, f"{label}'s output {i}")
+                for i, (where, buf) in enumerate(zip(reply.outputs, buffers))]
+
+    def _verify(self, expected: Any, label: str) -> None:
+        """Read SPOT_ELEMENTS random elements of each output where it lies and compare them with `expected`."""
+        if expected is None or spot_check(self.outputs, expected, self.atol, self.rtol, self._random()):
+            return
+        ok, fig = comparison.compare(self.outputs, expected, self.atol, self.rtol)
+        if not ok:
+            raise Verdict("incorrect", f"{label}: {fig['message']} (its inputs were fresh, and the outputs of earlier "
+                                       "calls were right)")
+        raise Verdict("incorrect", f"{label}: its outputs were not complete when the solution's process said the call "
+                                   "was over (they were a moment later)")
+
+    def _random(self) -> torch.Generator | None:
+        if self._generator is None:
+            self._generator = torch.Generator(device=self.session.device)
+            self._generator.manual_seed(secrets.randbits(62))
+        return self._generator
+
+    def close(self) -> None:
+        self.outputs = []
+        self.views.close()
+        if self.page is not None:
+            self.page.release()
+
+
+def _answer(reply: protocol.Reply) -> protocol.Reply:
+    if not reply.ok:
+        raise Verdict(reply.status, reply.message)
+    return reply
+
+
+def spot_check(outputs: list[Any], expected: Any, atol: float, rtol: float, generator: Any,
+               count: int = SPOT_ELEMENTS) -> bool:
+    """Whether `count` elements of each tensor output, at coordinates drawn from `generator`, match `expected` within
+    atol + rtol * |expected| (NaN matches only NaN). Reads only those elements, however the outputs are laid out."""
+    wanted = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    good: Any = None
+    for out, ref in zip(outputs, wanted):
+        if not isinstance(out, _tensor_type) or not isinstance(ref, _tensor_type) or out.numel() == 0:
+            continue
+        if out.shape != ref.shape:
+            return False
+        if out.dim() == 0:
+            got, want = out.reshape(1), ref.reshape(1)
+        else:
+            coords = tuple(torch.randint(0, n, (count,), device=out.device, generator=generator) for n in out.shape)
+            got, want = out[coords], ref[coords]
+        close = torch.isclose(got.to(torch.float64), want.to(torch.float64), rtol=rtol, atol=atol, equal_nan=True).all()
+        good = close if good is None else good & close
+    return good is None or bool(good)

@@ -1,0 +1,88 @@
+"""A timed call's outputs where they lie (kbench.judge.outputs) and the spot check that ends the judge's window."""
+
+import pytest
+import torch
+
+from kbench.judge import protocol
+from kbench.judge.outputs import Locator, OutputViews, check_output
+from kbench.judge.timed_call import spot_check
+from kbench.judge.verdicts import Verdict
+
+
+def _gen(seed=0):
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def test_the_spot_check_passes_matching_outputs_and_reads_strided_ones_in_place():
+    ref = torch.rand(64, 48)
+    assert spot_check([ref.clone()], ref, 1e-6, 1e-6, _gen())
+    assert spot_check([ref.t().contiguous().t()], ref, 1e-6, 1e-6, _gen())  # another layout, the same values
+    assert spot_check([ref + 1e-3], ref, 1e-2, 1e-2, _gen())
+    assert not spot_check([ref + 1.0], ref, 1e-2, 1e-2, _gen())
+    assert not spot_check([torch.rand(64, 48)], ref, 1e-4, 1e-4, _gen())  # stale values of another call
+
+
+def test_the_spot_check_finds_an_unfinished_output_and_treats_nan_as_the_comparison_does():
+    ref = torch.rand(1000)
+    half = ref.clone()
+    half[500:] = 0.0  # the second half not yet written
+    found = [spot_check([half], ref, 1e-4, 1e-4, _gen(seed)) for seed in range(20)]
+    assert not any(found)  # 256 random reads always land in the unwritten half
+    nan = torch.full((8,), float("nan"))
+    assert spot_check([nan.clone()], nan, 1e-4, 1e-4, _gen())
+    assert not spot_check([torch.zeros(8)], nan, 1e-4, 1e-4, _gen())
+    assert not spot_check([nan.clone()], torch.zeros(8), 1e-4, 1e-4, _gen())
+
+
+def test_the_spot_check_skips_numbers_and_handles_scalars_and_tuples():
+    a, b = torch.rand(5), torch.tensor(3.0)
+    assert spot_check([a.clone(), b.clone(), 7], (a, b, 7), 1e-6, 1e-6, _gen())
+    assert not spot_check([a.clone(), torch.tensor(4.0)], (a, b), 1e-6, 1e-6, _gen())
+    assert not spot_check([torch.rand(6)], torch.rand(5), 1e-6, 1e-6, _gen())  # the wrong shape
+
+
+def test_an_output_copied_by_the_candidate_is_the_judges_own_buffer():
+    buf = torch.empty(4)
+    out = torch.arange(4.0)
+    assert Locator().locate(out, buf) == {"copied": True}  # a CPU output is copied
+    assert torch.equal(buf, out)
+    assert OutputViews().view({"copied": True}, buf, "output") is buf
+
+
+@pytest.mark.parametrize("location", [
+    "somewhere",
+    {"handle": "ab", "offset": 0, "size": 64, "stride": [1]},
+    {"handle": "00" * 64, "offset": -1, "size": 64, "stride": [1]},
+    {"handle": "00" * 64, "offset": 0, "size": 64, "stride": [1, 1]},
+    {"handle": "00" * 64, "offset": 0, "size": True, "stride": [1]},
+])
+def test_the_judge_refuses_a_location_it_cannot_check(location):
+    with pytest.raises(Verdict) as caught:
+        OutputViews().view(location, torch.empty(4), "output")
+    assert caught.value.status == "runtime_error"
+
+
+def test_the_judge_refuses_an_output_that_would_reach_past_its_allocation():
+    views = OutputViews()
+    with pytest.raises(Verdict, match="outside its allocation"):
+        views.view({"handle": "00" * 64, "offset": 8, "size": 16, "stride": [1]}, torch.empty(4), "output")
+    with pytest.raises(Verdict, match="outside its allocation"):  # a stride that walks past the end
+        views.view({"handle": "00" * 64, "offset": 0, "size": 64, "stride": [8]}, torch.empty(4), "output")
+
+
+def test_only_a_plain_dense_tensor_of_the_references_kind_is_an_output():
+    buf = torch.empty(2, 3)
+    check_output(torch.rand(2, 3), buf, "output")
+    for bad, words in ((torch.rand(3, 2), "shape"), (torch.rand(2, 3).double(), "dtype"),
+                       (torch.rand(2, 3).to_sparse(), "layout"), ([1, 2], "not a plain torch.Tensor")):
+        with pytest.raises(Verdict, match=words):
+            check_output(bad, buf, "output")
+
+
+def test_a_reply_with_output_locations_that_are_not_plain_json_is_refused():
+    good = protocol.decode(b'{"status": "ok", "outputs": [{"copied": true}, null]}')
+    assert good.outputs == ({"copied": True}, None)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(b'{"status": "ok", "outputs": {"copied": true}}')

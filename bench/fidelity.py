@@ -104,13 +104,13 @@ def compare(args: argparse.Namespace) -> None:
                "--results-dir", str(out / "runs"), "--cache-dir", args.cache_dir]
     for p in args.problem:
         command += ["-p", p]
-    for s in args.solution:
-        command += ["-s", s]
-    subprocess.run(command, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=3000)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    subprocess.run(command, check=False, env={**os.environ, "PYTHONPATH": path}, timeout=3000)
     run = json.loads(sorted((out / "runs").glob("*/run.json"))[-1].read_text())
     rows = []
     for e in run["evaluations"]:
-        if e["status"] != "correct" or not e.get("timing"):
+        if e["status"] != "correct" or not e.get("timing") or (
+                args.solution and e["solution"] not in (*args.solution, "eager")):
             continue
         solution = None if e["solution"] == "eager" else e["solution"]
         regime = e["timing"].get("regime") or "host"
@@ -223,18 +223,19 @@ def protocol(args: argparse.Namespace) -> None:
         samples, judge = t.get("samples", []), t.get("judge_samples", [])
         excess = statistics.median([j - s for j, s in zip(judge, samples)]) * 1e3 if judge else float("nan")
         cal = figures.get("calibration_p50_s")
+        parts = {k: round(v * 1e3, 4) for k, v in figures.items() if k.endswith("excess_s") and v is not None}
         print(f"{e['problem']:26s} {e['solution']:14s} {e['status']:8s} {t.get('regime', ''):4s} "
               f"median {statistics.median(samples) * 1e3 if samples else float('nan'):8.4f} ms  excess {excess:7.4f} "
               f"cal {cal * 1e3 if cal else float('nan'):7.4f}  n {len(samples):3d}  "
-              f"{' '.join(w.split(']')[0] + ']' for w in e.get('warnings', []))}")
+              f"{' '.join(w.split(']')[0] + ']' for w in e.get('warnings', []))} {parts or ''}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=("compare", "hypotheses", "protocol"))
     parser.add_argument("--out", required=True)
-    parser.add_argument("--problem", action="append", default=[])
-    parser.add_argument("--solution", action="append", default=[])
+    parser.add_argument("-p", "--problem", action="append", default=[])
+    parser.add_argument("-s", "--solution", action="append", default=[])
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "kbench" / "extensions"))
     args = parser.parse_args()
     if not args.problem:

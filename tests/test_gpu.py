@@ -224,8 +224,9 @@ def test_every_shave_is_suspect_on_cuda_and_the_honest_copy_is_not(tmp_path):
     problems, solutions = select(["shaved"], None, FIXTURES / "problems", tmp_path / "solutions")
     store = execute(_config(tmp_path, compile_baseline=False), problems, solutions, Path.cwd())
     rows = {e.solution: e for e in store.evaluations}
+    seen = {name: (row.status.value, row.timing.regime if row.timing else None, row.warnings) for name, row in rows.items()}
     for name in names:
-        assert rows[name].status == Status.SUSPECT and "timer_mismatch" in rows[name].flags, (name, rows[name].warnings)
+        assert rows[name].status == Status.SUSPECT and "timer_mismatch" in rows[name].flags, seen
     honest = rows["honest_copy"]
     assert honest.status == Status.CORRECT and "timer_mismatch" not in honest.flags, honest.warnings
     assert abs(honest.speedup_vs_eager - 1) <= 0.03, honest.speedup_vs_eager

@@ -5,7 +5,7 @@ import torch
 
 from kbench.judge import protocol
 from kbench.judge.outputs import Locator, OutputViews, check_output
-from kbench.judge.timed_call import spot_check
+from kbench.judge.timed_call import spot_check, spots
 from kbench.judge.verdicts import Verdict
 
 
@@ -15,32 +15,37 @@ def _gen(seed=0):
     return g
 
 
+def _check(outputs, expected, atol, rtol, generator):
+    """The spot check as the judge runs it: coordinates and expected values drawn first, the outputs read after."""
+    return spot_check(outputs, spots(expected, generator), atol, rtol)
+
+
 def test_the_spot_check_passes_matching_outputs_and_reads_strided_ones_in_place():
     ref = torch.rand(64, 48)
-    assert spot_check([ref.clone()], ref, 1e-6, 1e-6, _gen())
-    assert spot_check([ref.t().contiguous().t()], ref, 1e-6, 1e-6, _gen())  # another layout, the same values
-    assert spot_check([ref + 1e-3], ref, 1e-2, 1e-2, _gen())
-    assert not spot_check([ref + 1.0], ref, 1e-2, 1e-2, _gen())
-    assert not spot_check([torch.rand(64, 48)], ref, 1e-4, 1e-4, _gen())  # stale values of another call
+    assert _check([ref.clone()], ref, 1e-6, 1e-6, _gen())
+    assert _check([ref.t().contiguous().t()], ref, 1e-6, 1e-6, _gen())  # another layout, the same values
+    assert _check([ref + 1e-3], ref, 1e-2, 1e-2, _gen())
+    assert not _check([ref + 1.0], ref, 1e-2, 1e-2, _gen())
+    assert not _check([torch.rand(64, 48)], ref, 1e-4, 1e-4, _gen())  # stale values of another call
 
 
 def test_the_spot_check_finds_an_unfinished_output_and_treats_nan_as_the_comparison_does():
     ref = torch.rand(1000)
     half = ref.clone()
     half[500:] = 0.0  # the second half not yet written
-    found = [spot_check([half], ref, 1e-4, 1e-4, _gen(seed)) for seed in range(20)]
+    found = [_check([half], ref, 1e-4, 1e-4, _gen(seed)) for seed in range(20)]
     assert not any(found)  # 256 random reads always land in the unwritten half
     nan = torch.full((8,), float("nan"))
-    assert spot_check([nan.clone()], nan, 1e-4, 1e-4, _gen())
-    assert not spot_check([torch.zeros(8)], nan, 1e-4, 1e-4, _gen())
-    assert not spot_check([nan.clone()], torch.zeros(8), 1e-4, 1e-4, _gen())
+    assert _check([nan.clone()], nan, 1e-4, 1e-4, _gen())
+    assert not _check([torch.zeros(8)], nan, 1e-4, 1e-4, _gen())
+    assert not _check([nan.clone()], torch.zeros(8), 1e-4, 1e-4, _gen())
 
 
 def test_the_spot_check_skips_numbers_and_handles_scalars_and_tuples():
     a, b = torch.rand(5), torch.tensor(3.0)
-    assert spot_check([a.clone(), b.clone(), 7], (a, b, 7), 1e-6, 1e-6, _gen())
-    assert not spot_check([a.clone(), torch.tensor(4.0)], (a, b), 1e-6, 1e-6, _gen())
-    assert not spot_check([torch.rand(6)], torch.rand(5), 1e-6, 1e-6, _gen())  # the wrong shape
+    assert _check([a.clone(), b.clone(), 7], (a, b, 7), 1e-6, 1e-6, _gen())
+    assert not _check([a.clone(), torch.tensor(4.0)], (a, b), 1e-6, 1e-6, _gen())
+    assert not _check([torch.rand(6)], torch.rand(5), 1e-6, 1e-6, _gen())  # the wrong shape
 
 
 def test_an_output_copied_by_the_candidate_is_the_judges_own_buffer():

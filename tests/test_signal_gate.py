@@ -46,6 +46,17 @@ def test_a_gate_waits_for_a_new_value_each_time_it_closes(fake_driver):
     assert g.close(3, value=99) == 99
 
 
+def test_a_gate_on_a_page_already_opened_goes_on_from_its_value(fake_driver):
+    """The judge's calibration and its timing each count their own gate on one page: the second must not close on a
+    value the first already opened (the candidate's call would then run before the round's inputs arrive)."""
+    page = gate.SignalPage.private()
+    first = gate.Gate(page)
+    for _ in range(5):
+        first.open(first.close(1))
+    later = gate.Gate(page)
+    assert later.next_value() == 6
+
+
 def test_the_done_word_is_written_by_a_stream_and_read_by_the_host(fake_driver):
     page = gate.SignalPage.private()
     page.write_on(5, gate.SignalPage.DONE, 41)

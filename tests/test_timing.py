@@ -327,3 +327,18 @@ def test_a_measurements_regime_is_the_hosts_if_any_sample_was():
     assert timing.regime_of([]) == ""
     m = Measurement((1e-3,) * 3, regime="gpu")
     assert Measurement.from_json(m.to_json()).regime == "gpu"
+
+
+def test_work_that_runs_past_the_candidates_signal_shows_in_the_verification_time():
+    """A stream that says its call is over before it is: the judge's reads of the outputs wait for the rest (the GPU
+    runs one process's work at a time), so verifying takes longer than calibrated."""
+    import random
+
+    rng = random.Random(3)
+    calibration = Calibration(verify=tuple(_jittered(rng, 0.3e-3, 20e-6, 58)))
+    honest = _jittered(rng, 0.3e-3, 20e-6, 60)
+    assert timing.unfinished_warning(honest, 0.36e-3, calibration) is None
+    early = [v + 0.1e-3 for v in _jittered(rng, 0.3e-3, 20e-6, 60)]  # 0.1 ms of work left at the signal
+    warning = timing.unfinished_warning(early, 0.36e-3, calibration)
+    assert warning is not None and warning.startswith("[unfinished_work]")
+    assert timing.unfinished_warning(early, 0.36e-3, Calibration()) is None  # nothing calibrated: nothing to say

@@ -22,7 +22,7 @@ from kbench.measure.timing_checks import escaped_work_warning, few_samples_warni
 # Findings that mean the timing cannot be trusted: a row that passes with one of them is `suspect`, keeps its raw
 # samples, and shows no speedup. Other findings (static checks, more than 10x faster than eager) stay warnings.
 SUSPECT_CODES = frozenset({"escaped_timer", "timer_mismatch", "below_floor", "state_changed", "clock_patched",
-                           "reference_disturbed", "escaped_process", "regime_changed"})
+                           "reference_disturbed", "escaped_process", "regime_changed", "unfinished_work"})
 # Findings about the machine while a row was timed (kbench.system.machine, kbench.measure.timing_checks), not about the solution.
 MACHINE_CODES = frozenset({"machine_busy", "level_moved", "gpu_busy", "gpu_throttled"})
 

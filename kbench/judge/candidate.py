@@ -25,7 +25,7 @@ from kbench.judge.harness import apply_math_flags, construct, set_sizes
 from kbench.judge.loading import import_path
 from kbench.judge.outputs import Locator, each_output
 from kbench.judge.verdicts import short, Verdict
-from kbench.measure import timers, timing
+from kbench.measure import timers
 from kbench.measure.gate import Gate, SignalPage
 from kbench.results.records import MathFlags
 from kbench.system import procstate

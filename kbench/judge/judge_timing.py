@@ -8,13 +8,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
 
-from kbench.judge import comparison, correctness
 from kbench.judge.harness import guarded, make_timer, pin, timing_core
 from kbench.judge.session import CandidateProcess, Session
+from kbench.judge.rounds import SolutionRounds
 from kbench.judge.timed_call import Observed, TimedCalls
-from kbench.judge.verdicts import Verdict
 from kbench.measure import timers, timing
 from kbench.results.jobs import Judging
 from kbench.results.records import TimingPolicy
@@ -25,8 +23,8 @@ _perf_counter = time.perf_counter
 
 CALIBRATION_ROUNDS = (10, 60)  # per regime: at least, at most (the first CALIBRATION_DISCARD are dropped)
 CALIBRATION_DISCARD = 2
+CALIBRATION_WARMUP = 2  # untimed calls of the reference in the candidate's process before the calibration's rounds
 CALIBRATION_S = 1.0  # no more calibration rounds once this long has passed
-REGIME_ROUNDS = 5  # gated calls of the solution that decide its regime
 REGIME_SLACK = 1.25  # a GPU-regime row whose judged issue time later exceeds its GPU time this much was launch-bound
 RECHECK_ALL_NUMEL = 1 << 24  # outputs up to this many elements are checked after every timed call
 RECHECK_SHARE = 0.25  # larger ones: five random calls among the first rounds, this share of the rest, and the last
@@ -49,6 +47,8 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
     window over the reported time is what the protocol costs for a call like this one, on this machine now. The
     judge's eager samples are interleaved, as in timing; its timer decides the reference's own regime first."""
     session.start_calibration(job, reference, init, inputs, outputs)
+    for _ in range(CALIBRATION_WARMUP):  # first calls initialise libraries, which waits for the GPU: not behind a gate
+        session.call()
     calls = TimedCalls(session, job.atol, job.rtol)
     timer = make_timer(job.device)
     eager_regime = timer.decide(lambda: reference(*inputs))
@@ -76,100 +76,12 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
         calls.close()
     keep = slice(CALIBRATION_DISCARD, None)
     host, gpu = seen[False][keep], seen.get(True, [])[keep]
+    gpu = [o for o in gpu if not o.forced]
     return timing.Calibration(
-        overhead=tuple(o.window - o.timed for o in host), eager=tuple(eager[keep]),
-        gpu_overhead=tuple(o.window - o.timed for o in gpu if not o.forced), eager_issue=tuple(issue[keep]),
-        arm_overhead=tuple(o.arm - o.issue for o in gpu if not o.forced), eager_regime=eager_regime)
-
-
-class SolutionRounds:
-    """The state the steps of the timed rounds share (`time_rounds`): this round's inputs and reference output, the
-    judge's second set of inputs (primed rounds), the recheck count and the seconds spent outside the samples."""
-
-    def __init__(self, job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
-                 calibration: timing.Calibration) -> None:
-        self.job, self.session, self.reference, self.make = job, session, reference, make
-        self.calibration = calibration
-        self.calls = TimedCalls(session, job.atol, job.rtol)
-        self.timer = make_timer(job.device)
-        self.timer.use(timers.REGIME_HOST if calibration.reference_launch_bound else timers.REGIME_GPU)
-        self.primed = job.device == "cuda" and calibration.reference_launch_bound
-        self.regime = timers.REGIME_HOST
-        self.base = secrets.randbits(30)  # unpredictable seeds: no output can be computed ahead of its call
-        self.inputs: list[Any] | None = None
-        self.ref: Any = None
-        self.second: list[Any] | None = None
-        self.seen: list[Observed] = []
-        self.round = -1  # the round under way (-1: the warm-up)
-        self.checked, self.count = -2, 0
-        self.refresh_s = self.check_s = 0.0
-
-    def decide(self) -> str:
-        """The solution's regime, from what the judge saw of REGIME_ROUNDS gated calls (on CUDA): the GPU regime when
-        the call's issue time as the judge's clock sees it (the Arm request less the protocol's part) is below its
-        GPU time as the judge's window sees it (less the protocol's part); the host regime for a launch-bound call or
-        one that waits for the GPU while issued."""
-        if self.job.device != "cuda" or not self.calibration.gpu_overhead:
-            return self.regime
-        seen = []
-        for index in range(REGIME_ROUNDS):
-            values = self.make(self.base - 1 - index)
-            expected = self.reference(*values)
-            seen.append(self.calls.sample(True, values, expected, "a call of the solution"))
-            if seen[-1].forced:
-                return self.regime
-        issue, gpu = self.judged(seen[1:])
-        self.regime = timers.REGIME_GPU if issue < gpu else timers.REGIME_HOST
-        return self.regime
-
-    def judged(self, seen: list[Observed]) -> tuple[float, float]:
-        """The calls' median issue and GPU times as the judge's own clock sees them (seconds)."""
-        cal = self.calibration
-        issue = median([o.arm for o in seen]) - median(cal.arm_overhead)
-        gpu = median([o.window for o in seen]) - median(cal.gpu_overhead)
-        return issue, gpu
-
-    def before(self, index: int) -> None:
-        self.round = index
-        start = _perf_counter()
-        self.inputs = self.ref = None  # the last round's go before this round's are made
-        self.inputs = self.make(self.base + index + 1)
-        self.refresh_s += _perf_counter() - start
-        timing.settle(self.job.device)
-
-    def eager(self) -> timing.Sampled:
-        held: list[Any] = []
-        inputs = self.inputs
-        assert inputs is not None
-        if self.primed:
-            self.reference(*inputs)
-            self.second = _copied(inputs, self.second)
-            inputs = self.second
-            timers.synchronize(self.job.device)
-        timed, wall = self.timer.sample(lambda: held.append(self.reference(*inputs)))
-        self.ref = held[0]
-        return timing.Sampled(timed, wall, None, self.timer.last_issue, self.timer.regime)
-
-    def solution(self) -> timing.Sampled:
-        if self.primed:
-            self.session.call()  # untimed, on the last round's inputs: this round's reach the buffers at release
-        assert self.inputs is not None
-        label = f"timed call {self.round + 1}" if self.round >= 0 else "a warm-up call"
-        seen = self.calls.sample(self.regime == timers.REGIME_GPU, self.inputs, self.ref, label)
-        if seen.forced:  # the call waited for the GPU while issued: timed in the host regime from now on
-            self.regime = timers.REGIME_HOST
-            seen = self.calls.sample(False, self.inputs, self.ref, label)
-        self.seen.append(seen)
-        return timing.Sampled(seen.timed, seen.window, seen.window, seen.issue, seen.regime)
-
-    def check(self, index: int) -> None:
-        start = _perf_counter()
-        ok, fig = comparison.compare(self.calls.outputs, self.ref, self.job.atol, self.job.rtol)
-        self.check_s += _perf_counter() - start
-        self.checked, self.count = index, self.count + 1
-        if not ok:
-            raise Verdict("incorrect", f"timed call {index + 1}: {fig['message']} (its inputs were fresh, "
-                                       "and the outputs of earlier calls were right)")
+        overhead=tuple(o.done - o.timed for o in host), eager=tuple(eager[keep]),
+        gpu_overhead=tuple(o.done - o.timed for o in gpu), eager_issue=tuple(issue[keep]),
+        arm_overhead=tuple(o.arm - o.issue for o in gpu), eager_regime=eager_regime,
+        verify=tuple(o.verify for o in host + gpu))
 
 
 def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
@@ -195,7 +107,7 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
                 rounds.check(index)
 
         (measured, escaped_s, escaped_n, window, gpu_holders), machine_figures, busy = machine.watched(
-            lambda: _measure(session, device, policy, rounds, after), device, own_processes=2)
+            lambda: _measure(session, device, rounds.sampling(policy), rounds, after), device, own_processes=2)
         if (escaped := escapes.escaped_warning(escaped_s, escaped_n, window, gpu_holders)) is not None:
             busy = [escaped, *busy]
         count = len(measured["solution"].samples)
@@ -204,9 +116,12 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
     finally:
         rounds.calls.close()
     figures = {"rounds": count, "rechecked": rounds.count, "recheck_every_call": cheap, "primed": rounds.primed,
-               "regime": regime, "eager_regime": rounds.timer.regime,
+               "regime": regime, "regime_decision": rounds.decision, "eager_regime": rounds.timer.regime,
                "refresh_s": round(rounds.refresh_s, 4), "recheck_s": round(rounds.check_s, 4),
                "calibration_p50_s": median(calibration.excess(regime)) if calibration.excess(regime) else None}
+    if rounds.seen:
+        figures["verify_s"] = [round(o.verify, 7) for o in rounds.seen[-len(measured["solution"].samples):]]
+        figures["calibration_verify_p50_s"] = median(calibration.verify) if calibration.verify else None
     if regime == timers.REGIME_GPU and rounds.seen:
         figures["judged_issue_s"], figures["judged_gpu_s"] = rounds.judged(rounds.seen)
     return measured, figures, machine_figures, busy
@@ -232,7 +147,9 @@ def timing_warnings(device: str, measured: dict[str, Any], calibration: timing.C
                     figures: dict[str, Any] | None = None) -> list[str]:
     """What the timing's figures flag: a timer mismatch, a GPU-regime call that was launch-bound after all, and on
     CUDA a disturbed reference."""
-    found = [timing.timer_mismatch_warning(measured["solution"], calibration, cpu=device == "cpu")]
+    found = [timing.timer_mismatch_warning(measured["solution"], calibration, cpu=device == "cpu"),
+             timing.unfinished_warning((figures or {}).get("verify_s", ()), measured["solution"].median, calibration,
+                                       cpu=device == "cpu")]
     if device == "cuda":  # on the CPU the freeze covers a disturbed reference, and the noise there is larger
         found += [timing.disturbed_warning(measured["eager"], calibration), regime_warning(figures or {})]
     return [w for w in found if w is not None]
@@ -261,7 +178,7 @@ def settle_mismatch(found: list[str], solution: Any, device: str,
     fresh = recalibrate()
     if fresh is None:
         return found, {"ran": False}
-    again = timing.timer_mismatch_warning(solution, fresh, cpu=device == "cpu")
+    again = timing.timer_mismatch_warning(solution, fresh, cpu=device == "cpu")  # (a verification's is not re-checked)
     kept = [w for w in found if not w.startswith("[timer_mismatch]")] + ([again] if again is not None else [])
     base = fresh.excess(solution.regime)
     return kept, {"ran": True, "p50_s": median(base) if base else None, "cleared": again is None}
@@ -282,13 +199,3 @@ def recalibrate(job: Judging, reference: Any, init: list[Any],
         return None
     finally:
         cand.kill()
-
-
-def _copied(values: list[Any], into: list[Any] | None) -> list[Any]:
-    """values copied into `into`, the judge's second set of inputs (made on first use: a timing has one size)."""
-    if into is None:
-        return correctness.clone_inputs(values)
-    for value, slot in zip(values, into):
-        if isinstance(value, torch.Tensor):
-            slot.copy_(value)
-    return into

@@ -18,7 +18,7 @@ import torch.multiprocessing as torch_mp
 
 from kbench.judge import candidate, correctness, protocol, trust
 from kbench.judge.verdicts import Verdict
-from kbench.measure import gate, timers, timing
+from kbench.measure import gate, timers
 from kbench.results.jobs import Judging
 
 _perf_counter = time.perf_counter

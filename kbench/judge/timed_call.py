@@ -28,8 +28,8 @@ from kbench.judge import comparison, protocol
 from kbench.judge.outputs import OutputViews
 from kbench.judge.session import Session
 from kbench.judge.verdicts import Verdict
-from kbench.measure import timers, timing
-from kbench.measure.gate import SignalPage
+from kbench.measure import timers
+from kbench.measure.gate import Gate, SignalPage
 
 _perf_counter = time.perf_counter
 _tensor_type = torch.Tensor
@@ -48,6 +48,12 @@ class Observed:
     issue: float  # the candidate's own report of its time to issue the call
     regime: str
     forced: bool = False  # gated, but the call waited for the GPU while issued: the judge opened the gate; no sample
+    done: float = 0.0  # the judge's clock from the release to the DONE word (GPU regime) or the answer (host regime)
+
+    @property
+    def verify(self) -> float:
+        """The judge's clock from the candidate's signal to its outputs verified (the rest of the window)."""
+        return self.window - self.done
 
 
 class TimedCalls:
@@ -60,7 +66,8 @@ class TimedCalls:
         self.page = SignalPage.within(session.page_tensor) if self.cuda else None
         self.views = OutputViews()
         self.outputs: list[Any] = []  # the last call's outputs, where they lie
-        self._value = 0
+        # The candidate's gate, as the judge counts its values: they go on from the page's (kbench.measure.gate.Gate).
+        self.gate = Gate(self.page) if self.page is not None else None
         self._flush: torch.Tensor | None = None
         self._generator: torch.Generator | None = None
 
@@ -70,8 +77,8 @@ class TimedCalls:
         session, cand = self.session, self.session.cand
         if not session.fits(values):
             session.bind(session.name, values)
-        self._value = self._value % 0x7FFFFFFF + 1
-        value = self._value
+        value = self.gate.next_value() if self.gate is not None else 0
+        chosen = self._spots(expected)  # drawn in the judge's own memory, before the call: the candidate cannot see them
         cand.thaw()
         try:
             sent = _perf_counter()
@@ -88,15 +95,17 @@ class TimedCalls:
             else:
                 cand.send(protocol.Go(value))
                 reply = _answer(cand.receive())
+            done = _perf_counter() - start
             self.outputs = self._views(reply, label)
-            self._verify(expected, label)
+            self._verify(chosen, expected, label)
             window = _perf_counter() - start
             if gated:
                 cand.send(protocol.Report())
                 reply = _answer(cand.receive())
         finally:
             cand.freeze()
-        return Observed(reply.timed_s, window, arm, reply.issue_s, timers.REGIME_GPU if gated else timers.REGIME_HOST)
+        return Observed(reply.timed_s, window, arm, reply.issue_s, timers.REGIME_GPU if gated else timers.REGIME_HOST,
+                        done=done)
 
     def _forced(self, value: int, arm: float) -> Observed:
         """The gated call is still being issued: it waits for the GPU. Open its gate so that it finishes (on stale
@@ -137,9 +146,12 @@ class TimedCalls:
         return [next(numbers, None) if buf is None else self.views.view(where, buf, f"{label}'s output {i}")
                 for i, (where, buf) in enumerate(zip(reply.outputs, buffers))]
 
-    def _verify(self, expected: Any, label: str) -> None:
-        """Read SPOT_ELEMENTS random elements of each output where it lies and compare them with `expected`."""
-        if expected is None or spot_check(self.outputs, expected, self.atol, self.rtol, self._random()):
+    def _spots(self, expected: Any) -> list[Any] | None:
+        return None if expected is None else spots(expected, self._random())
+
+    def _verify(self, chosen: list[Any] | None, expected: Any, label: str) -> None:
+        """Read SPOT_ELEMENTS random elements of each output where it lies and compare them with `expected`'s."""
+        if chosen is None or spot_check(self.outputs, chosen, self.atol, self.rtol):
             return
         ok, fig = comparison.compare(self.outputs, expected, self.atol, self.rtol)
         if not ok:
@@ -167,22 +179,34 @@ def _answer(reply: protocol.Reply) -> protocol.Reply:
     return reply
 
 
-def spot_check(outputs: list[Any], expected: Any, atol: float, rtol: float, generator: Any,
-               count: int = SPOT_ELEMENTS) -> bool:
-    """Whether `count` elements of each tensor output, at coordinates drawn from `generator`, match `expected` within
-    atol + rtol * |expected| (NaN matches only NaN). Reads only those elements, however the outputs are laid out."""
+def spots(expected: Any, generator: Any, count: int = SPOT_ELEMENTS) -> list[Any]:
+    """For each tensor of `expected`: `count` coordinates drawn from `generator` and the expected values there (None for
+    a number or an empty tensor)."""
     wanted = list(expected) if isinstance(expected, (tuple, list)) else [expected]
-    good: Any = None
-    for out, ref in zip(outputs, wanted):
-        if not isinstance(out, _tensor_type) or not isinstance(ref, _tensor_type) or out.numel() == 0:
+    chosen: list[Any] = []
+    for ref in wanted:
+        if not isinstance(ref, _tensor_type) or ref.numel() == 0:
+            chosen.append(None)
             continue
-        if out.shape != ref.shape:
+        if ref.dim() == 0:
+            chosen.append(((), ref.reshape(1).to(torch.float64)))
+            continue
+        coords = tuple(torch.randint(0, n, (count,), device=ref.device, generator=generator) for n in ref.shape)
+        chosen.append((coords, ref[coords].to(torch.float64)))
+    return chosen
+
+
+def spot_check(outputs: list[Any], chosen: list[Any], atol: float, rtol: float) -> bool:
+    """Whether each tensor output matches the expected values at its chosen coordinates (`spots`) within
+    atol + rtol * |expected| (NaN matches only NaN). Reads only those elements, however the outputs are laid out."""
+    good: Any = None
+    for out, spot in zip(outputs, chosen):
+        if spot is None:
+            continue
+        coords, want = spot
+        if not isinstance(out, _tensor_type) or (coords and out.dim() != len(coords)) or (not coords and out.numel() != 1):
             return False
-        if out.dim() == 0:
-            got, want = out.reshape(1), ref.reshape(1)
-        else:
-            coords = tuple(torch.randint(0, n, (count,), device=out.device, generator=generator) for n in out.shape)
-            got, want = out[coords], ref[coords]
-        close = torch.isclose(got.to(torch.float64), want.to(torch.float64), rtol=rtol, atol=atol, equal_nan=True).all()
+        got = out.reshape(1) if not coords else out[coords]
+        close = torch.isclose(got.to(torch.float64), want, rtol=rtol, atol=atol, equal_nan=True).all()
         good = close if good is None else good & close
     return good is None or bool(good)

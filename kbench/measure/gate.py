@@ -95,7 +95,8 @@ def shared_page_tensor() -> Any:
 
 
 class Gate:
-    """The FLAG word of a signal page as a gate: `close` on a stream, `open` from the host."""
+    """The FLAG word of a signal page as a gate: `close` on a stream, `open` from the host. Its values go on from the
+    page's current one, whoever made the page: a gate closed on a value the page has already passed would be open."""
 
     def __init__(self, page: SignalPage) -> None:
         self.page = page

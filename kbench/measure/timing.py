@@ -12,7 +12,7 @@ from kbench.measure.timing_checks import (  # noqa: F401 - re-exported: the prot
     DISTURBED_P, DISTURBED_RATIO, HOST_EXCESS_ABS_S, HOST_EXCESS_REL, LAUNCH_BOUND_SHARE, STOP_CONVERGED, STOP_MAX_TIME,
     TIMER_BOUND_ABS_CPU_S, TIMER_BOUND_ABS_S, TIMER_BOUND_P, TIMER_BOUND_REL, Calibration, disturbed_warning,
     escaped_work_warning, excess, few_samples_warning, issue_bound, launch_bound_warning, level_moved_warning,
-    timer_mismatch_warning,
+    timer_mismatch_warning, unfinished_warning,
 )
 
 SETTLE_S = 1e-3  # the GPU's pause between a round's input refresh and its first timed call

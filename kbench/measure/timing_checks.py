@@ -66,6 +66,7 @@ class Calibration:
     eager_issue: tuple[float, ...] = ()  # the host seconds each of the judge's eager calls took to issue
     arm_overhead: tuple[float, ...] = ()  # the judge's clock over arming a gated call, less the call's issue time
     eager_regime: str = ""  # the regime of the judge's eager timing (the reference's, decided by the judge)
+    verify: tuple[float, ...] = ()  # the judge's clock from the candidate's signal to its outputs verified
 
     @property
     def reference_launch_bound(self) -> bool:
@@ -105,15 +106,35 @@ def timer_mismatch_warning(m: Measurement, calibration: Calibration, cpu: bool =
     too low: a shadowed timer, a made-up number, or work the events missed.
     """
     found, base = excess(m), calibration.excess(m.regime)
-    if not found or not base:
-        return None
-    gap = median(found) - median(base)
-    bound = calibration.bound(m.median, cpu)
-    if gap <= bound or mann_whitney_u(found, base)[1] >= TIMER_BOUND_P:
+    gap = _beyond(found, base, calibration.bound(m.median, cpu))
+    if gap is None:
         return None
     return (f"[timer_mismatch] the judge's clock saw {median(m.judge_samples) * 1e3:.3f} ms per timed call, the "
             f"candidate reported {m.median * 1e3:.3f} ms, and the protocol accounts for {median(base) * 1e3:.3f} ms "
-            f"(+{bound * 1e3:.3f} ms): the reported time is {gap * 1e3:.3f} ms too low")
+            f"(+{calibration.bound(m.median, cpu) * 1e3:.3f} ms): the reported time is {gap * 1e3:.3f} ms too low")
+
+
+def _beyond(found: Sequence[float], base: Sequence[float], bound: float) -> float | None:
+    """How far the median of `found` lies above `base`'s, if by more than `bound` and significantly (else None)."""
+    if not found or not base:
+        return None
+    gap = median(found) - median(base)
+    if gap <= bound or mann_whitney_u(found, base)[1] >= TIMER_BOUND_P:
+        return None
+    return gap
+
+
+def unfinished_warning(verify: Sequence[float], timed_median: float, calibration: Calibration,
+                       cpu: bool = False) -> str | None:
+    """`[unfinished_work]` when verifying the outputs took the judge significantly longer after the candidate's signal
+    than in calibration: the judge's reads wait for the candidate's work still running (the GPU runs one process's
+    work at a time), so work ran past the signal that ended the judge's window, and the reported time leaves it out."""
+    gap = _beyond(verify, calibration.verify, calibration.bound(timed_median, cpu))
+    if gap is None:
+        return None
+    return (f"[unfinished_work] after the solution signalled each call done, its outputs took the judge "
+            f"{median(verify) * 1e3:.3f} ms to verify, {gap * 1e3:.3f} ms more than calibrated: work ran past the "
+            "signal, outside the reported time")
 
 
 # The judge's eager samples beside the solution against those beside the trusted calibration candidate (the

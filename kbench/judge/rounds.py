@@ -1,0 +1,137 @@
+"""The steps of the judge's timed rounds of a solution (kbench.judge.judge_timing.time_rounds) and the state they share."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from kbench.judge import comparison, correctness
+from kbench.judge.harness import make_timer
+from kbench.judge.session import Session
+from kbench.judge.timed_call import Observed, TimedCalls
+from kbench.judge.verdicts import Verdict
+from kbench.measure import timers, timing
+from kbench.results.jobs import Judging
+from kbench.results.records import TimingPolicy
+from kbench.results.stats import median
+
+_perf_counter = time.perf_counter
+REGIME_ROUNDS = 5  # gated calls of the solution that decide its regime
+# The judge's bound needs its medians steady: a call under BOUND_SHORT_S in the GPU regime, whose tenth is a few tens
+# of microseconds, is timed in at least BOUND_ROUNDS rounds (on the H100 the excess of 10-20 rounds moved by ~20 us).
+BOUND_SHORT_S = 2e-3
+BOUND_ROUNDS = 50
+
+
+class SolutionRounds:
+    """The state the steps of the timed rounds share (`time_rounds`): this round's inputs and reference output, the
+    judge's second set of inputs (primed rounds), the recheck count and the seconds spent outside the samples."""
+
+    def __init__(self, job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
+                 calibration: timing.Calibration) -> None:
+        self.job, self.session, self.reference, self.make = job, session, reference, make
+        self.calibration = calibration
+        self.calls = TimedCalls(session, job.atol, job.rtol)
+        self.timer = make_timer(job.device)
+        self.timer.use(timers.REGIME_HOST if calibration.reference_launch_bound else timers.REGIME_GPU)
+        self.primed = job.device == "cuda" and calibration.reference_launch_bound
+        self.regime = timers.REGIME_HOST
+        self.base = secrets.randbits(30)  # unpredictable seeds: no output can be computed ahead of its call
+        self.inputs: list[Any] | None = None
+        self.ref: Any = None
+        self.second: list[Any] | None = None
+        self.seen: list[Observed] = []
+        self.decision: dict[str, Any] = {}  # what decided the regime (`decide`)
+        self.round = -1  # the round under way (-1: the warm-up)
+        self.checked, self.count = -2, 0
+        self.refresh_s = self.check_s = 0.0
+
+    def decide(self) -> str:
+        """The solution's regime, from what the judge saw of REGIME_ROUNDS gated calls (on CUDA): the GPU regime when
+        the call's issue time as the judge's clock sees it (the Arm request less the protocol's part) is below its
+        GPU time as the judge's window sees it (less the protocol's part); the host regime for a launch-bound call or
+        one that waits for the GPU while issued."""
+        if self.job.device != "cuda" or not self.calibration.gpu_overhead:
+            self.decision = {"why": "no GPU regime on this device or problem"}
+            return self.regime
+        seen = []
+        for index in range(REGIME_ROUNDS):
+            values = self.make(self.base - 1 - index)
+            expected = self.reference(*values)
+            seen.append(self.calls.sample(True, values, expected, "a call of the solution"))
+            if seen[-1].forced:
+                self.decision = {"why": "the call waits for the GPU while it is issued"}
+                return self.regime
+        issue, gpu = self.judged(seen[1:])
+        self.regime = timers.REGIME_GPU if issue < gpu else timers.REGIME_HOST
+        self.decision = {"issue_s": issue, "gpu_s": gpu}
+        return self.regime
+
+    def sampling(self, policy: TimingPolicy) -> TimingPolicy:
+        """The rounds' stopping rule: the run's, with at least BOUND_ROUNDS rounds for a short GPU-regime call."""
+        short = self.regime == timers.REGIME_GPU and self.decision.get("gpu_s", 0.0) < BOUND_SHORT_S
+        return dataclasses.replace(policy, min_samples=max(policy.min_samples, BOUND_ROUNDS)) if short else policy
+
+    def judged(self, seen: list[Observed]) -> tuple[float, float]:
+        """The calls' median issue and GPU times as the judge's own clock sees them (seconds)."""
+        cal = self.calibration
+        issue = median([o.arm for o in seen]) - median(cal.arm_overhead)
+        gpu = median([o.done for o in seen]) - median(cal.gpu_overhead)
+        return issue, gpu
+
+    def before(self, index: int) -> None:
+        self.round = index
+        start = _perf_counter()
+        self.inputs = self.ref = None  # the last round's go before this round's are made
+        self.inputs = self.make(self.base + index + 1)
+        self.refresh_s += _perf_counter() - start
+        timing.settle(self.job.device)
+
+    def eager(self) -> timing.Sampled:
+        held: list[Any] = []
+        inputs = self.inputs
+        assert inputs is not None
+        if self.primed:
+            self.reference(*inputs)
+            self.second = _copied(inputs, self.second)
+            inputs = self.second
+            timers.synchronize(self.job.device)
+        timed, wall = self.timer.sample(lambda: held.append(self.reference(*inputs)))
+        self.ref = held[0]
+        return timing.Sampled(timed, wall, None, self.timer.last_issue, self.timer.regime)
+
+    def solution(self) -> timing.Sampled:
+        if self.primed:
+            self.session.call()  # untimed, on the last round's inputs: this round's reach the buffers at release
+        assert self.inputs is not None
+        label = f"timed call {self.round + 1}" if self.round >= 0 else "a warm-up call"
+        seen = self.calls.sample(self.regime == timers.REGIME_GPU, self.inputs, self.ref, label)
+        if seen.forced:  # the call waited for the GPU while issued: timed in the host regime from now on
+            self.regime = timers.REGIME_HOST
+            seen = self.calls.sample(False, self.inputs, self.ref, label)
+        self.seen.append(seen)
+        return timing.Sampled(seen.timed, seen.window, seen.done, seen.issue, seen.regime)
+
+    def check(self, index: int) -> None:
+        start = _perf_counter()
+        ok, fig = comparison.compare(self.calls.outputs, self.ref, self.job.atol, self.job.rtol)
+        self.check_s += _perf_counter() - start
+        self.checked, self.count = index, self.count + 1
+        if not ok:
+            raise Verdict("incorrect", f"timed call {index + 1}: {fig['message']} (its inputs were fresh, "
+                                       "and the outputs of earlier calls were right)")
+
+
+def _copied(values: list[Any], into: list[Any] | None) -> list[Any]:
+    """values copied into `into`, the judge's second set of inputs (made on first use: a timing has one size)."""
+    if into is None:
+        return correctness.clone_inputs(values)
+    for value, slot in zip(values, into):
+        if isinstance(value, torch.Tensor):
+            slot.copy_(value)
+    return into

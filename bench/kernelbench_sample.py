@@ -80,9 +80,9 @@ def table(paths: list[Path]) -> None:
     rows = [e for p in paths for e in _run_file(p)["evaluations"]]
     eager = {r["problem"]: r for r in rows if r["solution"] == "eager"}
     solutions = [r for r in rows if r["solution"] not in ("eager", "torch.compile")]
-    print("| problem | eager ms (own process) | eager ms (beside solution) | ratio | solution ms | peak GiB ref / sol "
-          "| overhead s | verdict | warnings |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| problem | eager ms (own process) | eager ms (beside solution) | ratio | solution ms | vs eager | regime "
+          "| peak GiB ref / sol | overhead s | verdict | warnings |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     overheads, phases = [], {}
     for row in sorted(solutions, key=lambda r: r["problem"]):
         ref = eager.get(row["problem"], {})
@@ -98,9 +98,15 @@ def table(paths: list[Path]) -> None:
         codes = sorted({w.split("]")[0].lstrip("[") for w in row.get("warnings", []) + ref.get("warnings", [])
                         if w.startswith("[")})
         ratio = beside / own if own and beside else None
+        regime = (row.get("timing") or {}).get("regime", "")
         print(f"| {row['problem']} | {_fmt(own)} | {_fmt(beside)} | {_fmt(ratio, '.3f')} | {_fmt(_ms(row.get('timing')))} "
+              f"| {_fmt(row.get('speedup_vs_eager'), '.3f')} | {regime} "
               f"| {_gib(ref_peak)} / {_gib(peaks.get('solution'))} | {overhead:.1f} | {row['status']} "
               f"| {', '.join(codes)} |")
+    ratios = sorted(r["speedup_vs_eager"] for r in solutions if r.get("speedup_vs_eager"))
+    if ratios:
+        print(f"\nhonest copies against the eager beside them: {ratios[0]:.3f}-{ratios[-1]:.3f}x, median "
+              f"{statistics.median(ratios):.3f}x")
     bad = [r for r in solutions if r["status"] != "correct"]
     untimed = [p for p, r in eager.items() if not r.get("timing")]
     print(f"\n{len(solutions)} honest solutions: {len(solutions) - len(bad)} correct"

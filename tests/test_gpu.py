@@ -208,7 +208,8 @@ def test_kbench_agrees_with_the_same_call_timed_in_one_plain_process(tmp_path, b
     a fresh process (the row's regime), and within 5% of Triton's do_bench (bench/fidelity.py has the whole table)."""
     from bench.fidelity import _in_child
 
-    problems, solutions = select(FIDELITY, "tf32_igemm", ROOT / "problems", ROOT / "solutions")
+    problems, solutions = select(FIDELITY, None, ROOT / "problems", ROOT / "solutions")
+    solutions = {p: [s for s in group if s.name == "tf32_igemm"] for p, group in solutions.items()}
     store = execute(_config(tmp_path, build_cache, compile_baseline=False), problems, solutions, Path.cwd())
     for row in (e for e in store.evaluations if e.solution == "tf32_igemm"):
         assert row.status == Status.CORRECT and row.timing.regime == "gpu", (row.message, row.warnings)

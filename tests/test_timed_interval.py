@@ -11,6 +11,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kbench.judge import candidate, correctness, judge, judge_timing, protocol
+from kbench.judge import rounds as round_steps
 from kbench.execution import isolation
 from kbench.judge import reference as reference_child
 from kbench.judge.harness import build_reference, input_maker, load_problem
@@ -69,7 +70,7 @@ def timers(monkeypatch):
         made.append(CountingTimer())
         return made[-1]
 
-    for module in (reference_child, judge_timing):
+    for module in (reference_child, judge_timing, round_steps):
         monkeypatch.setattr(module, "make_timer", make)
     candidate_timer = CountingTimer()
 

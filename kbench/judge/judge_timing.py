@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-import secrets
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,9 +24,6 @@ CALIBRATION_DISCARD = 2
 CALIBRATION_WARMUP = 2  # untimed calls of the reference in the candidate's process before the calibration's rounds
 CALIBRATION_S = 1.0  # no more calibration rounds once this long has passed
 REGIME_SLACK = 1.25  # a GPU-regime row whose judged issue time later exceeds its GPU time this much was launch-bound
-RECHECK_ALL_NUMEL = 1 << 24  # outputs up to this many elements are checked after every timed call
-RECHECK_SHARE = 0.25  # larger ones: five random calls among the first rounds, this share of the rest, and the last
-RECHECK_FIRST = 5
 
 
 def pin_timing_core(device: str, cand: CandidateProcess, judge: bool = False) -> None:
@@ -98,12 +93,9 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
     rounds = SolutionRounds(job, session, reference, make, calibration)
     try:
         regime = guarded(device, "timing", rounds.decide, judge_work="deciding the solution's regime")
-        rng = random.Random(secrets.randbits(64))
-        cheap = sum(b.numel() for b in session.buffers[session.name] if b is not None) <= RECHECK_ALL_NUMEL
-        forced = set(rng.sample(range(policy.min_samples), min(RECHECK_FIRST, policy.min_samples)))
 
         def after(index: int) -> None:
-            if cheap or index in forced or rng.random() < RECHECK_SHARE:
+            if rounds.rechecks.wanted(index):
                 rounds.check(index)
 
         (measured, escaped_s, escaped_n, window, gpu_holders), machine_figures, busy = machine.watched(
@@ -115,7 +107,8 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
             rounds.check(count - 1)
     finally:
         rounds.calls.close()
-    figures = {"rounds": count, "rechecked": rounds.count, "recheck_every_call": cheap, "primed": rounds.primed,
+    figures = {"rounds": count, "rechecked": rounds.count, "recheck_every_call": rounds.rechecks.every_call,
+               "primed": rounds.primed,
                "regime": regime, "regime_decision": rounds.decision, "eager_regime": rounds.timer.regime,
                "refresh_s": round(rounds.refresh_s, 4), "recheck_s": round(rounds.check_s, 4),
                "calibration_p50_s": median(calibration.excess(regime)) if calibration.excess(regime) else None}

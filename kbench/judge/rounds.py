@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import secrets
 import time
 from collections.abc import Callable
@@ -28,6 +29,43 @@ BOUND_SHORT_S = 2e-3
 BOUND_ROUNDS = 50
 
 
+RECHECK_BUDGET = 0.25  # full comparisons may cost, on average, this share of a round's two timed calls
+RECHECK_FLOOR = 0.05  # however costly, at least this share of the calls is compared in full
+RECHECK_FIRST = 5  # calls compared among the first rounds (one when comparisons are costly)
+
+
+class Rechecks:
+    """Which timed calls are compared in full with the reference after their round (every call's outputs are also
+    spot-checked inside the judge's window, kbench.judge.timed_call): every call while a full comparison costs at
+    most RECHECK_BUDGET of the round's timed calls; otherwise the last call, random calls among the first rounds, and
+    a random share of the rest that keeps the comparisons within that budget on average (at least RECHECK_FLOOR)."""
+
+    def __init__(self, rng: Any, first_rounds: int) -> None:
+        self.rng = rng
+        self.first = set(rng.sample(range(first_rounds), min(RECHECK_FIRST, first_rounds)))
+        self.cost_s = 0.0  # the last full comparison's seconds
+        self.round_s = 0.0  # the last round's timed seconds (both sides)
+
+    @property
+    def share(self) -> float:
+        if self.cost_s <= RECHECK_BUDGET * self.round_s:
+            return 1.0
+        return max(RECHECK_FLOOR, RECHECK_BUDGET * self.round_s / self.cost_s)
+
+    @property
+    def every_call(self) -> bool:
+        return self.share >= 1.0
+
+    def wanted(self, index: int) -> bool:
+        if self.every_call or self.rng.random() < self.share:
+            return True
+        if index in self.first:
+            if self.share < RECHECK_BUDGET:  # costly: one among the first rounds is enough
+                self.first.clear()
+            return True
+        return False
+
+
 class SolutionRounds:
     """The state the steps of the timed rounds share (`time_rounds`): this round's inputs and reference output, the
     judge's second set of inputs (primed rounds), the recheck count and the seconds spent outside the samples."""
@@ -48,6 +86,8 @@ class SolutionRounds:
         self.seen: list[Observed] = []
         self.decision: dict[str, Any] = {}  # what decided the regime (`decide`)
         self.round = -1  # the round under way (-1: the warm-up)
+        self.eager_s = 0.0
+        self.rechecks = Rechecks(random.Random(secrets.randbits(64)), job.timing.min_samples)
         self.checked, self.count = -2, 0
         self.refresh_s = self.check_s = 0.0
 
@@ -102,7 +142,7 @@ class SolutionRounds:
             inputs = self.second
             timers.synchronize(self.job.device)
         timed, wall = self.timer.sample(lambda: held.append(self.reference(*inputs)))
-        self.ref = held[0]
+        self.ref, self.eager_s = held[0], timed
         return timing.Sampled(timed, wall, None, self.timer.last_issue, self.timer.regime)
 
     def solution(self) -> timing.Sampled:
@@ -115,12 +155,14 @@ class SolutionRounds:
             self.regime = timers.REGIME_HOST
             seen = self.calls.sample(False, self.inputs, self.ref, label)
         self.seen.append(seen)
+        self.rechecks.round_s = self.eager_s + seen.window
         return timing.Sampled(seen.timed, seen.window, seen.done, seen.issue, seen.regime)
 
     def check(self, index: int) -> None:
         start = _perf_counter()
         ok, fig = comparison.compare(self.calls.outputs, self.ref, self.job.atol, self.job.rtol)
-        self.check_s += _perf_counter() - start
+        self.rechecks.cost_s = _perf_counter() - start
+        self.check_s += self.rechecks.cost_s
         self.checked, self.count = index, self.count + 1
         if not ok:
             raise Verdict("incorrect", f"timed call {index + 1}: {fig['message']} (its inputs were fresh, "

@@ -153,7 +153,10 @@ def test_the_judge_measures_what_the_protocol_costs(timed_run):
     row = next(e for e in timed_run.evaluations if e.solution == "honest_copy")
     protocol = row.extra["protocol"]
     assert protocol["rounds"] == len(row.timing.samples) == len(row.timing.judge_samples)
-    assert protocol["rechecked"] == protocol["rounds"]  # small outputs: every timed call is checked
+    from kbench.judge.rounds import RECHECK_FLOOR
+
+    # Every call is spot-checked inside the judge's window; full rechecks follow a budget (kbench.judge.rounds).
+    assert RECHECK_FLOOR * protocol["rounds"] <= protocol["rechecked"] <= protocol["rounds"]
     assert protocol["regime"] == row.timing.regime == "host" and 0 < protocol["calibration_p50_s"]
     assert all(j >= t for j, t in zip(row.timing.judge_samples, row.timing.samples))  # the window holds the call
 

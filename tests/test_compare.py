@@ -119,3 +119,146 @@ def test_cli_explains_what_is_missing(tmp_path):
     assert result.exit_code == 2 and "Need two readable runs" in result.output
     result = CliRunner().invoke(app, ["compare", "nope", "--baseline", "h100", "--results-dir", str(tmp_path)])
     assert result.exit_code == 2 and "No run or baseline" in result.output
+
+
+# --- what the comparison says as a whole: one-run-only problems, the summary line, unfinished runs -----------------
+
+DEAD_PID = 2**22 + 12345  # above Linux's largest pid (2**22): no process can have it
+
+
+def _stored(results_dir, evaluations, problems=None, finish=True):
+    """A run written to disk as kbench writes one; `problems` (names) become its header's selected problems."""
+    header = {"environment": {"gpu": {"name": "G"}, "torch": "t"}, "config": {"math": {}},
+              "problems": {name: {} for name in (problems or ())}}
+    store = RunStore.create(results_dir, header)
+    for e in evaluations:
+        store.add(e)
+    if finish:
+        store.finish()
+    return store
+
+
+def _twenty_problem_pair(tmp_path):
+    """Before: problems p (two solutions) and old0..old19 (two rows each); after: p (one solution dropped, one
+    added) and fresh (one row)."""
+    before = [ev("keep", noisy(1.0)), ev("dropped", noisy(1.0))]
+    before += [ev(s, noisy(1.0), problem=f"old{i}") for i in range(20) for s in ("eager", "s")]
+    after = [ev("keep", noisy(1.0, seed=5)), ev("added", noisy(1.0)), ev("eager", noisy(1.0), problem="fresh")]
+    return _stored(tmp_path, before), _stored(tmp_path, after)
+
+
+def test_problems_in_one_run_only_are_listed_once_not_as_rows(tmp_path):
+    a, b = _twenty_problem_pair(tmp_path)
+    result = compare.compare(a.run_id, b.run_id, None, tmp_path, 0.01)
+    assert sorted((r.problem, r.solution, r.change) for r in result.rows) == [
+        ("p", "added", "new"), ("p", "dropped", "removed"), ("p", "keep", "same")]
+    assert result.only_before.problems == tuple(f"old{i}" for i in range(20)) and result.only_before.rows == 40
+    assert result.only_after == compare.OneRunOnly("after", ("fresh",), 1)
+    assert result.only_before.line() == ("only in the before run: 20 problems (40 rows): old0, old1, old2, old3, "
+                                         "old4, old5, old6, old7, old8, old9, ... and 10 more")
+    assert result.only_after.line() == "only in the after run: 1 problem (1 row): fresh"
+    assert result.summary.line == ("3 rows: 0 faster, 0 slower, 1 same, 0 unclear; status changes: 1 new, 1 removed; "
+                                   "20 problems only in the before run; 1 problem only in the after run")
+
+
+def test_the_cli_prints_the_summary_first_and_each_one_run_only_section_once(tmp_path):
+    a, b = _twenty_problem_pair(tmp_path)
+    out = CliRunner().invoke(app, ["compare", a.run_id, b.run_id, "--results-dir", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0].startswith("3 rows: 0 faster, 0 slower, 1 same") and lines[2] == f"before: {a.run_id}"
+    assert out.output.count("only in the before run: 20 problems (40 rows)") == 1
+    assert out.output.count("only in the after run: 1 problem (1 row): fresh") == 1
+    table = out.output.split(f"after:  {b.run_id}")[1].split("only in the")[0]
+    assert "old" not in table and "fresh" not in table and table.count("removed") == 1  # p's dropped solution
+    md = CliRunner().invoke(app, ["compare", a.run_id, b.run_id, "--format", "md", "--results-dir", str(tmp_path)])
+    assert md.output.startswith("3 rows: ") and "| p " in md.output
+
+
+def test_json_has_the_summary_and_the_one_run_only_problems_and_csv_only_rows(tmp_path):
+    import json
+
+    a, b = _twenty_problem_pair(tmp_path)
+    out = CliRunner().invoke(app, ["compare", a.run_id, b.run_id, "--format", "json", "--results-dir", str(tmp_path)])
+    doc = json.loads(out.stdout)
+    assert doc["summary"].startswith("3 rows: 0 faster") and doc["counts"] == {"same": 1, "new": 1, "removed": 1}
+    assert doc["only_in_before"] == {"problems": [f"old{i}" for i in range(20)], "rows": 40}
+    assert doc["only_in_after"] == {"problems": ["fresh"], "rows": 1} and len(doc["rows"]) == 3
+    assert (doc["before"], doc["after"], doc["warnings"]) == (a.run_id, b.run_id, [])
+    csv = CliRunner().invoke(app, ["compare", a.run_id, b.run_id, "--format", "csv", "--results-dir", str(tmp_path)])
+    assert csv.stdout.startswith("mark,problem,") and len(csv.stdout.split()) == 4  # the header and p's three rows
+    assert "rows:" not in csv.stdout and "only in the after run: 1 problem (1 row): fresh" in csv.stderr
+
+
+def test_the_summary_line_counts_every_kind_of_change(tmp_path):
+    before = [ev("same", noisy(1.0)), ev("slow", noisy(1.0)), ev("fast", noisy(1.0)), ev("fast2", noisy(1.0)),
+              ev("breaks", noisy(1.0)), ev("fixed", status=Status.INCORRECT), ev("bad", status=Status.CRASHED),
+              ev("cpu", status=Status.NOT_RUN), ev("gone", noisy(1.0))]
+    after = [ev("same", noisy(1.0, seed=9)), ev("slow", noisy(1.2, seed=3)), ev("fast", noisy(0.8, seed=4)),
+             ev("fast2", noisy(0.7, seed=5)), ev("breaks", status=Status.INCORRECT), ev("fixed", noisy(1.0)),
+             ev("bad", status=Status.CRASHED), ev("cpu", status=Status.NOT_RUN), ev("added", noisy(1.0))]
+    a, b = _stored(tmp_path, before), _stored(tmp_path, after)
+    result = compare.compare(a.run_id, b.run_id, None, tmp_path, 0.01)
+    assert result.summary.line == (
+        "10 rows: 2 faster, 1 slower, 1 same, 0 unclear; status changes: 1 newly failing, 1 fixed, 1 new, 1 removed; "
+        "1 failing in both runs; 1 not run in either")
+    assert result.summary.rows == len(result.rows) == 10 and not result.one_run_only
+
+
+def test_two_alike_runs_say_so_in_one_line(tmp_path):
+    a, b = _stored(tmp_path, [ev("s", noisy(1.0))]), _stored(tmp_path, [ev("s", noisy(1.0, seed=2))])
+    result = compare.compare(a.run_id, b.run_id, None, tmp_path, 0.01)
+    assert result.summary.line == "1 row: 0 faster, 0 slower, 1 same, 0 unclear; status changes: none"
+    assert result.warnings == ()
+
+
+def _kill_its_process(store, **process):
+    """Rewrite a run file as if the process writing it had died (or, with `process`, name another one)."""
+    import json
+
+    path = store.directory / "run.json"
+    doc = json.loads(path.read_text())
+    doc["process"] = {**doc["process"], "pid": DEAD_PID, **process}
+    path.write_text(json.dumps(doc))
+
+
+def test_a_run_whose_process_died_is_incomplete_and_compare_says_how_much_never_ran(tmp_path):
+    a = _stored(tmp_path, [ev("s", noisy(1.0)), ev("s", noisy(1.0), problem="q")], problems=["p", "q"])
+    b = _stored(tmp_path, [ev("s", noisy(1.0, seed=2))], problems=["p", "q", "r"], finish=False)
+    _kill_its_process(b)
+    result = compare.compare(a.run_id, b.run_id, None, tmp_path, 0.01)
+    expected = f"the after run {b.run_id} is incomplete: its process is gone and 2 of its 3 selected problems never ran"
+    assert result.warnings == (expected,)
+    out = CliRunner().invoke(app, ["compare", a.run_id, b.run_id, "--results-dir", str(tmp_path)])
+    assert out.exit_code == 0 and f"[warning] the after run {b.run_id} is incomplete" in out.output
+
+
+def test_compare_warns_about_a_run_still_running_interrupted_or_from_an_older_kbench(tmp_path):
+    import json
+
+    a = _stored(tmp_path, [ev("s", noisy(1.0))], problems=["p"], finish=False)  # this process: still running
+    b = _stored(tmp_path, [ev("s", noisy(1.0))], problems=["p", "q"], finish=False)
+    b.finish("interrupted")
+    assert compare.compare(a.run_id, b.run_id, None, tmp_path, 0.01).warnings == (
+        f"the before run {a.run_id} is still running",
+        f"the after run {b.run_id} was interrupted: 1 of its 2 selected problems never ran",
+    )
+    old = json.loads((a.directory / "run.json").read_text())
+    del old["process"]  # a file from before kbench recorded its process
+    (a.directory / "run.json").write_text(json.dumps(old))
+    (warning, _) = compare.compare(a.run_id, b.run_id, None, tmp_path, 0.01).warnings
+    assert warning == (f"the before run {a.run_id} is incomplete: it is still marked running but does not name "
+                       "its process, so it was probably stopped")
+
+
+def test_the_compare_page_shows_the_summary_and_the_one_run_only_problems_once(tmp_path):
+    from kbench.reports import html
+
+    a, b = _twenty_problem_pair(tmp_path)
+    page = html.write_html_compare(compare.compare(a.run_id, b.run_id, None, tmp_path, 0.01)).read_text()
+    head = page.split('id="comparison"')[0]  # what comes before the table of rows
+    assert '<p id="verdict"><strong>3 rows: 0 faster, 0 slower, 1 same, 0 unclear;' in head
+    assert 'id="only-before"' in head and "20 problems (40 rows)" in head and "old19" in head
+    assert 'id="only-after"' in head and "1 problem (1 row)" in head
+    assert 'data-problem="old0"' not in page and 'data-problem="fresh"' not in page and 'data-problem="p"' in page
+    assert page.count('class="removed"') == 1  # p's dropped solution, the one removed row

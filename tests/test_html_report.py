@@ -338,3 +338,64 @@ def test_the_compare_page_in_the_browser(tmp_path: Path, page: Any) -> None:
     after_ms = page.eval_on_selector_all("#comparison tbody tr td:nth-child(7)", "c => c.map(x => x.dataset.v)")
     numbers = [float(v) for v in after_ms if v]
     assert numbers == sorted(numbers) and after_ms[len(numbers):] == [""] * (len(after_ms) - len(numbers))
+
+
+# --- what to trust, on the first screen (issue 31) ----------------------------------------------------------------
+
+
+def honest_copies(n: int = 20) -> list[Evaluation]:
+    """Honest copies of the reference, 1.000-1.017x as the H100 measured them: noise, never a win."""
+    rows = []
+    for i in range(n):
+        p = f"problem_{i:02d}"
+        eager = samples(4.0, seed=100 + i, spread=0.01)
+        copy = dataclasses.replace(samples(4.0 / (1 + 0.0009 * i), seed=200 + i, spread=0.01))
+        rows += [row(p, EAGER, ms=4.0, speedup_vs_eager=1.0, speedup_vs_compile=None),
+                 Evaluation(problem=p, solution="honest", status=Status.CORRECT, device="cuda", size="full",
+                            timing=copy, eager_timing=eager, speedup_vs_eager=eager.median / copy.median)]
+    return rows
+
+
+def test_the_first_screen_says_what_to_trust(report: Path, page: Any) -> None:
+    """A suspect row and a warning that weakens the fastest row are in the box above the fold, with the provenance."""
+    page.goto(report.as_uri())
+    box = page.locator("#before-you-quote")
+    assert box.is_visible() and box.bounding_box()["y"] < 900  # on the first screen of a 1280x900 window
+    text = box.inner_text()
+    assert "suspect conv / cheat" in text and "escaped_timer" in text
+    header = page.locator("#provenance").inner_text()
+    for key in ("kbench", "code", "device", "SM clock while timing", "timing", "precision", "tolerance", "sandbox"):
+        assert key in header
+    assert "NVIDIA H100 80GB HBM3" in header and "0123abc" in header
+
+
+def test_a_dirty_tree_and_a_weakened_headline_are_marked(tmp_path: Path, page: Any) -> None:
+    rows = problem_rows("conv")[:4]
+    rows[2] = dataclasses.replace(rows[2], warnings=("[gpu_throttled] the GPU was slowed by its power cap",))
+    directory = store(tmp_path, rows, git={"commit": "0123abc", "dirty": True})
+    page.goto(html.write_html_report(str(directory), tmp_path).as_uri())
+    assert "dirty" in page.locator("#provenance td.dirty").inner_text()
+    assert "weakened conv / fast" in page.locator("#before-you-quote").inner_text()
+    assert page.locator("#problems td .dagger").count() == 1  # the headline "fast" is marked, not silent
+    assert page.locator("section[data-problem='conv'] table.leaderboard .dagger").count() == 1
+
+
+def test_honest_copies_read_about_one_and_count_for_nothing(tmp_path: Path, page: Any) -> None:
+    directory = store(tmp_path, honest_copies(), config={**HEADER["config"], "compile_baseline": False})
+    page.goto(html.write_html_report(str(directory), tmp_path).as_uri())
+    cells = page.eval_on_selector_all("table.leaderboard td.speedup", "c => c.map(x => x.innerText)")
+    honest = [c for c in cells if c]
+    assert len(honest) == 20 and all(c.startswith("≈1") for c in honest), honest
+    significant = page.eval_on_selector_all("#fast-p-significant td", "c => c.map(x => x.innerText)")
+    assert significant[1:4] == ["100%", "0%", "0%"]  # fast_0, fast_1, fast_1.5: no win counted
+    assert "not measured" in page.locator("#compile-not-measured").inner_text()
+    assert "torch.compile: not measured" in page.locator("#before-you-quote").inner_text()
+
+
+def test_a_four_problem_run_prints_in_a_few_pages_per_problem(tmp_path: Path, page: Any) -> None:
+    rows = [r for p in ("a", "b", "c", "d") for r in problem_rows(p)[:10]]
+    directory = store(tmp_path, rows)
+    page.goto(html.write_html_report(str(directory), tmp_path).as_uri())
+    pdf = page.pdf(format="A4")
+    pages = pdf.count(b"/Type /Page") - pdf.count(b"/Type /Pages")
+    assert 0 < pages <= 3 * 4 + 2, pages  # issue 31: 42 pages before, every detail card printed open

@@ -158,7 +158,7 @@ def test_list_check_reports_the_noise_per_precision():
 
 
 def test_the_report_gives_each_problems_reference_noise_beside_its_tolerance():
-    from kbench.reports.leaderboard import markdown
+    from kbench.reports.report_text import markdown
 
     noise = {"precision": "fp32", "atol": 1e-4, "rtol": 1e-4, "max_abs": 2.8e-3, "exact_passes": False,
              "cause": "TF32, on in this run for cuDNN or matmul; --no-tf32 turns it off"}

@@ -2,7 +2,8 @@
 
 import pytest
 
-from kbench.reports.leaderboard import fast_p, markdown, ranked, summarize, write_report
+from kbench.reports.leaderboard import fast_p, ranked, summarize
+from kbench.reports.report_text import WIDTH, markdown, write_report
 from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status, TrialResult
 from kbench.results.storage import RunStore
 
@@ -48,48 +49,59 @@ def test_ranking_puts_correct_solutions_by_time_first():
     assert [e.solution for e in ranked(RECORDS, "c")] == [EAGER, "broken"]
 
 
-GOLDEN = """# kbench report: run R1
-
-GPU X, torch 2.11, started 2026-11-22T00:00:00+00:00, state complete.
-
-## Suite
-
-| baseline         | fast_0   | fast_1   | fast_1.5   | fast_2   | geomean (best per problem)   |
-|------------------|----------|----------|------------|----------|------------------------------|
-| vs eager         | 67%      | 67%      | 33%        | 33%      | 2.24x                        |
-| vs torch.compile | 67%      | 33%      | 33%        | 0%       | 1.00x                        |
-
-fast_p: share of the 3 problem(s) with a correct solution more than p times faster than the baseline (fast_0: any correct solution).
-
-## a
-
-| rank   | solution      | status   | median ms   | vs eager   | vs compile   | max abs err   | note   |
-|--------|---------------|----------|-------------|------------|--------------|---------------|--------|
-| 1      | fast          | correct  | 1.000       | 4.00x      | 2.00x        | 1.0e-06       |        |
-| 2      | torch.compile | correct  | 2.000       | 2.00x      | 1.00x        |               |        |
-| 3      | slow          | correct  | 3.000       | 1.33x      | 0.67x        | 2.0e-06       |        |
-| 4      | eager         | correct  | 4.000       | 1.00x      |              |               |        |
-
-## b
-
-| rank   | solution   | status   | median ms   | vs eager   | vs compile   | max abs err   | note   |
-|--------|------------|----------|-------------|------------|--------------|---------------|--------|
-| 1      | meh        | correct  | 0.800       | 1.25x      | 0.50x        | 0.0e+00       |        |
-| 2      | eager      | correct  | 1.000       | 1.00x      |              |               |        |
-
-## c
-
-| rank   | solution   | status    | median ms   | vs eager   | vs compile   | max abs err   | note   |
-|--------|------------|-----------|-------------|------------|--------------|---------------|--------|
-| 1      | eager      | correct   | 1.000       | 1.00x      |              |               |        |
-| 2      | broken     | incorrect |             |            |              |               |        |
-"""
+def _timed(ms, spread=0.002, n=30):
+    return Measurement(tuple(ms / 1e3 * (1 + spread * ((i * 7) % 11 - 5) / 5) for i in range(n)))
 
 
-def test_golden_markdown():
-    doc = {"run_id": "R1", "environment": {"gpu": {"name": "GPU X"}, "torch": "2.11"},
-           "started": "2026-11-22T00:00:00+00:00", "state": "complete"}
-    assert markdown(doc, RECORDS) == GOLDEN
+def _row(problem, solution, ms, eager_ms, status=Status.CORRECT, warnings=(), message=""):
+    return Evaluation(problem=problem, solution=solution, status=status, device="cuda", size="full",
+                      timing=_timed(ms) if ms else None, eager_timing=_timed(eager_ms) if eager_ms else None,
+                      speedup_vs_eager=eager_ms / ms if ms and eager_ms else None, warnings=tuple(warnings),
+                      message=message)
+
+
+ROWS = [
+    _row("a", EAGER, 4.0, 4.0), _row("a", COMPILED, 2.0, 4.0),
+    _row("a", "fast", 1.0, 4.0, warnings=["[gpu_throttled] the GPU was slowed by its power cap while this was timed "
+                                          "(SM clock 1410 of 1980 MHz), so this time may be too high"]),
+    _row("a", "copy", 3.98, 4.0), _row("a", "faked", 0.5, 4.0, status=Status.SUSPECT,
+                                      message="outputs pass, timing not trusted: [timer_mismatch] too low"),
+    _row("b", EAGER, 1.0, 1.0), _row("b", "broken", None, None, status=Status.INCORRECT, message="timed call 3: no"),
+]
+DOC = {"run_id": "R1", "state": "complete", "environment": {"gpu": {"name": "GPU X"}, "driver": "580", "torch": "2.11",
+                                                             "kbench": "0.1.0"},
+       "git": {"commit": "abcdef1234567890", "dirty": True}, "config": {"compile_baseline": True, "tolerance": "problem"}}
+
+
+def test_the_report_says_what_to_trust_first_and_every_speedup_says_what_it_divided():
+    text = markdown(DOC, ROWS)
+    first = text.split("## Suite")[0]
+    assert "abcdef123456 with uncommitted changes (dirty)" in first and "GPU X, driver 580" in first
+    assert "suspect: a/faked: [timer_mismatch] too low" in first
+    assert "weakened: a/fast: the GPU was throttled while it was timed" in first
+    a = text.split("## a")[1].split("## b")[0]
+    assert "| fast †" in a  # the fastest correct solution, marked: a warning weakens it
+    fast = next(line for line in a.splitlines() if line.startswith("| 1 "))
+    assert "4.00x" in fast and "4.000" in fast  # the speedup, and the eager ms it divided
+    copy = next(line for line in a.splitlines() if "| copy" in line)
+    assert "≈1x (" in copy  # 4.00 against 3.98 ms: within noise
+    assert "withheld" in next(line for line in a.splitlines() if "| faked" in line)
+    assert "- [1] fast: [gpu_throttled] the GPU was slowed by its power cap" in a  # a correct row's warning, whole
+    assert fast.rstrip(" |").endswith("1")  # its footnote's number, in the table
+    assert "- [1] broken: timed call 3: no" in text.split("## b")[1]
+    assert all(len(line) <= WIDTH for line in text.splitlines()), max(text.splitlines(), key=len)
+
+
+def test_a_baseline_that_was_not_measured_reads_not_measured_and_an_incomplete_run_says_so():
+    doc = {**DOC, "config": {"compile_baseline": False}, "state": "running"}
+    rows = [r for r in ROWS if r.solution != COMPILED]
+    text = markdown(doc, rows)
+    assert "torch.compile: not measured" in text.split("## Suite")[0]
+    assert "| vs torch.compile" in text and "not measured" in text.split("## Suite")[1].split("## a")[0]
+    assert "not measured" in next(line for line in text.split("## a")[1].splitlines() if line.startswith("| 1 "))
+    assert "incomplete run: still running" in text
+    clean = markdown({**DOC, "git": {"commit": "abc", "dirty": False}}, [ROWS[0], ROWS[1], ROWS[3]])
+    assert "Nothing to flag" in clean
 
 
 def test_report_writes_markdown_and_a_png(tmp_path):
@@ -114,3 +126,21 @@ def test_counts_stay_integers_in_the_csv_when_some_rows_have_none():
     csv = results_frame(rows).to_csv(index=False).splitlines()
     n = csv[0].split(",").index("n")
     assert csv[1].split(",")[n] == "644" and csv[2].split(",")[n] == ""
+
+
+def test_a_killed_run_reads_incomplete_with_how_to_finish_it(tmp_path):
+    """Issue 31: a run whose process was killed read "state running, all 0" as if it were complete."""
+    import json
+
+    store = RunStore.create(tmp_path, {"environment": {"gpu": {"name": "G"}, "torch": "t"}})
+    store.add(ROWS[0])
+    doc = json.loads((store.directory / "run.json").read_text())
+    doc["process"] = {"pid": 2**22 + 12345, "host": doc["process"]["host"], "boot_id": doc["process"]["boot_id"]}
+    (store.directory / "run.json").write_text(json.dumps(doc))  # as if its process had been killed
+    md, _, text = write_report(str(store.directory), tmp_path, with_chart=False)
+    box = text.split("## Before you quote these numbers")[1].split("## Suite")[0]
+    assert "its process is gone and it never finished" in box and f"--resume {doc['run_id']}" in box
+    from kbench.reports.html import write_html_report
+
+    page = write_html_report(str(store.directory), tmp_path).read_text()
+    assert "Incomplete run:" in page and "its process is gone" in page

@@ -1,9 +1,10 @@
-"""Regenerate docs/html-report.png: a problem's leaderboard and sample chart in `kbench report --html`'s page.
+"""Regenerate the README's screenshots of `kbench report --html`'s page: its first screen, and a problem's section.
 
-    python tools/html_report_screenshot.py            # the tests' fixture run (tests/test_html_report.py)
-    python tools/html_report_screenshot.py RUN_DIR    # a real run's report.html, written first
+    python tools/html_report_screenshot.py                      # the tests' fixture run (tests/test_html_report.py)
+    python tools/html_report_screenshot.py RUN_DIR [NAME]       # a real run's report.html, written first
 
-Needs playwright and Chromium at /usr/bin/chromium (or CHROMIUM=/path/to/chrome).
+Writes docs/NAME-first-screen.png (the page as it opens) and docs/NAME-problem.png (the first problem's section);
+NAME defaults to "html-report". Needs playwright and Chromium at /usr/bin/chromium (or CHROMIUM=/path/to/chrome).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "docs" / "html-report.png"
-VIEWPORT = {"width": 1280, "height": 1100}
+DOCS = ROOT / "docs"
+VIEWPORT = {"width": 1280, "height": 1000}
 
 
 def report(run_dir: Path | None, scratch: Path) -> Path:
@@ -41,16 +42,20 @@ def main() -> None:
 
     from tests.test_html_report import CHROMIUM, CHROMIUM_ARGS
 
+    name = sys.argv[2] if len(sys.argv) > 2 else "html-report"
     with tempfile.TemporaryDirectory() as scratch, sync_playwright() as playwright:
         page_file = report(Path(sys.argv[1]) if len(sys.argv) > 1 else None, Path(scratch))
         browser = playwright.chromium.launch(executable_path=os.environ.get("CHROMIUM", str(CHROMIUM)),
                                              args=CHROMIUM_ARGS)
         page = browser.new_page(viewport=VIEWPORT)
         page.goto(page_file.as_uri())
+        shots = [DOCS / f"{name}-first-screen.png", DOCS / f"{name}-problem.png"]
+        page.screenshot(path=str(shots[0]))
         page.evaluate("document.querySelector('section.problem').scrollIntoView()")
-        page.screenshot(path=str(OUT))
+        page.screenshot(path=str(shots[1]))
         browser.close()
-    print(f"{OUT}: {OUT.stat().st_size // 1024} KB")
+    for shot in shots:
+        print(f"{shot}: {shot.stat().st_size // 1024} KB")
 
 
 if __name__ == "__main__":

@@ -43,11 +43,14 @@ def list_command(
 
       kbench list --check --precision fp32 --precision bf16 --tolerance kernelbench
     """
+    import shutil
+
     from kbench.commands.listing import check_table, listing
     from kbench.commands.build_and_check import check_problems
     from kbench.commands.progress import plain
 
-    typer.echo(listing(problems_dir, solutions_dir))
+    # The terminal's width (COLUMNS first); 120 off a terminal. Names never split: a narrow terminal gets blocks.
+    typer.echo(listing(problems_dir, solutions_dir, shutil.get_terminal_size((120, 24)).columns))
     if check:
         checks = check_problems(problem or [], problems_dir, device, size, timeout, plain(progress), precision or (),
                                 tolerance, tf32=not no_tf32)

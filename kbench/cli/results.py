@@ -27,7 +27,8 @@ def compare_command(
 
     Each row's verdict comes from the raw samples of both runs (Mann-Whitney U test, p < 0.05) and a
     minimum effect (--threshold). Marks: + slower, - faster, ~ unclear, ! newly failing, x failing,
-    * fixed, n new, r removed.
+    * fixed, n new, r removed. A summary line comes first; problems that only one run has are listed once
+    after the table, not as rows; a run that did not finish gets a warning.
 
     Examples:
 
@@ -39,6 +40,8 @@ def compare_command(
 
       kbench compare --html
     """
+    import json
+
     from kbench.reports.compare import compare
     from kbench.reports.tables import FORMATS, comparison_frame, render
 
@@ -47,9 +50,18 @@ def compare_command(
     result = compare(a, b, baseline, results_dir, fraction(threshold), ignore_env)
     for warning in result.warnings:
         typer.secho(f"[warning] {warning}", err=True, fg=typer.colors.YELLOW)
-    if fmt == "table":
-        typer.echo(f"before: {result.before.label}\nafter:  {result.after.label}\n")
-    typer.echo(render(comparison_frame(result.rows), fmt))
+    frame, aside = comparison_frame(result.rows), [o.line() for o in result.one_run_only]
+    if fmt == "json":
+        typer.echo(json.dumps(result.document(json.loads(render(frame, fmt))), indent=1))
+    elif fmt == "csv":  # the rows alone on stdout; the problems they leave out are named on stderr
+        for line in aside:
+            typer.echo(line, err=True)
+        typer.echo(render(frame, fmt))
+    else:
+        typer.echo(result.summary.line + "\n")
+        if fmt == "table":
+            typer.echo(f"before: {result.before.label}\nafter:  {result.after.label}\n")
+        typer.echo(render(frame, fmt) + ("\n\n" + "\n\n".join(aside) if aside else ""))
     if html:
         from kbench.reports.html import write_html_compare
 
@@ -83,7 +95,8 @@ def report_command(
 
       kbench report --html
     """
-    from kbench.reports.leaderboard import write_kernelbench, write_report
+    from kbench.reports.leaderboard import write_kernelbench
+    from kbench.reports.report_text import write_report
 
     if format not in ("markdown", "kernelbench"):
         raise UsageError(f"Unknown report format '{format}'. Use markdown or kernelbench.")

@@ -10,6 +10,8 @@ from kbench.build.compile import BuildContext, BuildResult, child_env
 from kbench.execution.child import answer
 from kbench.execution.executors import Executor, local_executor
 from kbench.execution.pool import Slot
+from kbench.judge.loading import load_failure
+from kbench.judge.verdicts import Verdict
 from kbench.results.figures import Floor
 from kbench.results.jobs import (
     CompiledResult, EvaluateJob, EvaluateResult, OtherSize, ProblemRef, ReferenceJob, ReferenceResult, SolutionRef,
@@ -117,12 +119,18 @@ def _not_judged(plan: Plan, solution: SolutionSpec, precision: str, built: Build
         return Status.NOT_RUN, f"declares PRECISIONS {', '.join(solution.precisions)}; this run is in {precision}"
     if plan.device not in solution.devices:
         if built is not None and not built.ok:
-            return Status(built.status), built.message
+            return _failed_build(built)
         reason = f"supports {', '.join(solution.devices)} only; this run is on {plan.device}"
         return Status.NOT_RUN, reason + (" (it compiled and linked)" if built is not None else "")
     if built is None or not built.ok:
-        return (Status(built.status), built.message) if built else (Status.NOT_RUN, "not built")
+        return _failed_build(built) if built else (Status.NOT_RUN, "not built")
     return None
+
+
+def _failed_build(built: BuildResult) -> tuple[Status, str]:
+    """A failed build's status: an import that failed on a kernel DSL missing here is not_run, as in the judge."""
+    verdict = load_failure(Verdict(built.status, built.message))
+    return Status(verdict.status), verdict.message
 
 
 def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, built: BuildResult | None,

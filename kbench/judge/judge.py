@@ -21,6 +21,7 @@ from kbench.system import escapes
 from kbench.judge.harness import (
     Phases, apply_math_flags, guarded, job_reference, load_problem, set_sizes, with_peak,
 )
+from kbench.judge.loading import load_failure
 from kbench.judge.judge_timing import (
     calibrate, pin_timing_core, recalibrate, settle_mismatch, time_rounds, timing_warnings,
 )
@@ -61,7 +62,10 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
                               judge_work="the reference's first call")
     calibration = calibrate(job, session, reference, init, make, probe_inputs, probe)
     phases.mark("calibration")
-    session.load(job.solution.path, env)
+    try:
+        session.load(job.solution.path, env)
+    except Verdict as v:
+        raise load_failure(v) from None  # a kernel DSL missing here: not_run, as the machine cannot run it
     copied = session.build("main", reference, init, seed)
     session.bind("main", probe_inputs, probe)
     del probe, probe_inputs

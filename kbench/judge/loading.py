@@ -73,20 +73,44 @@ BACKENDS = {"triton": ("Triton", "triton"), "cutlass": ("CuTe DSL (nvidia-cutlas
             "tilelang": ("TileLang", "tilelang")}
 
 
-def missing_backend(exc: BaseException) -> str | None:
-    """The load_error message for a solution whose kernel DSL is not installed here, else None."""
-    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
-        return None
-    found = BACKENDS.get(exc.name.split(".")[0])
-    if found is None:
-        return None
-    what, extra = found
+def _backend_message(module: str) -> str:
+    what, extra = BACKENDS[module]
     return (f"the solution is written in {what}, which is not installed in this Python (pip install "
             f"'kbench[{extra}]' on a machine where it installs)")
 
 
+def missing_backend(exc: BaseException) -> str | None:
+    """The message for a solution whose kernel DSL is not installed here, else None."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    module = exc.name.split(".")[0]
+    return _backend_message(module) if module in BACKENDS else None
+
+
+def not_installed(message: str) -> bool:
+    """Whether a load_error's message is `missing_backend`'s for a kernel DSL that this Python lacks too: checked by
+    kbench's own process (find_spec imports nothing), never taken from the process that imported the solution."""
+    return any(message == _backend_message(m) and _absent(m) for m in BACKENDS)
+
+
+def _absent(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):  # a module entry without a spec: something is there
+        return False
+
+
+def load_failure(v: Verdict) -> Verdict:
+    """A failed import as a result: a solution whose kernel DSL is not installed here is `not_run` (this machine
+    cannot run it, as a CUDA solution without a GPU), with the message naming the extra; any other stays as it is."""
+    if v.status == "load_error" and not_installed(v.message):
+        return Verdict("not_run", v.message)
+    return v
+
+
 def load_solution(path: str) -> tuple[ModuleType, dict[str, Any]]:
-    """The solution module and {seconds, build_seconds}; a Verdict (compile_error, load_error) when it cannot load."""
+    """The solution module and {seconds, build_seconds}; a Verdict (compile_error, load_error) when it cannot load
+    (`load_failure` turns the load_error of a kernel DSL missing here into not_run)."""
     start = _perf_counter()
     try:
         module, builds = _instrumented_import(path)

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kbench.errors import UsageError
+from kbench.reports.compare_summary import (BROKEN, FAILING, FASTER, FIXED, NEW, NOT_RUN, REMOVED, SAME, SLOWER, UNCLEAR,
+                                            OneRunOnly, Verdict, run_warning, split_one_run_only, verdict)
 from kbench.results.records import Evaluation, Status
 from kbench.results.stats import mann_whitney_u, median
 from kbench.results.storage import latest_run, latest_two, load, LoadedRun, resolve
 
 ALPHA = 0.05  # significance level of the rank test
 
-FASTER, SLOWER, SAME, UNCLEAR = "faster", "slower", "same", "unclear"
-NEW, REMOVED, FIXED, BROKEN, FAILING = "new", "removed", "fixed", "newly failing", "failing"
-NOT_RUN = "not run"  # not run in either run (a solution for another device): nothing to compare, nothing wrong
 # asv-style marks: + slower, - faster, ~ not significant, ! newly failing, x failing in both.
 MARKS = {SLOWER: "+", FASTER: "-", UNCLEAR: "~", SAME: "", BROKEN: "!", FAILING: "x", FIXED: "*", NEW: "n", REMOVED: "r",
          NOT_RUN: ""}
@@ -139,24 +138,46 @@ def select_runs(a: str | None, b: str | None, baseline: str | None, results_dir:
 
 @dataclass(frozen=True)
 class Comparison:
+    """Two runs compared: the rows of the problems both have, and the problems only one has (not rows)."""
+
     before: LoadedRun
     after: LoadedRun
     rows: tuple[Row, ...]
     warnings: tuple[str, ...]
+    only_before: OneRunOnly = field(default_factory=lambda: OneRunOnly("before"))
+    only_after: OneRunOnly = field(default_factory=lambda: OneRunOnly("after"))
 
     @property
     def regressions(self) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.regression)
 
+    @property
+    def summary(self) -> Verdict:
+        return verdict(self.rows, self.only_before, self.only_after)
+
+    @property
+    def one_run_only(self) -> tuple[OneRunOnly, ...]:
+        """The one-run-only sections that have problems."""
+        return tuple(o for o in (self.only_before, self.only_after) if o.problems)
+
+    def document(self, rows: list[object]) -> dict[str, object]:
+        """`kbench compare --format json`: the summary, the warnings, the one-run-only problems, then `rows`."""
+        only = {f"only_in_{o.side}": {"problems": list(o.problems), "rows": o.rows}
+                for o in (self.only_before, self.only_after)}
+        return {"before": self.before.label, "after": self.after.label, "summary": self.summary.line,
+                "counts": dict(self.summary.counts), "warnings": list(self.warnings), **only, "rows": rows}
+
 
 def compare(a: str | None, b: str | None, baseline: str | None, results_dir: Path, threshold: float,
             ignore_env: bool = False) -> Comparison:
-    """`kbench compare`: pick the two runs, match their rows, decide each row's change."""
+    """`kbench compare`: pick the two runs, match their rows, decide each row's change; set apart the problems only
+    one run has, and warn about a run that did not finish."""
     if not 0 <= threshold < 1:
         raise UsageError(f"--threshold must be a fraction in [0, 1), e.g. 1% or 0.01; got {threshold}")
     warn: list[str] = []
     before, after = select_runs(a, b, baseline, results_dir, warn)
-    rows = compare_runs(before, after, threshold, ignore_env)
+    rows, only_before, only_after = split_one_run_only(compare_runs(before, after, threshold, ignore_env), before, after)
     if ignore_env and environment_key(before) != environment_key(after):
         warn.append(f"comparing across environments: {environment_key(before)} vs {environment_key(after)}")
-    return Comparison(before, after, tuple(rows), tuple(warn))
+    warn += [w for side, run in (("before", before), ("after", after)) if (w := run_warning(side, run)) is not None]
+    return Comparison(before, after, rows, tuple(warn), only_before, only_after)

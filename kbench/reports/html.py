@@ -17,11 +17,12 @@ import pandas as pd
 
 from kbench.system.toolkit import first_compiler_error
 from kbench.errors import ResultsError
-from kbench.reports import leaderboard, reproduce, strips, tables
+from kbench.reports import caveats, leaderboard, report_text, reproduce, strips, tables
 from kbench.reports.compare import MARKS, Comparison, environment_key
 from kbench.results.figures import PeakMemory
+from kbench.results import speedups
 from kbench.results.records import COMPILED, EAGER, Evaluation, Status
-from kbench.results.storage import RUN_FILE, LoadedRun, atomic_write, latest_run, load, resolve
+from kbench.results.storage import RUN_FILE, LoadedRun, atomic_write, latest_run, load, resolve, run_state
 
 TEMPLATES = Path(__file__).with_name("templates")
 REPORT_FILE = "report.html"
@@ -52,15 +53,50 @@ def _number(value: Any, pattern: str) -> str:
     return "" if missing else pattern.format(value)
 
 
+# Names a reader knows, for run-file keys shown in the detail sections (the rest: underscores to spaces).
+NAMES = {"trust_fp64": "fp64 check", "trust_determinism": "determinism check", "trust_profile": "kernel profile",
+         "own": "own kernels", "own_share": "own kernels' share", "library": "library kernels", "fp64": "fp64 check",
+         "other_sizes": "other sizes", "p50": "median", "p90": "90th percentile", "sm_mhz": "SM clock (MHz)",
+         "max_sm_mhz": "SM clock, maximum (MHz)", "rechecked": "calls rechecked in full", "calibration": "calibration"}
+
+
+def _name(key: str) -> str:
+    words = []
+    for part in key.split("."):
+        base = part[:-2] if part.endswith("_s") and part not in NAMES else part[:-6] if part.endswith("_bytes") else part
+        words.append(NAMES.get(part, NAMES.get(base, base.replace("_", " "))))
+    return " / ".join(words)
+
+
+def _value(key: str, value: Any) -> str:
+    """A value in human units: seconds as ms or s, bytes as MiB, yes/no, four significant digits."""
+    last = key.rsplit(".", 1)[-1]
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)) and last.endswith("_s"):
+        return f"{value * 1e3:.4g} ms" if abs(value) < 1 else f"{value:.4g} s"
+    if isinstance(value, (int, float)) and last.endswith("_bytes"):
+        return f"{value / 2**20:.1f} MiB"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
 def flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:
-    """Nested run-file fields or records as (dotted key, text) pairs, for the tables of key and value."""
+    """Nested run-file fields or records as (name, text) pairs in human units, for the tables of key and value."""
+    return [(_name(k), v) for k, v in _flat(data, prefix)]
+
+
+def _flat(data: Any, prefix: str) -> list[tuple[str, str]]:
     if dataclasses.is_dataclass(data) and not isinstance(data, type):
         data = dataclasses.asdict(data)
     if isinstance(data, dict):
-        return [pair for k, v in data.items() for pair in flatten(v, f"{prefix}.{k}" if prefix else str(k))]
+        return [pair for k, v in data.items() for pair in _flat(v, f"{prefix}.{k}" if prefix else str(k))]
     if isinstance(data, (list, tuple)) and not any(isinstance(v, (dict, list)) for v in data):
-        return [(prefix, ", ".join(str(v) for v in data))]
-    return [(prefix, "" if data is None else f"{data:.4g}" if isinstance(data, float) else str(data))]
+        if len(data) > 12 and all(isinstance(v, (int, float)) for v in data):  # per-call figures: their spread
+            return [(prefix, f"{len(data)} values, median {_value(prefix, sorted(data)[len(data) // 2])}")]
+        return [(prefix, ", ".join(_value(prefix, v) for v in data))]
+    return [(prefix, _value(prefix, data))]
 
 
 def trial_rows(e: Evaluation) -> list[tuple[str, Any]]:
@@ -133,19 +169,36 @@ def leaderboard_rows(rows: Sequence[Evaluation]) -> list[dict[str, Any]]:
 
 def problem_view(doc: dict[str, Any], evaluations: Sequence[Evaluation], problem: str, index: int) -> dict[str, Any]:
     ranked = leaderboard.ranked(evaluations, problem)
-    rows = [{**row, "anchor": f"p{index}-{j}", "repro": reproduce.run_command(row["e"], doc)}
+    eager = next((e for e in ranked if e.solution == EAGER), None)
+    compiled = next((e for e in ranked if e.solution == COMPILED), None)
+    measured = caveats.compile_measured(doc, evaluations)
+    best, weakened = caveats.headline(evaluations, problem)
+    rows = [{**row, "anchor": f"p{index}-{j}", "repro": reproduce.run_command(row["e"], doc),
+             "speed": report_text.speedup_cells(row["e"], eager, compiled, measured),
+             "headline": row["e"] is best, "weakened": row["e"] is best and weakened}
             for j, row in enumerate(leaderboard_rows(ranked))]
     chart = strips.chart([(e.solution, _kind(e), e.timing.samples if e.timing else ()) for e in ranked])
-    eager = next((e for e in ranked if e.solution == EAGER), None)
     solutions = [r for r in rows if r["solution"] not in leaderboard.BASELINE_ROWS]
     return {"name": problem, "id": f"p{index}", "info": (doc.get("problems") or {}).get(problem, {}),
             "noise": leaderboard.noise_line(evaluations, problem), "rows": rows, "chart": chart,
-            "floor": eager.floor if eager is not None else None,
-            "best": next((r for r in solutions if r["kind"] == "correct"), None), "n_solutions": len(solutions),
+            "speedups": speedup_svg(rows), "floor": eager.floor if eager is not None else None,
+            "best": next((r for r in solutions if r["headline"]), None), "n_solutions": len(solutions),
             "n_correct": sum(r["kind"] == "correct" for r in solutions)}
 
 
-def report_html(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> str:
+def speedup_svg(rows: Sequence[dict[str, Any]]) -> markupsafe.Markup | None:
+    """The problem's speedups vs eager with their intervals, as an inline SVG (kbench.reports.speedup_chart)."""
+    try:
+        from kbench.reports.speedup_chart import speedup_chart, speedup_svg as draw
+    except ImportError:  # the chart module is optional to the page
+        return None
+    found = [(r["solution"], s.value, s.low, s.high, r["kind"]) for r in rows
+             if r["solution"] not in leaderboard.BASELINE_ROWS and (s := speedups.of_row(r["e"])) is not None]
+    chart = speedup_chart(found) if found else None
+    return markupsafe.Markup(draw(chart)) if chart is not None else None
+
+
+def report_html(doc: dict[str, Any], evaluations: Sequence[Evaluation], state: str | None = None) -> str:
     """The run's page: environment, configuration, suite summary, and per problem a leaderboard, a chart of the
     samples and a section per row."""
     problems = sorted({e.problem for e in evaluations})
@@ -153,8 +206,12 @@ def report_html(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> str:
     anchors = {(r["e"].problem, r["e"].solution): r["anchor"] for v in views for r in v["rows"]}
     solutions = [e for e in evaluations if e.solution not in leaderboard.BASELINE_ROWS]
     counts = Counter(e.status for e in solutions)
+    found = caveats.caveats(doc, evaluations, state)
     return render(
         "report.html.j2", doc=doc, summary=leaderboard.summarize(evaluations), fast_p=leaderboard.FAST_P,
+        significant=[speedups.significant_fast_p(evaluations, problems, p) for p in leaderboard.FAST_P],
+        compile_measured=caveats.compile_measured(doc, evaluations), caveats=found,
+        provenance=caveats.provenance(doc, evaluations), weakening=caveats.WEAKENING, noise_band=speedups.NOISE_BAND,
         counts=[(s.value, counts[s]) for s in Status if counts[s]], n_solutions=len(solutions),
         suspects=[e for e in solutions if e.status == Status.SUSPECT],
         references=[e for e in evaluations if e.solution in leaderboard.BASELINE_ROWS and e.status != Status.CORRECT],
@@ -181,7 +238,7 @@ def write_html_report(ref: str | None, results_dir: Path) -> Path:
     run = load(resolve(ref, results_dir)) if ref else latest_run(results_dir, [])
     named = not run.path.is_dir() and run.path.name != RUN_FILE
     path = run.path.with_suffix(".html") if named else _directory(run) / REPORT_FILE
-    return _write(path, report_html(run.doc, run.evaluations))
+    return _write(path, report_html(run.doc, run.evaluations, run_state(run.doc)))
 
 
 def _samples(run: LoadedRun) -> dict[tuple[str, str, str], tuple[float, ...]]:

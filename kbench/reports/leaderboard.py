@@ -6,11 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tabulate import tabulate
 
 from kbench.results.records import COMPILED, EAGER, Evaluation, Status
 from kbench.results.stats import geometric_mean
-from kbench.results.storage import atomic_write, latest_run, load, resolve
+from kbench.results.storage import latest_run, load, resolve
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 BASELINE_ROWS = (EAGER, COMPILED)
@@ -76,38 +75,6 @@ def _x(value: float | None) -> str:
     return f"{value:.2f}x" if value is not None else ""
 
 
-def markdown(doc: dict, evaluations: Sequence[Evaluation]) -> str:
-    env = doc.get("environment", {})
-    device = (env.get("gpu") or {}).get("name") or env.get("cpu", "?")
-    s = summarize(evaluations)
-    lines = [
-        f"# kbench report: run {doc.get('run_id', '?')}",
-        "",
-        f"{device}, torch {env.get('torch', '?')}, started {doc.get('started', '?')}, state {doc.get('state', '?')}.",
-        "",
-        "## Suite",
-        "",
-        tabulate(
-            [["vs eager", *[f"{v:.0%}" for _, v in s.fast_p_eager], _x(s.geomean_eager)],
-             ["vs torch.compile", *[f"{v:.0%}" for _, v in s.fast_p_compile], _x(s.geomean_compile)]],
-            headers=["baseline", *[f"fast_{p:g}" for p in FAST_P], "geomean (best per problem)"], tablefmt="github",
-        ),
-        "",
-        f"fast_p: share of the {s.problems} problem(s) with a correct solution more than p times faster than the "
-        "baseline (fast_0: any correct solution).",
-    ]
-    for problem in sorted({e.problem for e in evaluations}):
-        rows = [[i, e.solution, e.status.value, f"{e.timing.median * 1e3:.3f}" if e.timing else "",
-                 _x(e.speedup_vs_eager), _x(e.speedup_vs_compile),
-                 f"{e.max_abs_err:.1e}" if e.max_abs_err is not None else "", e.message.splitlines()[0] if e.message else ""]
-                for i, e in enumerate(ranked(evaluations, problem), start=1)]
-        lines += ["", f"## {problem}", "", tabulate(
-            rows, headers=["rank", "solution", "status", "median ms", "vs eager", "vs compile", "max abs err", "note"],
-            tablefmt="github", disable_numparse=True)]
-        lines += noise_line(evaluations, problem)
-    return "\n".join(lines) + "\n"
-
-
 def noise_line(evaluations: Sequence[Evaluation], problem: str) -> list[str]:
     """The reference's own error against float64 beside the tolerance (kbench.judge.noise), from the problem's eager row."""
     eager = next((e for e in evaluations if e.problem == problem and e.solution == EAGER), None)
@@ -121,51 +88,60 @@ def noise_line(evaluations: Sequence[Evaluation], problem: str) -> list[str]:
 
 
 def chart(evaluations: Sequence[Evaluation], path: Path) -> Path | None:
-    """Bar chart of speedup vs eager per problem and solution; None when matplotlib is not installed."""
+    """Bar chart of speedup vs eager per problem and solution; None when matplotlib is not installed.
+
+    Speedups are ratios: the axis is logarithmic (at least 0.5x-2x, 1x marked) and each bar runs from 1x to its
+    value. A few problems stand as columns (labels rotated), more lie as rows: the figure is never wider than
+    14 inches, 1680 px at dpi 120 (kbench.reports.speedup_chart.png_layout)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FixedLocator, NullLocator
     except ImportError:
         return None
+    from kbench.reports.speedup_chart import PAD, png_layout, speedup_ticks, tick_label
+
     speed = {(e.problem, e.solution): e.speedup_vs_eager for e in evaluations
              if e.status == Status.CORRECT and e.speedup_vs_eager and e.solution != EAGER}
     if not speed:
         return None
-    problems = sorted({p for p, _ in speed})
-    solutions = sorted({s for _, s in speed})
+    problems, solutions = sorted({p for p, _ in speed}), sorted({s for _, s in speed})
+    size, across = png_layout(len(problems), len(solutions))
     width = 0.8 / len(solutions)
-    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(problems) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=size)
     for i, solution in enumerate(solutions):
         present = [(j, speed[(p, solution)]) for j, p in enumerate(problems) if (p, solution) in speed]
-        ax.bar([j + i * width for j, _ in present], [v for _, v in present], width, label=solution)
-    if max(speed.values()) / min(speed.values()) > LOG_SCALE_SPREAD:
-        ax.set_yscale("log")
-    ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label="eager (1x)")
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(problems))], problems, rotation=15, ha="right")
-    ax.set_ylabel("speedup vs eager (higher is better)")
+        where = [j + (i - (len(solutions) - 1) / 2) * width for j, _ in present]
+        bars = [v - 1.0 for _, v in present]  # from 1x to the value: up (right) is faster, down (left) slower
+        if across:
+            ax.bar(where, bars, width, bottom=1.0, label=solution)
+        else:
+            ax.barh(where, bars, width, left=1.0, label=solution)
+    lo, hi = min(0.5, min(speed.values()) / PAD), max(2.0, max(speed.values()) * PAD)
+    value_axis = ax.yaxis if across else ax.xaxis
+    (ax.set_yscale if across else ax.set_xscale)("log")
+    (ax.set_ylim if across else ax.set_xlim)(lo, hi)
+    value_axis.set_major_locator(FixedLocator(speedup_ticks(lo, hi)))
+    value_axis.set_minor_locator(NullLocator())
+    value_axis.set_major_formatter(lambda v, _: tick_label(v))
+    value_axis.grid(True, color="#e5e8ee")
+    ax.set_axisbelow(True)
+    (ax.axhline if across else ax.axvline)(1.0, color="black", linewidth=1, linestyle="--", label="eager (1x)")
+    if across:
+        ax.set_xticks(range(len(problems)), problems, rotation=35, ha="right", fontsize="small")
+    else:  # rows top to bottom in name order
+        ax.set_yticks(range(len(problems)), problems, fontsize="small")
+        ax.set_ylim(len(problems) - 0.5, -0.5)
+    (ax.set_ylabel if across else ax.set_xlabel)(f"speedup vs eager (log scale; {'higher' if across else 'further right'}"
+                                                  " is faster)")
     ax.set_title("kbench: speedup per problem and solution")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
-
-
-def write_report(ref: str | None, results_dir: Path, with_chart: bool = True) -> tuple[Path, Path | None, str]:
-    """Write report.md (and speedups.png) next to a run's run.json (default: the latest run).
-
-    Returns (markdown path, chart path or None, markdown text).
-    """
-    run = load(resolve(ref, results_dir)) if ref else latest_run(results_dir, [])
-    doc, evaluations = run.doc, run.evaluations
-    directory = run.path if run.path.is_dir() else run.path.parent
-    text = markdown(doc, evaluations)
-    md_path = directory / "report.md"
-    atomic_write(md_path, text)
-    png = chart(evaluations, directory / "speedups.png") if with_chart else None
-    return md_path, png, text
 
 
 def write_kernelbench(ref: str | None, results_dir: Path) -> Path:

@@ -1,7 +1,8 @@
-"""Records to tables: a pandas frame, rendered for the terminal (tabulate), CSV and markdown."""
+"""Records to tables: a pandas frame, rendered for the terminal (120 columns, footnotes), CSV and markdown."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -21,20 +22,19 @@ COLUMNS = [
     "problem", "solution", "status", "size", "precision", "median_ms", "eager_ms", "vs_eager", "vs_compile", "floor_pct",
     "n", "ci_pct", "max_abs_err", "peak_mib", "compile_s", "notes",
 ]
-NOTE_CHARS = 120
+WIDTH = 120  # the widest line of a table for the terminal, footnotes included
+NOTE_PARTS = "note_parts"  # results_frame's attrs: each row's message and warnings apart, by index (the footnotes)
 
 
-def _note(e: Evaluation) -> str:
-    parts = [e.message] if e.message else []
-    parts += list(e.warnings)
-    text = "; ".join(p.splitlines()[0] for p in parts if p)
-    return text if len(text) <= NOTE_CHARS else text[: NOTE_CHARS - 3] + "..."
+def note_parts(e: Evaluation) -> tuple[str, ...]:
+    """The row's message and each of its warnings, in full, each on one line."""
+    return tuple(" ".join(p.split()) for p in (e.message, *e.warnings) if p and p.strip())
 
 
 def _row(e: Evaluation) -> dict[str, object]:
     row: dict[str, object] = {c: None for c in COLUMNS}
     row.update(problem=e.problem, solution=e.solution, status=e.status.value, size=e.size, precision=e.precision,
-               notes=_note(e))
+               notes="; ".join(note_parts(e)))
     if e.timing is not None:
         summary = e.timing.summary()
         row["median_ms"] = summary["median"] * 1e3
@@ -62,6 +62,7 @@ def peak_bytes(e: Evaluation) -> int | None:
 def results_frame(evaluations: Sequence[Evaluation]) -> pd.DataFrame:
     frame = pd.DataFrame([_row(e) for e in evaluations], columns=COLUMNS)
     frame["n"] = frame["n"].astype("Int64")  # a count, also where some rows have none (never 644.0 in the CSV)
+    frame.attrs[NOTE_PARTS] = {i: note_parts(e) for i, e in enumerate(evaluations)}
     return frame
 
 
@@ -85,12 +86,95 @@ def _display(frame: pd.DataFrame) -> pd.DataFrame:
     return _formatted(frame, RESULT_FORMATS)
 
 
-def to_terminal(frame: pd.DataFrame) -> str:
-    return tabulate(_display(frame), headers="keys", tablefmt="simple", showindex=False, disable_numparse=True)
-
-
 def to_markdown(frame: pd.DataFrame) -> str:
-    return tabulate(_display(frame), headers="keys", tablefmt="github", showindex=False, disable_numparse=True)
+    shown = _display(frame)
+    shown["notes"] = [n.replace("|", "\\|") for n in shown["notes"]]  # a | in a warning would end the cell
+    return tabulate(shown, headers="keys", tablefmt="github", showindex=False, disable_numparse=True)
+
+
+# The terminal table's headers (on two lines where a name is long), and the columns that leave first when the table
+# would be wider than WIDTH (results.csv keeps them all); problem, solution and status always stay.
+HEADERS = {"precision": "prec", "median_ms": "median\nms", "eager_ms": "eager\nms", "vs_eager": "vs\neager",
+           "vs_compile": "vs\ncompile", "floor_pct": "floor", "ci_pct": "ci", "max_abs_err": "max\nerr",
+           "peak_mib": "peak\nMiB", "compile_s": "compile\ns"}
+LEAVE_FIRST = ("compile_s", "peak_mib", "n", "eager_ms", "floor_pct", "ci_pct", "size", "precision", "max_abs_err",
+               "vs_compile", "vs_eager", "median_ms", "notes")
+SHARED = ("size", "precision")  # a column on which every row agrees becomes a line above the table
+TEXT = ("problem", "solution", "status", "size", "precision", "notes")  # aligned left; figures align right
+
+
+def grid(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool] = ()) -> str:
+    """A plain table: columns two spaces apart and a rule of dashes under the headers. A header or a cell may hold
+    several lines ("\\n"); headers sit on their last line; `right[i]` aligns column i to the right."""
+    heads = [h.split("\n") for h in headers]
+    body = [[str(c).split("\n") for c in row] for row in rows]
+    widths = [max(len(line) for cell in [heads[i], *(r[i] for r in body)] for line in cell) for i in range(len(heads))]
+    depth = max((len(h) for h in heads), default=1)
+    heads = [[""] * (depth - len(h)) + h for h in heads]
+
+    def lines(cells: list[list[str]]) -> list[str]:
+        out = []
+        for k in range(max((len(c) for c in cells), default=0)):
+            texts = [c[k] if k < len(c) else "" for c in cells]
+            out.append("  ".join(t.rjust(w) if i < len(right) and right[i] else t.ljust(w)
+                                 for i, (t, w) in enumerate(zip(texts, widths))).rstrip())
+        return out
+
+    return "\n".join(lines(heads) + ["  ".join("-" * w for w in widths)] + [x for row in body for x in lines(row)])
+
+
+def _footnotes(shown: pd.DataFrame, parts: dict[object, tuple[str, ...]], width: int) -> tuple[list[str], list[str]]:
+    """Each row's footnote numbers ("1, 2") and the footnotes: `[n] problem/solution: text`, wrapped at `width`."""
+    marks, notes = [], []
+    for index, row in shown.iterrows():
+        texts = parts.get(index, (row["notes"],) if row["notes"] else ())
+        numbers = range(len(notes) + 1, len(notes) + 1 + len(texts))
+        marks.append(", ".join(map(str, numbers)))
+        notes += [textwrap.fill(f"[{n}] {row['problem']}/{row['solution']}: {text}", width, break_on_hyphens=False,
+                                subsequent_indent=" " * len(f"[{n}] ")) for n, text in zip(numbers, texts)]
+    return marks, notes
+
+
+def _table(shown: pd.DataFrame, columns: Sequence[str]) -> str:
+    return grid([HEADERS.get(c, c) for c in columns], shown[list(columns)].values.tolist(),
+                [c not in TEXT for c in columns])
+
+
+def _blocks(shown: pd.DataFrame, columns: Sequence[str], width: int) -> str:
+    """One row per block, for names too long for any table: `problem/solution`, then its figures, wrapped."""
+    out = []
+    for _, row in shown.iterrows():
+        figures = ", ".join(f"{c} {row[c]}" for c in columns if c not in ("problem", "solution") and row[c] != "")
+        out.append("\n".join([f"{row['problem']}/{row['solution']}", *textwrap.wrap(
+            figures, width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)]))
+    return "\n".join(out)
+
+
+def to_terminal(frame: pd.DataFrame, width: int = WIDTH) -> str:
+    """The run's table for a terminal, no line over `width` columns: each row's message and warnings in full as
+    numbered footnotes under the table (its notes column holds their numbers), the columns every row shares as a line
+    above it, and, where it would still be too wide, the columns least needed left out (named under it), or one row
+    per block when even the names do not fit."""
+    shown = _display(frame)
+    shown["notes"], footnotes = _footnotes(shown, frame.attrs.get(NOTE_PARTS) or {}, width)
+    shared = [c for c in SHARED if len(shown) and shown[c].nunique() == 1 and shown[c].iloc[0] != ""]
+    keep = [c for c in COLUMNS if c not in shared and (c in TEXT[:3] or (shown[c] != "").any())]
+    columns, left_out = list(keep), []
+    text = _table(shown, columns)
+    for column in LEAVE_FIRST:
+        if max(map(len, text.splitlines())) <= width:
+            break
+        if column in columns:
+            columns.remove(column)
+            left_out.append(column)
+            text = _table(shown, columns)
+    if max(map(len, text.splitlines())) > width:
+        text, left_out = _blocks(shown, keep, width), []
+    lines = [", ".join(f"{c} {shown[c].iloc[0]}" for c in shared) + " (every row)"] if shared else []
+    lines.append(text)
+    if left_out:
+        lines.append(textwrap.fill(f"left out for width: {', '.join(left_out)} (results.csv has every column)", width))
+    return "\n".join(lines + ([""] + footnotes if footnotes else []))
 
 
 def build_table(results: Sequence[BuildResult]) -> str:

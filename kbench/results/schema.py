@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kbench.results.records import Evaluation, RunConfig
-from kbench.results.storage import FORMAT, VERSION
+from kbench.results.storage import FORMAT, VERSION, RunProcess
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class RunFile:
     git: dict[str, Any] | None = None  # commit id and whether the tree was dirty
     selection: dict[str, Any] = field(default_factory=dict)  # the problems and solutions asked for
     problems: dict[str, Any] = field(default_factory=dict)  # per problem: tolerance, precision, sizes used
+    process: RunProcess | None = None  # who writes the run (pid, host, boot id); absent in older files
 
 
 def run_schema() -> dict[str, Any]:

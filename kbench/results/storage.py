@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ FORMAT = "kbench-run"
 VERSION = 2  # kbench.results.migrate brings older files up to it
 RUN_FILE = "run.json"
 BASELINES = "baselines"  # results/baselines/<name>.json: curated runs kept in git
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # Linux: changes at every boot, so a pid is only meaningful with it
+PROC = Path("/proc")
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -73,7 +76,8 @@ class RunStore:
         except OSError as exc:
             raise ResultsError(f"Cannot create the results folder {directory}: {exc.strerror}") from None
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        store = cls(directory, {"format": FORMAT, "version": VERSION, "run_id": run_id, "started": now, **header})
+        store = cls(directory, {"format": FORMAT, "version": VERSION, "run_id": run_id, "started": now,
+                                "process": asdict(this_process()), **header})
         store.save(state="running")
         return store
 
@@ -83,6 +87,7 @@ class RunStore:
         doc, evaluations = load_run(path)
         directory = path if path.is_dir() else path.parent
         header = {k: v for k, v in doc.items() if k not in ("evaluations", "state", "finished")}
+        header["process"] = asdict(this_process())  # the resuming process writes the run from now on
         store = cls(directory, header)
         store.evaluations = list(evaluations)
         return store  # nothing is written until the caller has accepted it (same machine, same torch)
@@ -107,6 +112,66 @@ class RunStore:
     def finish(self, state: str = "complete") -> None:
         """The run file in its final state (the tables beside it: kbench.reports.tables.write_tables)."""
         self.save(state)
+
+
+@dataclass(frozen=True)
+class RunProcess:
+    """Who writes a run (run.json's `process`): a reader can tell a run still going from one whose process died."""
+
+    pid: int
+    host: str
+    boot_id: str = ""  # Linux's /proc/sys/kernel/random/boot_id; "" where it cannot be read
+
+
+def _boot_id() -> str:
+    try:
+        return BOOT_ID.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def this_process() -> RunProcess:
+    return RunProcess(pid=os.getpid(), host=socket.gethostname(), boot_id=_boot_id())
+
+
+def recorded_process(doc: Mapping[str, object]) -> RunProcess | None:
+    """The process a run file names, or None (files written before kbench recorded it, or a malformed record)."""
+    raw = doc.get("process")
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return RunProcess(pid=int(raw["pid"]), host=str(raw["host"]), boot_id=str(raw.get("boot_id") or ""))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _pid_exists(pid: int) -> bool:
+    if PROC.is_dir():
+        return (PROC / str(pid)).exists()
+    try:
+        os.kill(pid, 0)  # no /proc (macOS): signal 0 only asks whether the process exists
+    except PermissionError:
+        return True
+    except (OSError, OverflowError):
+        return False
+    return True
+
+
+def process_alive(process: RunProcess) -> bool:
+    """Whether the process still runs: it ran on this host, in this boot, and its pid exists. A process on another
+    host cannot be checked from here and does not count as alive."""
+    here = this_process()
+    return process.host == here.host and process.boot_id == here.boot_id and process.pid > 0 and _pid_exists(process.pid)
+
+
+def run_state(doc: Mapping[str, object]) -> str:
+    """What a run file's state means now: complete, interrupted, running (marked running, and its process is alive)
+    or incomplete (marked running or not marked, and its process is gone or not recorded: it died unfinished)."""
+    state = doc.get("state")
+    if state in ("complete", "interrupted"):
+        return str(state)
+    process = recorded_process(doc)
+    return "running" if state == "running" and process is not None and process_alive(process) else "incomplete"
 
 
 def load_run(path: Path) -> tuple[dict[str, Any], list[Evaluation]]:

@@ -37,7 +37,10 @@ def describe_torch() -> dict[str, Any]:
 
     import torch
 
+    from kbench import __version__
+
     info: dict[str, Any] = {
+        "kbench": __version__,
         "torch": torch.__version__,
         "cuda_runtime": torch.version.cuda,
         "python": platform.python_version(),

@@ -1,0 +1,153 @@
+"""What a reader must know before quoting a run's numbers: the caveats box and the provenance header of every report."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kbench.results.records import COMPILED, EAGER, Evaluation, Status
+from kbench.results.stats import median
+
+# Findings on a `correct` row that weaken its verdict or its number (not enough to make it suspect), in words.
+WEAKENING = {
+    "harness_access": "reached the harness's objects in its process",
+    "gpu_throttled": "the GPU was throttled while it was timed",
+    "gpu_busy": "other processes held the GPU while it was timed",
+    "machine_busy": "other processes kept the CPU busy while it was timed",
+    "level_moved": "its time moved while it was timed",
+    "few_samples": "too few samples for a steady median",
+    "check_skipped": "a check could not run",
+    "degenerate_constant": "the problem cannot tell a constant from the right answer",
+    "degenerate_inputs": "the problem's inputs make a wrong answer pass",
+    "tolerance_below_noise": "the tolerance is below the reference's own error",
+}
+NOT_MEASURED = "not measured"
+
+
+def codes(row: Evaluation) -> list[str]:
+    """The finding codes of a row's warnings, in order (`[code] text`)."""
+    return [w[1:].split("]", 1)[0] for w in row.warnings if w.startswith("[") and "]" in w]
+
+
+def weakening(row: Evaluation) -> list[str]:
+    return [c for c in dict.fromkeys(codes(row)) if c in WEAKENING]
+
+
+@dataclass(frozen=True)
+class Caveats:
+    """The first screen's "before you quote these numbers": each a list of (what, why) lines; empty when clean."""
+
+    suspects: tuple[tuple[Evaluation, str], ...]
+    weakened: tuple[tuple[Evaluation, tuple[str, ...]], ...]
+    unmeasured: tuple[str, ...]
+    incomplete: str
+
+    @property
+    def empty(self) -> bool:
+        return not (self.suspects or self.weakened or self.unmeasured or self.incomplete)
+
+    def lines(self) -> list[str]:
+        """The box as plain lines (the terminal and markdown reports)."""
+        out = [f"incomplete run: {self.incomplete}"] if self.incomplete else []
+        out += [f"suspect: {e.problem}/{e.solution}: {why}" for e, why in self.suspects]
+        out += [f"weakened: {e.problem}/{e.solution}: " + "; ".join(WEAKENING[c] for c in found)
+                for e, found in self.weakened]
+        out += [f"baseline {u}" for u in self.unmeasured]
+        return out
+
+
+def compile_measured(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> bool:
+    """Whether the run timed torch.compile at all."""
+    return bool((doc.get("config") or {}).get("compile_baseline", True)) and any(
+        e.solution == COMPILED for e in evaluations)
+
+
+def caveats(doc: dict[str, Any], evaluations: Sequence[Evaluation], state: str | None = None) -> Caveats:
+    """The run's caveats. `state`: the run's state as kbench.results.storage tells it (default: the file's)."""
+    solutions = [e for e in evaluations if e.solution not in (EAGER, COMPILED)]
+    suspects = tuple((e, e.message.removeprefix("outputs pass, timing not trusted: ")) for e in solutions
+                     if e.status == Status.SUSPECT)
+    weakened = tuple((e, tuple(found)) for e in solutions if e.status == Status.CORRECT and (found := weakening(e)))
+    unmeasured = []
+    if not compile_measured(doc, evaluations):
+        unmeasured.append(f"torch.compile: {NOT_MEASURED} in this run (--no-compile-baseline): its column reads "
+                          f"'{NOT_MEASURED}'")
+    failed = sorted({e.problem for e in evaluations if e.solution in (EAGER, COMPILED) and e.status != Status.CORRECT})
+    if failed:
+        unmeasured.append(f"failed on {len(failed)} problem(s): {', '.join(failed)}")
+    state = state or str(doc.get("state", ""))
+    run = doc.get("run_id", "RUN")
+    incomplete = "" if state in ("complete", "") else {
+        "running": "still running: rows may be missing",
+        "interrupted": f"interrupted: rows are missing (kbench run --resume {run} finishes it)",
+    }.get(state, f"its process is gone and it never finished: rows are missing (kbench run --resume {run} finishes it)")
+    return Caveats(suspects, weakened, tuple(unmeasured), incomplete)
+
+
+def headline(evaluations: Sequence[Evaluation], problem: str) -> tuple[Evaluation | None, bool]:
+    """A problem's fastest correct solution and whether a warning weakens it (the report marks it)."""
+    rows = [e for e in evaluations if e.problem == problem and e.solution not in (EAGER, COMPILED)
+            and e.status == Status.CORRECT and e.timing]
+    best = min(rows, key=lambda e: e.timing.median) if rows else None  # type: ignore[union-attr]
+    return best, best is not None and bool(weakening(best))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where the numbers come from, in a few plain lines."""
+
+    kbench: str
+    code: str  # commit, and whether the tree was dirty
+    dirty: bool
+    device: str  # GPU and driver, or the CPU
+    clocks: str  # observed SM clocks while timing, min and median (GPU)
+    method: str  # timing method and regimes
+    precision: str
+    tolerance: str
+    sandbox: str
+
+    def lines(self) -> list[tuple[str, str]]:
+        return [("kbench", self.kbench), ("code", self.code), ("device", self.device), ("SM clock while timing", self.clocks),
+                ("timing", self.method), ("precision", self.precision), ("tolerance", self.tolerance),
+                ("sandbox", self.sandbox)]
+
+
+def provenance(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> Provenance:
+    env, git, config = doc.get("environment") or {}, doc.get("git") or {}, doc.get("config") or {}
+    gpu = env.get("gpu") or {}
+    device = f"{gpu['name']}, driver {env.get('driver', '?')}" if gpu.get("name") else f"CPU: {env.get('cpu', '?')}"
+    device += f"; torch {env.get('torch', '?')}"
+    dirty = bool(git.get("dirty"))
+    code = f"{str(git.get('commit', '?'))[:12]}{' with uncommitted changes (dirty)' if dirty else ''}" if git else "unknown"
+    return Provenance(kbench=str(env.get("kbench", "unknown (before 0.1.0 recorded it)")), code=code, dirty=dirty,
+                      device=device, clocks=_clocks(evaluations), method=_method(evaluations),
+                      precision=str(config.get("precision") or "each problem's own (fp32 unless it says)"),
+                      tolerance=_tolerance(config), sandbox=str(doc.get("sandbox") or "none recorded"))
+
+
+def _clocks(evaluations: Sequence[Evaluation]) -> str:
+    seen = [float(g["sm_mhz"]) for e in evaluations
+            if isinstance(g := ((e.extra.get("machine") or {}).get("gpu") or {}), dict) and g.get("sm_mhz")]
+    peak = [float(g["max_sm_mhz"]) for e in evaluations
+            if isinstance(g := ((e.extra.get("machine") or {}).get("gpu") or {}), dict) and g.get("max_sm_mhz")]
+    if not seen:
+        return "not recorded"
+    top = f" of {max(peak):.0f} MHz" if peak else ""
+    return f"min {min(seen):.0f} MHz, median {median(seen):.0f} MHz{top} (right after each row's timing)"
+
+
+def _method(evaluations: Sequence[Evaluation]) -> str:
+    regimes = [e.timing.regime for e in evaluations if e.timing is not None]
+    gpu, host = regimes.count("gpu"), regimes.count("host")
+    if not gpu and not host:
+        return "medians of per-call samples (regime not recorded: a run from before timing v3)"
+    return (f"medians of per-call samples, L2 flushed before each call; {gpu} row(s) in the GPU regime (the call's GPU "
+            f"time, issued behind a gate, as do_bench measures), {host} in the host regime (the host's issue time "
+            "included: launch-bound calls, and every CPU row)")
+
+
+def _tolerance(config: dict[str, Any]) -> str:
+    atol, rtol = config.get("atol"), config.get("rtol")
+    fixed = f", atol={atol:g}, rtol={rtol:g}" if atol is not None and rtol is not None else ""
+    return f"profile '{config.get('tolerance', 'problem')}'{fixed}"

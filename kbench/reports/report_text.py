@@ -1,0 +1,125 @@
+"""`kbench report`'s text (report.md, and the terminal): provenance, the caveats first, then each problem's ranking.
+
+Every speedup says what it divided ("8.00x" beside the eager ms it came from), one within noise reads "≈1x" with
+its interval (kbench.results.speedups), a baseline that was not measured reads "not measured", and every warning of
+every row is kept as a numbered footnote under its problem's table, so that the table stays within WIDTH columns.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from kbench.reports import leaderboard
+from kbench.reports.caveats import NOT_MEASURED, caveats, compile_measured, headline, provenance
+from kbench.results.records import COMPILED, EAGER, Evaluation, Status
+from kbench.results.speedups import NOISE_BAND, of_row, over_compile, significant_fast_p
+from kbench.results.storage import atomic_write, latest_run, load, resolve, run_state
+
+WIDTH = 120  # columns a terminal line may take
+DAGGER = "†"  # the mark of a headline whose verdict or number a warning weakens
+
+
+def _ms(seconds: float | None) -> str:
+    return f"{seconds * 1e3:.3f}" if seconds is not None else ""
+
+
+def _wrap(text: str, indent: str = "    ") -> list[str]:
+    return textwrap.wrap(text, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False) or [""]
+
+
+def speedup_cells(row: Evaluation, eager: Evaluation | None, compiled: Evaluation | None,
+                  compile_run: bool) -> tuple[str, str, str]:
+    """(vs eager, the eager ms it divided, vs torch.compile) of a row, as the report writes them."""
+    if row.solution in (EAGER, COMPILED):
+        return ("", "", "")
+    s = of_row(row)
+    if s is None:  # a failed row; a suspect one (its speedups withheld); a row of an old file without eager samples
+        if row.status == Status.SUSPECT:
+            return ("withheld", "", "withheld" if compile_run else NOT_MEASURED)
+        if row.status != Status.CORRECT:
+            return ("", "", "")
+        legacy = lambda v: f"{v:.2f}x" if v is not None else ""  # noqa: E731
+        return (legacy(row.speedup_vs_eager), "", legacy(row.speedup_vs_compile) if compile_run else NOT_MEASURED)
+    c = over_compile(s, eager.timing if eager else None, compiled.timing if compiled else None) if compile_run else None
+    return (s.label(), _ms(s.base_s), (c.label() if c else "") if compile_run else NOT_MEASURED)
+
+
+def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: bool) -> list[str]:
+    """One problem's ranking: the table, then its footnotes (every warning of every row, numbered)."""
+    rows = leaderboard.ranked(evaluations, problem)
+    eager = next((e for e in rows if e.solution == EAGER), None)
+    compiled = next((e for e in rows if e.solution == COMPILED), None)
+    best, weakened = headline(evaluations, problem)
+    table, notes = [], []
+    for rank, e in enumerate(rows, start=1):
+        marks = []
+        for warning in ([e.message.splitlines()[0]] if e.message and e.status != Status.CORRECT else []) + list(e.warnings):
+            notes.append(f"[{len(notes) + 1}] {e.solution}: {warning}")
+            marks.append(str(len(notes)))
+        name = e.solution + (f" {DAGGER}" if e is best and weakened else "")
+        vs_eager, eager_ms, vs_compile = speedup_cells(e, eager, compiled, compile_run)
+        table.append([rank, name, e.status.value, _ms(e.timing.median if e.timing else None), vs_eager, eager_ms,
+                      vs_compile, f"{e.max_abs_err:.1e}" if e.max_abs_err is not None else "", ", ".join(marks)])
+    lines = [tabulate(table, headers=["#", "solution", "status", "median ms", "vs eager", "eager ms", "vs compile",
+                                      "max err", "notes"], tablefmt="github", disable_numparse=True)]
+    if best is not None and weakened:
+        lines += ["", f"{DAGGER} the fastest correct solution carries a warning that weakens its verdict or its number."]
+    return lines + ([""] if notes else []) + [wrapped for note in notes for wrapped in _wrap(f"- {note}", "      ")]
+
+
+def suite_table(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> list[str]:
+    problems = sorted({e.problem for e in evaluations})
+    strict = leaderboard.summarize(evaluations)
+    significant = [significant_fast_p(evaluations, problems, p) for p in leaderboard.FAST_P]
+    pct = lambda v: f"{v:.0%}"  # noqa: E731
+    rows = [["vs eager: significant wins", *map(pct, significant), leaderboard._x(strict.geomean_eager)],
+            ["vs eager: KernelBench's fast_p", *[pct(v) for _, v in strict.fast_p_eager], ""]]
+    if compile_measured(doc, evaluations):
+        rows.append(["vs torch.compile, KernelBench's fast_p", *[pct(v) for _, v in strict.fast_p_compile],
+                     leaderboard._x(strict.geomean_compile)])
+    else:
+        rows.append(["vs torch.compile", *[NOT_MEASURED] * len(leaderboard.FAST_P), NOT_MEASURED])
+    table = tabulate(rows, headers=["baseline", *[f"fast_{p:g}" for p in leaderboard.FAST_P], "geomean of bests"],
+                     tablefmt="github", disable_numparse=True)
+    return [table, "", *_wrap(
+        f"fast_p: the share of the {len(problems)} problem(s) with a correct solution more than p times faster than "
+        f"the baseline (fast_0: any correct solution). KernelBench's fast_p counts any ratio above p. A significant win: the speedup's 95% interval lies above p and "
+        f"above 1 + {NOISE_BAND:g} (honest copies of the reference measure within 1 ± {NOISE_BAND:g}); a speedup whose "
+        "interval reaches that band reads ≈1x and counts for no one. The geomean is of each problem's best speedup.", "")]
+
+
+def markdown(doc: dict[str, Any], evaluations: Sequence[Evaluation], state: str | None = None) -> str:
+    """The whole report: provenance, "before you quote these numbers", the suite, then each problem."""
+    lines = [f"# kbench report: run {doc.get('run_id', '?')}", "", "## Provenance", ""]
+    lines += [tabulate([[k, v] for k, v in provenance(doc, evaluations).lines()], headers=["", ""], tablefmt="github")]
+    found = caveats(doc, evaluations, state)
+    lines += ["", "## Before you quote these numbers", ""]
+    lines += [w for line in found.lines() for w in _wrap(f"- {line}")] or [
+        "Nothing to flag: no suspect row, no warning that weakens a correct row, every baseline measured, the run "
+        "complete."]
+    lines += ["", "## Suite", "", *suite_table(doc, evaluations)]
+    compile_run = compile_measured(doc, evaluations)
+    for problem in sorted({e.problem for e in evaluations}):
+        lines += ["", f"## {problem}", "", *problem_table(evaluations, problem, compile_run)]
+        lines += leaderboard.noise_line(evaluations, problem)
+    return "\n".join(lines) + "\n"
+
+
+def write_report(ref: str | None, results_dir: Path, with_chart: bool = True) -> tuple[Path, Path | None, str]:
+    """Write report.md (and speedups.png) next to a run's run.json (default: the latest run).
+
+    Returns (markdown path, chart path or None, markdown text).
+    """
+    run = load(resolve(ref, results_dir)) if ref else latest_run(results_dir, [])
+    doc, evaluations = run.doc, run.evaluations
+    directory = run.path if run.path.is_dir() else run.path.parent
+    text = markdown(doc, evaluations, run_state(doc))
+    md_path = directory / "report.md"
+    atomic_write(md_path, text)
+    png = leaderboard.chart(evaluations, directory / "speedups.png") if with_chart else None
+    return md_path, png, text

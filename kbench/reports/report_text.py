@@ -49,6 +49,13 @@ def speedup_cells(row: Evaluation, eager: Evaluation | None, compiled: Evaluatio
     return (s.label(), _ms(s.base_s), (c.label() if c else "") if compile_run else NOT_MEASURED)
 
 
+def _span(numbers: list[str]) -> str:
+    """Footnote numbers as the notes column shows them: consecutive ones as a range ("2-5")."""
+    if len(numbers) > 2 and int(numbers[-1]) - int(numbers[0]) == len(numbers) - 1:
+        return f"{numbers[0]}-{numbers[-1]}"
+    return ", ".join(numbers)
+
+
 def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: bool) -> list[str]:
     """One problem's ranking: the table, then its footnotes (every warning of every row, numbered)."""
     rows = leaderboard.ranked(evaluations, problem)
@@ -64,9 +71,11 @@ def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: 
         name = e.solution + (f" {DAGGER}" if e is best and weakened else "")
         vs_eager, eager_ms, vs_compile = speedup_cells(e, eager, compiled, compile_run)
         table.append([rank, name, e.status.value, _ms(e.timing.median if e.timing else None), vs_eager, eager_ms,
-                      vs_compile, f"{e.max_abs_err:.1e}" if e.max_abs_err is not None else "", ", ".join(marks)])
-    lines = [tabulate(table, headers=["#", "solution", "status", "median ms", "vs eager", "eager ms", "vs compile",
-                                      "max err", "notes"], tablefmt="github", disable_numparse=True)]
+                      vs_compile, f"{e.max_abs_err:.1e}" if e.max_abs_err is not None else "", _span(marks)])
+    headers = ["#", "solution", "status", "median ms", "vs eager", "eager ms", "vs compile", "max err", "notes"]
+    if not compile_run:  # every cell would say "not measured": the suite's table and the box say it once
+        headers, table = headers[:6] + headers[7:], [r[:6] + r[7:] for r in table]
+    lines = [tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)]
     if best is not None and weakened:
         lines += ["", f"{DAGGER} the fastest correct solution carries a warning that weakens its verdict or its number."]
     return lines + ([""] if notes else []) + [wrapped for note in notes for wrapped in _wrap(f"- {note}", "      ")]
@@ -96,7 +105,7 @@ def suite_table(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> list[
 def markdown(doc: dict[str, Any], evaluations: Sequence[Evaluation], state: str | None = None) -> str:
     """The whole report: provenance, "before you quote these numbers", the suite, then each problem."""
     lines = [f"# kbench report: run {doc.get('run_id', '?')}", "", "## Provenance", ""]
-    lines += [tabulate([[k, v] for k, v in provenance(doc, evaluations).lines()], headers=["", ""], tablefmt="github")]
+    lines += [w for k, v in provenance(doc, evaluations).lines() for w in _wrap(f"- {k}: {v}", "  ")]
     found = caveats(doc, evaluations, state)
     lines += ["", "## Before you quote these numbers", ""]
     lines += [w for line in found.lines() for w in _wrap(f"- {line}")] or [
@@ -106,7 +115,7 @@ def markdown(doc: dict[str, Any], evaluations: Sequence[Evaluation], state: str 
     compile_run = compile_measured(doc, evaluations)
     for problem in sorted({e.problem for e in evaluations}):
         lines += ["", f"## {problem}", "", *problem_table(evaluations, problem, compile_run)]
-        lines += leaderboard.noise_line(evaluations, problem)
+        lines += [w for line in leaderboard.noise_line(evaluations, problem) for w in _wrap(line, "")]
     return "\n".join(lines) + "\n"
 
 

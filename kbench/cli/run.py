@@ -10,8 +10,8 @@ import typer
 from kbench.cli.app import command
 from kbench.cli.options import (
     DEFAULT, PROBLEMS_DIR, SOLUTIONS_DIR, CacheDir, Device, Jobs, MaxTime, NoCompileBaseline, Precision, Problems,
-    ProblemsDir, ResultsDir, Resume, ShowProgress, Size, Solution, SolutionsDir, Timeout, ToleranceProfile, Trials,
-    fraction, run_config,
+    ProblemsDir, ResultsDir, Resume, RetryCrashed, ShowProgress, Size, Solution, SolutionsDir, Timeout, ToleranceProfile,
+    Trials, fraction, run_config,
 )
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ def run_command(
     parallel: Annotated[Optional[int], typer.Option(min=1, help="With --executor ray: evaluations at once. Default: the cluster's GPUs (CPU: 1).")] = DEFAULT.parallel,
     kernel_profile: Annotated[bool, typer.Option("--kernel-profile/--no-kernel-profile", help="Profile each CUDA solution for the share of GPU time in its own kernels (the no_custom_kernel check). Off saves about 4 s per evaluation (the profiler's start-up).")] = DEFAULT.kernel_profile,
     resume: Resume = None,
+    retry_crashed: RetryCrashed = False,
     results_dir: ResultsDir = DEFAULT.results_dir,
     cache_dir: CacheDir = DEFAULT.cache_dir,
     problems_dir: ProblemsDir = PROBLEMS_DIR,
@@ -59,7 +60,7 @@ def run_command(
 
       kbench run --problems-dir ~/KernelBench/level1 --solutions-dir my_solutions/
 
-      kbench run --resume 20261122-074644-be41
+      kbench run --resume 20261122-074644-be41 --retry-crashed
 
       kbench run -p conv3d_gelu --precision bf16 --tolerance kernelbench
 
@@ -75,7 +76,7 @@ def run_command(
         address=address, parallel=parallel, kernel_profile=kernel_profile,
     )
     with progress_sink(show_progress) as progress:
-        store = run(config, problem or [], solution, problems_dir, solutions_dir, progress, resume)
+        store = run(config, problem or [], solution, problems_dir, solutions_dir, progress, resume, retry_crashed)
     _show_run(store)
 
 

@@ -44,6 +44,15 @@ def is_done(store: RunStore, problem: str, solution: str) -> bool:
     return any(e.problem == problem and e.solution == solution for e in store.evaluations)
 
 
+def _slots(plan: Plan, progress: Progress) -> list[Slot]:
+    """The executor's slots, said aloud when there are several (or the executor is not the local one)."""
+    slots = list(plan.executor.slots)
+    if len(slots) > 1 or plan.executor.name != "local":
+        progress(Note(f"evaluating {len(slots)} at once ({plan.executor.name}; one evaluation per GPU): "
+                      f"{', '.join(map(str, slots))}"))
+    return slots
+
+
 def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
                  store: RunStore, cuda_home: Path | None, progress: Progress) -> None:
     """Build what is left to run, then the references (each problem's solutions need its floor and torch.compile
@@ -63,14 +72,12 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
     with heartbeat(progress, f"building {len(chosen)} solution(s)", bool(chosen)):
         builds = build_all(plan.build, chosen, build_progress(progress),
                            plan.executor.launch if local else isolation.run_child, build_started(progress))
-    slots = list(plan.executor.slots)
-    if len(slots) > 1 or plan.executor.name != "local":
-        progress(Note(f"evaluating {len(slots)} at once ({plan.executor.name}; one evaluation per GPU): {', '.join(map(str, slots))}"))
+    slots = _slots(plan, progress)
 
-    # References first: each problem's solutions need its floor and torch.compile gain.
     label = f"reference (eager{', torch.compile' if plan.config.compile_baseline else ''})"
 
     def reference(problem: ProblemSpec, slot: Slot) -> list[Evaluation]:
+        store.begin(problem.name, EAGER)
         with evaluating(progress, problem.name, label, f"{problem.name}: reference"):
             rows = evaluate_reference(plan, problem, slot)
         return [on_gpu(with_floor(row, rows[0].floor), slot) for row in rows]
@@ -95,6 +102,7 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
         if solution.path in skipped:
             return Evaluation(problem=problem.name, solution=solution.name, status=Status.NOT_RUN,
                               message=skipped[solution.path], **where)
+        store.begin(problem.name, solution.name)  # a run that dies now is resumed with this row crashed
         with evaluating(progress, problem.name, solution.name, f"{problem.name}: {solution.name}"):
             row = with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor)
         return on_gpu(with_next_step(with_suspicion(row), plan.config.timeout_s), slot)

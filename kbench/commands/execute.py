@@ -31,13 +31,15 @@ from kbench.system.environment import git_info, host_info
 def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
             repo: Path, progress: Progress = lambda _: None, broken: Sequence[tuple[str, str]] = (),
             resume: Path | None = None, env: dict[str, Any] | None = None,
-            selection: dict[str, Any] | None = None) -> RunStore:
+            selection: dict[str, Any] | None = None, retry_crashed: bool = False) -> RunStore:
     """Run every problem and its solutions; results are saved after each evaluation.
 
     `broken` problem files (name, reason) get a failed record each and the run goes on. With `resume`,
     an earlier run's directory is reopened with its own configuration, and evaluations it already
-    holds are not run again. `env` is the machine's probe, when the caller has it already. `selection`
-    (what was asked for) is stored so that a resume finishes the same problems and solutions.
+    holds are not run again; what the earlier run was evaluating when its process died is recorded as `crashed`
+    (it may have been what ended the run), and crashed rows run again only with `retry_crashed`. `env` is the
+    machine's probe, when the caller has it already. `selection` (what was asked for) is stored so that a resume
+    finishes the same problems and solutions.
     """
     _check_profiles(config)
     early = None
@@ -52,6 +54,8 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
     ctx = build_context(env, config.cache_dir, config.timeout_s, config.jobs)
     plan = Plan(config, device, size, env, ctx, _executor(config, device, gpu, early))
     store = _open_store(plan, resumed, _header(plan, repo, problems, selection))
+    if resumed is not None:
+        _settle_lost(plan, store, problems, retry_crashed, progress)
     machine = gpu.get("name", env["cpu"]) if device == "cuda" else env["cpu"]
     progress(Note(f"run {store.run_id}: {len(problems)} problem(s) on {device} ({machine}), size {size}"))
     _evaluate(plan, problems, solutions, broken, store, progress)
@@ -134,6 +138,27 @@ def _evaluate(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, 
             store.finish("interrupted")
             write_tables(store)
             raise Interrupted(f"Interrupted; {len(store.evaluations)} finished evaluation(s) are saved in {store.directory}") from None
+
+
+def _settle_lost(plan: Plan, store: RunStore, problems: Sequence[ProblemSpec], retry: bool, progress: Progress) -> None:
+    """A resumed run: each evaluation under way when its process died becomes a `crashed` row (it may be what ended
+    the run: run first again, it could end this one too); with `retry`, every crashed row is dropped to run again."""
+    precision = {p.name: plan.config.precision_for(p) for p in problems}
+    for lost in store.lost:
+        problem, solution = lost.get("problem", "?"), lost.get("solution", "?")
+        if any(e.problem == problem and e.solution == solution for e in store.evaluations):
+            continue
+        store.add(Evaluation(problem=problem, solution=solution, status=Status.CRASHED, device=plan.device,
+                             size=plan.size, precision=precision.get(problem, plan.config.precision or "fp32"),
+                             message=f"the run ended while this evaluation ran (started {lost.get('started', '?')}): "
+                                     f"it may have ended the run; kbench run --resume {store.run_id} --retry-crashed "
+                                     "runs it again"))
+        progress(Note(f"{problem}/{solution} was under way when the run ended: recorded as crashed"))
+    if retry:
+        again = [e for e in store.evaluations if e.status == Status.CRASHED]
+        store.evaluations = [e for e in store.evaluations if e.status != Status.CRASHED]
+        if again:
+            progress(Note(f"running {len(again)} crashed evaluation(s) again (--retry-crashed)"))
 
 
 @contextmanager

@@ -22,7 +22,8 @@ def not_correct(evaluations: Sequence[Evaluation]) -> list[Evaluation]:
 
 
 def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path,
-        solutions_dir: Path, progress: Progress = lambda _: None, resume: str | None = None) -> RunStore:
+        solutions_dir: Path, progress: Progress = lambda _: None, resume: str | None = None,
+        retry_crashed: bool = False) -> RunStore:
     """`kbench run`: select problems and solutions, then execute them (or finish an earlier run).
 
     With no problem named, every problem under problems_dir runs, and a file there that breaks the
@@ -39,7 +40,10 @@ def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None
     else:
         problems, broken = choose_problems([], problems_dir)
         solutions = {p.name: find_solutions(p, None, solutions_dir) for p in problems}
-    return execute(config, problems, solutions, Path.cwd(), progress, broken, previous, selection=selection)
+    if retry_crashed and previous is None:
+        raise UsageError("--retry-crashed reruns the crashed evaluations of a resumed run: give --resume RUN too.")
+    return execute(config, problems, solutions, Path.cwd(), progress, broken, previous, selection=selection,
+                   retry_crashed=retry_crashed)
 
 
 def what_to_run(previous: Path | None, problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path,

@@ -32,6 +32,7 @@ class RunFile:
     selection: dict[str, Any] = field(default_factory=dict)  # the problems and solutions asked for
     problems: dict[str, Any] = field(default_factory=dict)  # per problem: tolerance, precision, sizes used
     process: RunProcess | None = None  # who writes the run (pid, host, boot id); absent in older files
+    in_flight: list[dict[str, str]] = field(default_factory=list)  # a running run's evaluations under way
 
 
 def run_schema() -> dict[str, Any]:

@@ -7,6 +7,7 @@ import os
 import secrets
 import socket
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -63,6 +64,11 @@ class RunStore:
         self.directory = directory
         self.header = header
         self.evaluations: list[Evaluation] = []
+        # Evaluations under way, written before each starts (`begin`): a run whose process dies leaves them in its
+        # file, and a resume records each as crashed (`lost`) instead of running it again first.
+        self.in_flight: list[dict[str, str]] = []
+        self.lost: list[dict[str, str]] = []  # what the run was evaluating when its process died (on resume)
+        self._lock = threading.Lock()
 
     @classmethod
     def create(cls, results_dir: Path, header: dict[str, Any]) -> RunStore:
@@ -86,27 +92,44 @@ class RunStore:
         """Reopen an earlier run (e.g. an interrupted one) to add the evaluations it did not finish."""
         doc, evaluations = load_run(path)
         directory = path if path.is_dir() else path.parent
-        header = {k: v for k, v in doc.items() if k not in ("evaluations", "state", "finished")}
+        header = {k: v for k, v in doc.items() if k not in ("evaluations", "state", "finished", "in_flight")}
         header["process"] = asdict(this_process())  # the resuming process writes the run from now on
         store = cls(directory, header)
         store.evaluations = list(evaluations)
+        store.lost = [dict(x) for x in doc.get("in_flight") or [] if isinstance(x, dict)]
         return store  # nothing is written until the caller has accepted it (same machine, same torch)
 
     @property
     def run_id(self) -> str:
         return str(self.header["run_id"])
 
+    def begin(self, problem: str, solution: str) -> None:
+        """Note an evaluation as under way (in the file, before it starts)."""
+        with self._lock:
+            self.in_flight.append({"problem": problem, "solution": solution,
+                                   "started": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+            self._save("running")
+
     def add(self, evaluation: Evaluation) -> None:
-        self.evaluations.append(evaluation)
-        self.save(state="running")
+        with self._lock:
+            self.in_flight = [x for x in self.in_flight
+                              if (x["problem"], x["solution"]) != (evaluation.problem, evaluation.solution)]
+            self.evaluations.append(evaluation)
+            self._save("running")
 
     def document(self, state: str) -> dict[str, Any]:
         doc = {**self.header, "state": state, "evaluations": [e.to_json() for e in self.evaluations]}
+        if state == "running" and self.in_flight:
+            doc["in_flight"] = list(self.in_flight)
         if state != "running":
             doc["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         return doc
 
     def save(self, state: str) -> None:
+        with self._lock:
+            self._save(state)
+
+    def _save(self, state: str) -> None:
         atomic_write(self.directory / RUN_FILE, json.dumps(self.document(state), indent=1, default=str) + "\n")
 
     def finish(self, state: str = "complete") -> None:

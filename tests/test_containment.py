@@ -78,3 +78,115 @@ def test_retry_crashed_needs_a_run_to_resume(tmp_path):
     done = _kbench("-p", "tiny", "--problems-dir", str(FIXTURES / "problems"), "--retry-crashed", "--no-progress",
                    cwd=tmp_path)
     assert done.returncode == 2 and "--resume" in done.stderr and done.stderr.count("[error]") == 1
+
+
+def _sandbox_works() -> bool:
+    """Whether this machine lets a process make the namespaces (root, or unprivileged user namespaces)."""
+    done = subprocess.run(["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--net", "true"],
+                          capture_output=True) if shutil.which("unshare") else None
+    return done is not None and done.returncode == 0
+
+
+EVERY_CLASS = ("kills_ancestors", "signals_the_judge", "starts_a_daemon", "writes_results", "reads_other_solutions",
+               "opens_a_socket")
+
+
+@pytest.fixture
+def listener():
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+def _accepted(server) -> int:
+    count = 0
+    while True:
+        try:
+            server.accept()[0].close()
+            count += 1
+        except BlockingIOError:
+            return count
+
+
+def _every_class(tmp_path: Path) -> Path:
+    folder = tmp_path / "solutions" / "tiny"
+    folder.mkdir(parents=True)
+    for name in EVERY_CLASS:
+        shutil.copy(CONTAINMENT / f"{name}.py", folder / f"{name}.py")
+    shutil.copy(FIXTURES / "solutions" / "tiny" / "good.py", folder / "z_honest.py")
+    return folder.parent
+
+
+def _earlier_run(results: Path) -> dict[Path, bytes]:
+    earlier = results / "20200101-000000-aaaa"
+    earlier.mkdir(parents=True)
+    (earlier / "run.json").write_text('{"format": "kbench-run", "a": "run of another day"}\n')
+    (earlier / "results.csv").write_text("problem,solution\n")
+    return {p: p.read_bytes() for p in earlier.iterdir()}
+
+
+@pytest.mark.skipif(not _sandbox_works(), reason="this machine allows no PID, mount and network namespaces")
+def test_in_the_sandbox_every_attack_class_is_contained_and_the_run_completes(tmp_path, listener):
+    results = tmp_path / "results"
+    before = _earlier_run(results)
+    os.environ["KBENCH_CONTAINMENT_PORT"] = str(listener.getsockname()[1])
+    try:
+        done = _kbench("-p", "tiny", "--problems-dir", str(FIXTURES / "problems"), "--solutions-dir",
+                       str(_every_class(tmp_path)), "--device", "cpu", "--trials", "1", "--max-time", "0.2",
+                       "--results-dir", str(results), "--no-progress", cwd=tmp_path, sandbox="on")
+    finally:
+        del os.environ["KBENCH_CONTAINMENT_PORT"]
+    run = next(p for p in results.iterdir() if p.name != "20200101-000000-aaaa")
+    doc = json.loads((run / "run.json").read_text())
+    rows = {e["solution"]: e for e in doc["evaluations"]}
+    assert done.returncode == 0 and doc["state"] == "complete", (done.returncode, done.stderr[-3000:])
+    for name in (*EVERY_CLASS, "z_honest"):
+        assert rows[name]["status"] == "correct", (name, rows[name]["message"])
+        assert rows[name]["extra"]["sandbox"] == "namespaces", name
+    assert {p: p.read_bytes() for p in before} == before and not list(results.rglob("planted.txt"))
+    assert _accepted(listener) == 0
+    assert _marked_processes() == [] and not _daemons()
+
+
+def test_without_the_sandbox_the_judge_still_decides_and_the_run_completes(tmp_path, listener):
+    """The classes that do not end the run: reading another solution and the network reach their goal, and the
+    verdict says so; killing the judge costs one evaluation; the daemon is found and ended."""
+    folder = tmp_path / "solutions" / "tiny"
+    folder.mkdir(parents=True)
+    for name in ("signals_the_judge", "starts_a_daemon", "reads_other_solutions", "opens_a_socket"):
+        shutil.copy(CONTAINMENT / f"{name}.py", folder / f"{name}.py")
+    shutil.copy(FIXTURES / "solutions" / "tiny" / "good.py", folder / "z_honest.py")
+    os.environ["KBENCH_CONTAINMENT_PORT"] = str(listener.getsockname()[1])
+    try:
+        done = _kbench("-p", "tiny", "--problems-dir", str(FIXTURES / "problems"), "--solutions-dir",
+                       str(folder.parent), "--device", "cpu", "--trials", "1", "--max-time", "0.2", "--results-dir",
+                       str(tmp_path / "results"), "--no-progress", cwd=tmp_path)
+    finally:
+        del os.environ["KBENCH_CONTAINMENT_PORT"]
+    (run,) = list((tmp_path / "results").iterdir())
+    doc = json.loads((run / "run.json").read_text())
+    rows = {e["solution"]: e for e in doc["evaluations"]}
+    assert doc["state"] == "complete", done.stderr[-3000:]
+    assert rows["reads_other_solutions"]["status"] == "load_error"
+    assert rows["opens_a_socket"]["status"] == "load_error" and _accepted(listener) >= 1
+    assert rows["signals_the_judge"]["status"] == "crashed"
+    assert rows["z_honest"]["status"] == "correct" and rows["z_honest"]["extra"]["sandbox"] == "none"
+    assert not _daemons()
+
+
+def _daemons() -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if b"KBENCH_CONTAINMENT_DAEMON=1" in f.read().split(b"\0"):
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found

@@ -28,7 +28,7 @@ from kbench.judge.verdicts import short, Verdict
 from kbench.measure import timers
 from kbench.measure.gate import Gate, SignalPage
 from kbench.results.records import MathFlags
-from kbench.system import procstate
+from kbench.system import procstate, sandbox
 
 _memory_allocated, _max_memory_allocated = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
 _reset_peak = torch.cuda.reset_peak_memory_stats
@@ -83,12 +83,13 @@ class Harness:
         if cmd.page is not None:
             self.page = SignalPage.within(cmd.page)
             self.gate = Gate(self.page)
+        level = sandbox.restrict(cmd.sandbox) if cmd.sandbox is not None else sandbox.entered()
         problem = import_path("kbench_calibration_problem", cmd.path)
         set_sizes(problem, cmd.overrides)
         model = construct(lambda: problem.Model(*cmd.init), 0, cmd.device, cmd.precision)  # the judge's weights go in
         model.load_state_dict(cmd.state)
         self.model, self.inputs, self.outputs = model, list(cmd.inputs), list(cmd.outputs)
-        return {"status": "ok"}
+        return {"status": "ok", "figures": {"sandbox": level}}
 
     def load(self, cmd: protocol.Load) -> dict[str, Any]:
         from kbench.judge.loading import load_solution
@@ -258,6 +259,7 @@ def main(conn: Any, init_cuda: bool = False, forked: bool = False) -> None:
     die_with_parent()
     if forked:
         _only_own_descriptors(conn)
+    sandbox.enter()  # from here on PID 1 of namespaces of its own (kbench.system.sandbox), before CUDA starts
     if init_cuda:
         warm_cuda()
     harness = Harness()

@@ -17,7 +17,7 @@ import torch
 
 from kbench.judge import correctness, kernel_names, protocol, trust
 from kbench.measure import timers, timing
-from kbench.system import escapes
+from kbench.system import escapes, sandbox
 from kbench.judge.harness import (
     Phases, apply_math_flags, guarded, job_reference, load_problem, set_sizes, with_peak,
 )
@@ -60,6 +60,7 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     probe_inputs = make(seed)
     probe, ref_peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *probe_inputs)),
                               judge_work="the reference's first call")
+    session.sandbox_plan = sandbox.plan_for(job.solution.path, env)  # in force before the solution is imported
     calibration = calibrate(job, session, reference, init, make, probe_inputs, probe)
     phases.mark("calibration")
     try:
@@ -70,7 +71,8 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     session.bind("main", probe_inputs, probe)
     del probe, probe_inputs
     _free_cached(device)
-    result: dict[str, Any] = {"warnings": [], "phases": phases.seconds, "figures": {"state_dict_tensors_copied": copied}}
+    result: dict[str, Any] = {"warnings": [], "phases": phases.seconds,
+                              "figures": {"state_dict_tensors_copied": copied, "sandbox": session.sandbox}}
     phases.mark("load")
     trials, warnings = _trials(job, session, reference, make, [seed + 1 + i for i in range(job.trials)])
     result["trials"] = trials

@@ -40,6 +40,7 @@ class Calibrate:
     outputs: list[Any]
     precision: str = "fp32"
     page: Any = None  # CUDA: a CPU tensor in shared memory holding the signal page (kbench.measure.gate)
+    sandbox: Any = None  # the job's kbench.system.sandbox.Plan: the file system restricted before the solution comes
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,8 @@ class Session:
         self.peak_bytes = 0  # the solution's largest peak of GPU memory over a call (as its process reports it)
         # CUDA: the shared page of the gate and the DONE word (kbench.measure.gate), sent with the calibration
         self.page_tensor = gate.shared_page_tensor() if device == "cuda" else None
+        self.sandbox_plan: Any = None  # the job's sandbox.Plan, sent with the calibration (None: namespaces only)
+        self.sandbox = ""  # the sandbox the candidate reported before the solution was imported
 
     def _shared(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         if self.pool is not None:
@@ -174,9 +176,11 @@ class Session:
         self.precision = job.precision
         self.buffers[self.name] = self._output_buffers(outputs)
         self.inputs = [self.shared_copy(x) for x in inputs]
-        self.ask(protocol.Calibrate(self.device, dataclasses.asdict(job.math), job.problem.path, job.problem.overrides, init,
-                                    self._shared_state(reference), self.inputs, self.buffers[self.name],
-                                    self.precision, self.page_tensor))
+        reply = self.ask(protocol.Calibrate(self.device, dataclasses.asdict(job.math), job.problem.path,
+                                            job.problem.overrides, init, self._shared_state(reference), self.inputs,
+                                            self.buffers[self.name], self.precision, self.page_tensor,
+                                            self.sandbox_plan))
+        self.sandbox = str(reply.figures.get("sandbox", ""))
 
     def load(self, path: str, env: dict[str, str]) -> dict[str, Any]:
         return self.ask(protocol.Load(path, env)).figures

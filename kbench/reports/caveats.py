@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,7 +124,7 @@ def provenance(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> Proven
     return Provenance(kbench=str(env.get("kbench", "unknown (before 0.1.0 recorded it)")), code=code, dirty=dirty,
                       device=device, clocks=_clocks(evaluations), method=_method(evaluations),
                       precision=str(config.get("precision") or "each problem's own (fp32 unless it says)"),
-                      tolerance=_tolerance(config), sandbox=str(doc.get("sandbox") or "none recorded"))
+                      tolerance=_tolerance(config), sandbox=_sandbox(evaluations))
 
 
 def _clocks(evaluations: Sequence[Evaluation]) -> str:
@@ -145,6 +146,19 @@ def _method(evaluations: Sequence[Evaluation]) -> str:
     return (f"medians of per-call samples, L2 flushed before each call; {gpu} row(s) in the GPU regime (the call's GPU "
             f"time, issued behind a gate, as do_bench measures), {host} in the host regime (the host's issue time "
             "included: launch-bound calls, and every CPU row)")
+
+
+SANDBOX_WORDS = {"namespaces": "namespaces (own PID, network and mount namespaces, read-only files, limits)",
+                 "limits": "limits only (no namespaces on this machine)", "none": "none (switched off)"}
+
+
+def _sandbox(evaluations: Sequence[Evaluation]) -> str:
+    """Which sandbox the solutions' candidates had (README "Sandbox"), counted over the solution rows."""
+    levels = Counter(str(e.extra["sandbox"]) for e in evaluations
+                     if e.solution not in (EAGER, COMPILED) and e.extra.get("sandbox"))
+    if not levels:
+        return "not recorded (a run from before the sandbox, or no solution evaluated)"
+    return "; ".join(f"{SANDBOX_WORDS.get(level, level)} on {n} row(s)" for level, n in levels.most_common())
 
 
 def _tolerance(config: dict[str, Any]) -> str:

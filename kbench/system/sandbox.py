@@ -1,0 +1,251 @@
+"""The candidate's sandbox on Linux (README "Sandbox"): namespaces of its own, a read-only machine, and limits.
+
+Two steps, because the candidate starts before its job is known:
+- `enter()`, first thing in the candidate's process (single-threaded, before CUDA): a PID namespace, a network
+  namespace with no interface up, a mount namespace (and a user namespace when not root). The process forks: the child
+  is PID 1 of the new namespace and goes on as the candidate; the parent only waits for it. The child mounts a fresh
+  /proc (CUDA needs one that matches its namespace) and makes every mount private to it. It cannot see or signal any
+  process outside, and when it ends the kernel ends everything it started.
+- `restrict(Plan)`, when the job is known, before the solution is imported: a private temporary folder, the
+  solution's own folder emptied but for its file and data (no other solution's source), the build cache emptied but
+  for its own build folder, then the whole file system read-only but for those, /dev and the kernel DSLs' caches.
+Then limits: no new privileges, no core dumps, a file-size cap, a process cap (not for root).
+
+`KBENCH_SANDBOX=none` turns it off (tests of what happens without it). Where namespaces cannot be made (not Linux, no
+user namespaces for this user), only the limits apply: the level says which (`NAMESPACES`, `LIMITS`, `NONE`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbench.system.lifetime import die_with_parent
+
+NAMESPACES, LIMITS, NONE = "namespaces", "limits", "none"
+ENV = "KBENCH_SANDBOX"
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
+SYS_MOUNT_SETATTR = 442  # the same number on x86-64 and arm64
+PR_SET_NO_NEW_PRIVS = 38
+FILE_SIZE_CAP = 16 << 30  # bytes one file may grow to (a runaway writer stops here)
+PROCESS_CAP = 4096  # processes of this user (RLIMIT_NPROC; root is not held to it)
+TMPFS_SIZE = "size=8g"
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the candidate of one job may see and write besides the read-only machine."""
+
+    solution: str  # the solution's file: its folder is emptied but for it (and files that are not Python)
+    build_dir: str | None = None  # its own build folder (writable); the rest of the build cache is emptied
+    writable: tuple[str, ...] = ()  # folders that stay writable (the kernel DSLs' caches)
+
+
+_entered = [NONE]  # what enter() got in this process: restrict() mounts only inside a mount namespace of its own
+
+
+def plan_for(solution: str, env: dict[str, str]) -> Plan:
+    """The plan of a job: its solution, its build folder (TORCH_EXTENSIONS_DIR) and the caches its env names."""
+    return Plan(str(Path(solution).resolve()), env.get("TORCH_EXTENSIONS_DIR"),
+                tuple(value for key, value in sorted(env.items()) if key.endswith("_CACHE_DIR") and value))
+
+
+# Where NVIDIA's driver is present the sandbox waits for its check on a GPU (CUDA inside the namespaces: a fresh /proc,
+# IPC handles, page-locked pages, a read-only file system) before it is on by default: KBENCH_SANDBOX=on turns it on.
+GPU_DEVICE = "/dev/nvidiactl"
+
+
+def wanted() -> bool:
+    """Whether to sandbox: KBENCH_SANDBOX=none never, =on always (Linux), unset: on Linux without an NVIDIA driver."""
+    asked = os.environ.get(ENV, "auto").lower()
+    if asked == NONE or not sys.platform.startswith("linux"):
+        return False
+    return asked == "on" or not os.path.exists(GPU_DEVICE)
+
+
+def entered() -> str:
+    """What `enter()` got in this process."""
+    return _entered[0]
+
+
+def enter() -> str:
+    """Into namespaces of its own (see the module's docstring); the level got. Call it single-threaded. Returns in the
+    child only: the parent waits for it and exits with its status."""
+    if not wanted():
+        return NONE
+    user = os.geteuid() != 0
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        _call(_libc.unshare, CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS | (CLONE_NEWUSER if user else 0))
+    except OSError:
+        limit()
+        _entered[0] = LIMITS
+        return LIMITS
+    if user:
+        _map_root(uid, gid)
+    child = os.fork()
+    if child:
+        _wait_and_exit(child)
+    die_with_parent()
+    try:
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:
+        _entered[0] = LIMITS  # not even its mounts are its own: nothing more is mounted (a stale /proc breaks CUDA)
+        return LIMITS
+    _entered[0] = NAMESPACES
+    return NAMESPACES
+
+
+def restrict(plan: Plan) -> str:
+    """The file system for the job (see the module's docstring), then the limits; the level got. Mounts only in the
+    mount namespace `enter()` made: anywhere else they would change the whole machine."""
+    if not wanted() or _entered[0] == NONE:
+        return NONE
+    if _entered[0] != NAMESPACES:
+        limit()
+        return LIMITS
+    limit_level = LIMITS
+    try:
+        tmp = _private_tmp()
+        for folder in plan.writable:
+            os.makedirs(folder, exist_ok=True)
+        keep = [tmp, *plan.writable]
+        _empty_but(Path(plan.solution).parent, [p for p in Path(plan.solution).parent.iterdir()
+                                                if p.is_file() and (p.suffix != ".py" or str(p) == plan.solution)])
+        if plan.build_dir:
+            keep.append(plan.build_dir)
+            _empty_but(Path(plan.build_dir).parent, [Path(plan.build_dir)])
+        _read_only(keep + ["/dev"])
+        limit_level = NAMESPACES
+    except OSError:
+        pass  # not in a mount namespace of its own (or no right to mount): the machine stays as it is
+    limit()
+    return limit_level
+
+
+def limit() -> None:
+    """No new privileges, no core dumps, a file-size cap, a process cap."""
+    try:
+        _call(_libc.prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    except OSError:
+        pass
+    for which, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, FILE_SIZE_CAP),
+                         (resource.RLIMIT_NPROC, PROCESS_CAP)):
+        try:
+            soft, hard = resource.getrlimit(which)
+            cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (cap, cap))
+        except (OSError, ValueError):
+            pass
+
+
+# ---- the pieces ----------------------------------------------------------------------------------------------
+
+
+def _call(fn: object, *args: object) -> int:
+    result = fn(*args)  # type: ignore[operator]
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+    return result
+
+
+def _mount(source: str | None, target: str, kind: str | None, flags: int, data: str | None = None) -> None:
+    _call(_libc.mount, source and source.encode(), target.encode(), kind and kind.encode(), ctypes.c_ulong(flags),
+          data and data.encode())
+
+
+def _map_root(uid: int, gid: int) -> None:
+    """In a new user namespace: root inside is this user outside (what mounting needs)."""
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+
+
+def _wait_and_exit(child: int) -> None:
+    """The parent left outside: hold nothing of the candidate's, wait for the child, end as it ended."""
+    os.closerange(3, 1 << 16)
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except ChildProcessError:
+            os._exit(1)
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):  # ended as the child did, so that the judge reads the same signal
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def _private_tmp() -> str:
+    """An empty tmpfs of its own as the temporary folder (TMPDIR, tempfile)."""
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / f"kbench-candidate-{os.getpid()}-{os.getppid()}"
+    path.mkdir(exist_ok=True)
+    _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, TMPFS_SIZE)
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        os.environ[name] = str(path)
+    tempfile.tempdir = str(path)
+    return str(path)
+
+
+def _empty_but(folder: Path, keep: list[Path]) -> None:
+    """`folder` replaced by an empty tmpfs, with each of `keep` (files or folders inside it) bound back in."""
+    stash = [(p, os.open(p, os.O_PATH)) for p in keep if p.exists()]
+    _mount("tmpfs", str(folder), "tmpfs", MS_NOSUID | MS_NODEV, "size=64m")
+    for path, fd in stash:
+        if path.is_dir() or os.path.isdir(f"/proc/self/fd/{fd}"):
+            path.mkdir(exist_ok=True)
+        else:
+            path.touch()
+        _mount(f"/proc/self/fd/{fd}", str(path), None, MS_BIND | MS_REC)
+        os.close(fd)
+
+
+def _read_only(writable: list[str]) -> None:
+    """Every mount read-only, then the writable ones back (mount_setattr, Linux 5.12; else each mount remounted)."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    if _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
+        for point in _mount_points():
+            try:
+                _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+            except OSError:
+                pass
+        return _writable_again(writable, remount=True)
+    return _writable_again(writable, remount=False)
+
+
+def _writable_again(paths: list[str], remount: bool) -> None:
+    clear = _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0)
+    for path in paths:
+        if not os.path.isdir(path) and not os.path.isfile(path):
+            continue
+        if not os.path.ismount(path):
+            _mount(path, path, None, MS_BIND | MS_REC)  # its own mount, so that it can differ from its parent's
+        if remount:
+            _mount(None, path, None, MS_REMOUNT | MS_BIND)
+        elif _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), AT_RECURSIVE, ctypes.byref(clear),
+                           ctypes.sizeof(clear)) != 0:
+            raise OSError(ctypes.get_errno(), f"{path} could not be made writable again")
+
+
+def _mount_points() -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f]

@@ -1,0 +1,35 @@
+"""The sandbox's decisions (kbench.system.sandbox) without making namespaces: what it is asked, what it may touch."""
+
+import pytest
+
+from kbench.system import sandbox
+
+
+def test_the_plan_names_the_solution_its_build_folder_and_the_caches(tmp_path):
+    solution = tmp_path / "s.py"
+    plan = sandbox.plan_for(str(solution), {"TORCH_EXTENSIONS_DIR": "/c/ext/abc", "TRITON_CACHE_DIR": "/c/triton",
+                                            "CUTE_DSL_CACHE_DIR": "", "HOME": "/root"})
+    assert plan == sandbox.Plan(str(solution.resolve()), "/c/ext/abc", ("/c/triton",))
+
+
+@pytest.mark.parametrize("asked, gpu, expected", [
+    ("none", False, False), ("on", True, True), ("auto", False, True), ("auto", True, False), ("", False, True)])
+def test_it_is_on_unless_switched_off_and_waits_for_its_gpu_check_where_a_driver_is(monkeypatch, asked, gpu, expected):
+    monkeypatch.setenv(sandbox.ENV, asked)
+    monkeypatch.setattr(sandbox.os.path, "exists", lambda path: gpu and path == sandbox.GPU_DEVICE)
+    monkeypatch.setattr(sandbox.sys, "platform", "linux")
+    assert sandbox.wanted() is expected
+
+
+def test_it_never_mounts_outside_a_mount_namespace_of_its_own(monkeypatch, tmp_path):
+    """restrict() in a process enter() did not move (or could not) would change the whole machine: it only limits."""
+    mounted, limited = [], []
+    monkeypatch.setattr(sandbox, "_mount", lambda *args, **kw: mounted.append(args))
+    monkeypatch.setattr(sandbox, "limit", lambda: limited.append(1))
+    monkeypatch.setenv(sandbox.ENV, "on")
+    monkeypatch.setattr(sandbox.sys, "platform", "linux")
+    plan = sandbox.Plan(str(tmp_path / "s.py"))
+    for entered, level in ((sandbox.NONE, sandbox.NONE), (sandbox.LIMITS, sandbox.LIMITS)):
+        monkeypatch.setattr(sandbox, "_entered", [entered])
+        assert sandbox.restrict(plan) == level
+    assert mounted == [] and limited == [1]

@@ -4,7 +4,7 @@
     python bench/fidelity.py hypotheses --out OUT [--problem P] [--solution S] [--cache-dir C]
     python bench/fidelity.py protocol --out RUN.json      # per row: regime, median, the judge's excess, warnings
 
-`compare` runs `kbench run` (the README's protocol, torch.compile off) on the shipped problems, then times every
+`compare` runs `kbench run` (docs/timing.md's protocol, torch.compile off) on the shipped problems, then times every
 row again in a fresh plain Python process: kbench's own timer called directly in the row's regime ("one process"),
 and Triton's `do_bench` (L2 cleared before each call, calls back to back; its median). It prints per row the three
 medians in ms and kbench's ratio to each, and writes them to OUT/fidelity.json.

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kbench.commands.evaluation import MACHINE_CODES
+from kbench.results.findings import MACHINE as MACHINE_CODES
 from kbench.commands.execute import execute
 from kbench.judge.static_checks import analyze
 from kbench.problems.discovery import select
@@ -27,7 +27,7 @@ CPU_CASES = {
     # Its writes to every descriptor reach the judge's pipe to the candidate: the protocol breaks, nothing is forged.
     "forges_files": (Status.RUNTIME_ERROR, {"harness_access"}),
 }
-# One or more fixtures per attack class, on a problem whose calls take milliseconds (see the README's table).
+# One or more fixtures per attack class, on a problem whose calls take milliseconds (see docs/checks.md's table).
 TIMED_CASES = {
     "honest_copy": (Status.CORRECT, set()),
     "patches_reference_modules": (Status.INCORRECT, set()),
@@ -59,7 +59,7 @@ HONEST_SPEEDUP = 1.15  # no plain-PyTorch copy of the reference may be reported 
 # Except a copy that spins a thread of its own: on the 2-vCPU CI machine (a VM) a process whose other thread keeps a
 # vCPU busy runs its own calls faster (busy_thread measured 1.00-1.27x eager over nine runs, honest_copy 0.77-1.05x;
 # flushing the CPU caches before each call changed nothing, so it is the VM's idle vCPUs waking, not the caches).
-# The row carries [threads]; README "What kbench does not defend" says so.
+# The row carries [threads]; docs/checks.md, "What kbench does not defend", says so.
 SPINNING_SPEEDUP = {"busy_thread": 1.35}
 # Correct or suspect, as long as no speedup shows: a thread left spinning delays the candidate's answers on a small
 # machine, which the judge's clock sees as time the reported one leaves out.
@@ -183,7 +183,7 @@ def test_patched_timers_do_not_change_the_timing(adversarial_run):
     assert min(patched.timing.samples) > 0 and min(patched.timing.host_samples) > 0
     # Same computation: the medians agree to within a factor of 3 on a noisy shared CPU, far from the 0 the patch fakes.
     assert honest.timing.median / 3 < patched.timing.median < honest.timing.median * 3
-    assert any("time.perf_counter" in w and "torch.cuda.Event" in w for w in patched.warnings)
+    assert any("time.perf_counter" in w.message and "torch.cuda.Event" in w.message for w in patched.warnings)
 
 
 def test_bf16_is_reported_against_float64(adversarial_run):

@@ -1,4 +1,4 @@
-"""A run survives a solution that attacks it (README "Sandbox"): the run file says what was under way, and a resume
+"""A run survives a solution that attacks it (docs/sandbox.md): the run file says what was under way, and a resume
 records it as crashed and finishes the rest."""
 
 import json

@@ -5,6 +5,7 @@ import torch
 import pytest
 from torch.profiler import ProfilerActivity, profile
 
+from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.judge import comparison
 from kbench.judge.comparison import compare
 from kbench.judge.correctness import inputs_unchanged, on_copies, run_trials
@@ -77,7 +78,7 @@ def test_trials_run_candidate_first_on_separate_clones_with_fresh_seeds():
     assert order == ["candidate", "reference"] * 3
     assert all(t.passed for t in trials) and [t.seed for t in trials] == [1, 2, 3]
     assert not torch.equal(seen[0], seen[1])
-    assert warnings == ["[modifies_inputs] the solution modifies its inputs in place"]
+    assert warnings == [Finding(FindingCode.MODIFIES_INPUTS, "the solution modifies its inputs in place")]
 
 
 def test_trials_stop_at_the_first_failure():

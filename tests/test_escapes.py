@@ -38,7 +38,7 @@ def test_cpu_taken_between_two_readings_is_summed_and_warned_about():
         spinner.wait()
     seconds, count = escapes.escaped_cpu(before, after)
     assert seconds > 0.1 and count == 1
-    assert escapes.escaped_warning(seconds, count, 0.5).startswith("[escaped_process] 1 process(es)")
+    assert escapes.escaped_warning(seconds, count, 0.5).text.startswith("[escaped_process] 1 process(es)")
     assert escapes.escaped_warning(0.01, 1, 0.5) is None  # below max(50 ms, 2% of the window)
 
 
@@ -53,4 +53,4 @@ def test_an_escaped_process_holding_the_gpu_device_is_named_whatever_its_cpu():
         outside.kill()
         outside.wait()
     warning = escapes.escaped_warning(0.0, 0, 1.0, gpu_holders=1)
-    assert warning.startswith("[escaped_process] 1 process(es)") and "had the GPU open" in warning
+    assert warning.text.startswith("[escaped_process] 1 process(es)") and "had the GPU open" in warning.text

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kbench.commands.evaluation import MACHINE_CODES
+from kbench.results.findings import MACHINE as MACHINE_CODES
 from kbench.commands.execute import execute
 from kbench.problems.discovery import select
 from kbench.results.records import COMPILED, EAGER, RunConfig, Status, TimingPolicy

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.cli import app
 from kbench.reports import html, reproduce, strips
 from kbench.reports.compare import Comparison, compare_runs
@@ -75,7 +76,7 @@ def problem_rows(problem: str = "conv") -> list[Evaluation]:
                             "ceilings": {"name": "H100", "bandwidth_bytes_s": 3e12, "flops_s": 5e14, "flops_kind": "tf32",
                                          "measured_at": "2026-11-25"}}),
         row(problem, COMPILED, ms=2.0, speedup_vs_eager=2.0, speedup_vs_compile=1.0),
-        with_figures(row(problem, "fast", ms=1.0, compile=ok, trials=trials, warnings=(f"[monkey_patch] {HOSTILE}",),
+        with_figures(row(problem, "fast", ms=1.0, compile=ok, trials=trials, warnings=(Finding(FindingCode.MONKEY_PATCH, HOSTILE),),
                          size_checks={"small": trials[:2]}),
                      accuracy={"solution": 2e-6, "reference": 1e-6, "tf32": 3e-4}, percent_of_floor=20.0,
                      kernels={"profiled": True, "own_s": 9e-4, "library_s": 1e-4, "own_share": 0.9,
@@ -85,7 +86,7 @@ def problem_rows(problem: str = "conv") -> list[Evaluation]:
         row(problem, "slow", ms=3.0, compile=ok, trials=trials),
         with_figures(row(problem, "cheat", Status.SUSPECT, ms=0.01, trials=trials,
                          message="outputs pass, timing not trusted: [escaped_timer] work ran outside the timed interval",
-                         warnings=("[escaped_timer] work ran outside the timed interval",)),
+                         warnings=(Finding(FindingCode.ESCAPED_TIMER, "work ran outside the timed interval"),)),
                      speedup_vs_eager=400.0, speedup_vs_compile=200.0),
         row(problem, "wrong", Status.INCORRECT, compile=ok, message="max abs error 0.5 at trial 2",
             trials=trials[:1] + (TrialResult(seed=44, passed=False, max_abs_err=0.5, message="0.5 > atol"),)),
@@ -371,7 +372,7 @@ def test_the_first_screen_says_what_to_trust(report: Path, page: Any) -> None:
 
 def test_a_dirty_tree_and_a_weakened_headline_are_marked(tmp_path: Path, page: Any) -> None:
     rows = problem_rows("conv")[:4]
-    rows[2] = dataclasses.replace(rows[2], warnings=("[gpu_throttled] the GPU was slowed by its power cap",))
+    rows[2] = dataclasses.replace(rows[2], warnings=(Finding(FindingCode.GPU_THROTTLED, "the GPU was slowed by its power cap"),))
     directory = store(tmp_path, rows, git={"commit": "0123abc", "dirty": True})
     page.goto(html.write_html_report(str(directory), tmp_path).as_uri())
     assert "dirty" in page.locator("#provenance td.dirty").inner_text()

@@ -14,7 +14,7 @@ from kbench.results.jobs import (
     BuildJob, CheckJob, EvaluateJob, EvaluateResult, Envelope, OtherSize, ProbeJob, ProblemRef, ReferenceJob,
     ReferenceResult, SolutionRef,
 )
-from kbench.results.records import MathFlags, Measurement, TimingPolicy, TrialResult
+from kbench.results.records import MathFlags, Measurement, Status, TimingPolicy, TrialResult
 
 COMMON = {"problem": ProblemRef("p", "/problems/p/model.py", {"N": 64}), "device": "cuda", "precision": "bf16",
           "seed": 7, "trials": 3, "atol": 1e-2, "rtol": 1e-2, "math": MathFlags.from_tf32(False),
@@ -42,7 +42,7 @@ def test_a_job_missing_a_field_or_with_a_wrong_type_is_refused():
 
 
 def test_a_failed_trials_nan_error_survives_the_wire():
-    result = EvaluateResult("incorrect", trials=(TrialResult(1, False, max_abs_err=float("nan"), max_rel_err=math.inf),))
+    result = EvaluateResult(Status.INCORRECT, trials=(TrialResult(1, False, max_abs_err=float("nan"), max_rel_err=math.inf),))
     back = decode(EvaluateResult, json.loads(encode(result)))
     assert math.isnan(back.trials[0].max_abs_err) and back.trials[0].max_rel_err == math.inf
 
@@ -81,7 +81,7 @@ def test_a_probe_job_runs_end_to_end_as_typed_records():
 
 def test_every_outcome_becomes_a_result_of_its_jobs_kind():
     """child.answer: the one place an outcome becomes a status (a timeout, a death, a refused or foreign result)."""
-    ok = EvaluateResult("correct", timing=Measurement((1e-3,)))
+    ok = EvaluateResult(Status.CORRECT, timing=Measurement((1e-3,)))
     assert child.answer(child.ChildOutcome(ok, 0, False, 1.0, ""), EvaluateResult) is ok
     timed_out = child.answer(child.ChildOutcome(None, None, True, 900.0, ""), EvaluateResult)
     assert (timed_out.status, timed_out.timing) == ("timeout", None) and "900 s" in timed_out.message

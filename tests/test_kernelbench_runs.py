@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.cli import app
 from kbench.problems.kernelbench_runs import eval_results
 from kbench.results.records import EAGER, Evaluation, Measurement, Status
@@ -80,7 +81,7 @@ def test_a_kbench_run_exported_in_kernelbench_fields():
         Evaluation(problem="1_19_ReLU", solution="sample_2", status=Status.CORRECT, device="cuda", size="full",
                    timing=timing, eager_timing=eager, speedup_vs_eager=2.0),
         Evaluation(problem="1_19_ReLU", solution="sample_0", status=Status.SUSPECT, device="cuda", size="full",
-                   timing=timing, eager_timing=eager, warnings=("[timer_mismatch] x",)),
+                   timing=timing, eager_timing=eager, warnings=(Finding(FindingCode.TIMER_MISMATCH, "x"),)),
         Evaluation(problem="1_19_ReLU", solution="sample_1", status=Status.COMPILE_ERROR, device="cuda", size="full"),
         Evaluation(problem="mine", solution="fast", status=Status.INCORRECT, device="cuda", size="full"),
     ]

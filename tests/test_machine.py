@@ -36,7 +36,7 @@ def test_other_processes_cpu_time_is_measured_and_the_sessions_own_is_not():
     assert loaded["other_cores"] >= 0.8, loaded  # one busy loop: about one core
     assert machine.busy_warning(own, "cpu") is None
     warning = machine.busy_warning(loaded, "cpu")
-    assert warning.startswith(f"[machine_busy] other processes kept {loaded['other_cores']:.1f} of ")
+    assert warning is not None and warning.text.startswith(f"[machine_busy] other processes kept {loaded['other_cores']:.1f} of ")
 
 
 def test_on_a_gpu_run_a_quarter_of_the_cores_is_busy():
@@ -51,7 +51,7 @@ def test_a_tight_timing_whose_level_moved_is_not_silent():
     moved = Measurement(tuple([1.00e-3] * 20 + [1.40e-3] * 20))  # each half as tight as can be
     assert level_moved_warning(steady, "eager") is None
     warning = level_moved_warning(moved, "the solution")
-    assert warning.startswith("[level_moved] the solution's time moved from 1.000 ms") and "(1.40x)" in warning
+    assert warning.text.startswith("[level_moved] the solution's time moved from 1.000 ms") and "(1.40x)" in warning.text
     assert level_moved_warning(Measurement(tuple([1e-3] * 5 + [2e-3] * 5)), "x") is None  # too few to tell
 
 
@@ -92,6 +92,6 @@ def test_other_processes_on_the_gpu_and_a_throttled_gpu_are_reported():
     state = machine.gpu_state(_smi("1410, 1980, 0x0000000000000084\n", "1\n2\n3\n"))
     assert state["throttled"] == ["power cap", "thermal (hardware)"]
     busy, throttled = machine.gpu_warnings(state, own_processes=2)
-    assert busy.startswith("[gpu_busy] 1 other process(es) held a context on this GPU")
-    assert throttled == ("[gpu_throttled] the GPU was slowed while this was timed (power cap, thermal (hardware); "
+    assert busy.text.startswith("[gpu_busy] 1 other process(es) held a context on this GPU")
+    assert throttled.text == ("[gpu_throttled] the GPU was slowed while this was timed (power cap, thermal (hardware); "
                          "SM clock 1410 of 1980 MHz)")

@@ -1,4 +1,5 @@
-"""Run files of version 1 load as version 2: the figures v1 kept in `extra` move to their typed fields."""
+"""Run files of earlier versions load as the current one: the figures v1 kept in `extra` move to their typed fields,
+the warnings v2 kept as "[code] message" strings become findings."""
 
 import json
 
@@ -6,6 +7,7 @@ import pytest
 
 from kbench.errors import ResultsError
 from kbench.results import migrate, storage
+from kbench.results.findings import Finding, FindingCode
 from kbench.results.figures import Accuracy, Ceilings, Floor, KernelShare, PeakMemory, Work
 from kbench.results.records import Status
 
@@ -35,7 +37,7 @@ def test_a_version_1_run_loads_with_its_figures_in_typed_fields(tmp_path):
                              "peak_bytes": {"solution": 8192, "reference": 4096}, "gpu": "1",
                              "protocol": {"rounds": 12}})
     doc, (e, s) = storage.load_run(_v1_file(tmp_path, [eager, solution]))
-    assert doc["version"] == storage.VERSION == 2
+    assert doc["version"] == storage.VERSION == 3
     assert e.floor == Floor(1e-3, 1e-3, 1e-4, "memory", Work(1e9, 3e9), Ceilings("H100", 3e12, 4e14, "tf32", "2026-11-20"))
     assert e.floor.describe() == "memory-bound: 3.0 GB at 3.0 TB/s"
     assert e.peak == PeakMemory(reference=4096) and e.phases == {"timing": 2.0} and e.extra == {"noise": {"rel": 1e-7}}
@@ -51,17 +53,31 @@ def test_a_version_1_figure_that_is_not_its_record_stays_in_extra():
     assert row["extra"] == {"accuracy": {"solution": "tiny"}, "gpu": 0} and "accuracy" not in row
 
 
-def test_a_resumed_version_1_run_is_written_as_version_2(tmp_path):
+def test_a_resumed_version_1_run_is_written_as_the_current_version(tmp_path):
     path = _v1_file(tmp_path, [_row("eager", {"phases": {"setup": 1.0}})])
     store = storage.RunStore.resume(path)
     store.save("interrupted")
     written = json.loads(path.read_text())
-    assert written["version"] == 2 and written["evaluations"][0]["phases"] == {"setup": 1.0}
+    assert written["version"] == 3 and written["evaluations"][0]["phases"] == {"setup": 1.0}
     assert "phases" not in written["evaluations"][0]["extra"]
 
 
 def test_a_file_of_a_newer_version_is_refused_with_what_to_do(tmp_path):
     path = tmp_path / "run.json"
-    path.write_text(json.dumps({"format": "kbench-run", "version": 3, "evaluations": []}))
-    with pytest.raises(ResultsError, match="format version 3; this kbench reads up to 2. Upgrade kbench"):
+    path.write_text(json.dumps({"format": "kbench-run", "version": 4, "evaluations": []}))
+    with pytest.raises(ResultsError, match="format version 4; this kbench reads up to 3. Upgrade kbench"):
         storage.load_run(path)
+
+
+def test_a_version_2_runs_warnings_become_findings_and_an_unknown_code_keeps_its_text(tmp_path):
+    row = {**_row("fast", {}), "warnings": ["[timer_mismatch] the reported time is 1.000 ms too low",
+                                           "[retired_check] something an older kbench said", "no code at all"]}
+    doc = {"format": "kbench-run", "version": 2, "run_id": "20261120-000000-abcd", "started": "2026-11-20T00:00:00",
+           "state": "complete", "config": {"device": "cuda"}, "evaluations": [row]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(doc))
+    _, (e,) = storage.load_run(path)
+    assert e.warnings == (Finding(FindingCode.TIMER_MISMATCH, "the reported time is 1.000 ms too low"),
+                          Finding(FindingCode.OTHER, "[retired_check] something an older kbench said"),
+                          Finding(FindingCode.OTHER, "no code at all"))
+    assert e.flags == (FindingCode.TIMER_MISMATCH, FindingCode.OTHER, FindingCode.OTHER)

@@ -7,6 +7,7 @@ from kbench.judge import protocol
 from kbench.judge.outputs import Locator, OutputViews, check_output
 from kbench.judge.timed_call import spot_check, spots
 from kbench.judge.verdicts import Verdict
+from kbench.results.codec import ProtocolError
 
 
 def _gen(seed=0):
@@ -89,5 +90,5 @@ def test_only_a_plain_dense_tensor_of_the_references_kind_is_an_output():
 def test_a_reply_with_output_locations_that_are_not_plain_json_is_refused():
     good = protocol.decode(b'{"status": "ok", "outputs": [{"copied": true}, null]}')
     assert good.outputs == ({"copied": True}, None)
-    with pytest.raises(protocol.ProtocolError):
+    with pytest.raises(ProtocolError):
         protocol.decode(b'{"status": "ok", "outputs": {"copied": true}}')

@@ -7,6 +7,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.cli import app
 from kbench.errors import DiscoveryError
 from kbench.judge import noise
@@ -125,7 +126,7 @@ def test_the_noise_check_finds_a_tolerance_below_the_references_own_rounding():
     figures, warnings = noise.reference_noise(Summed(), [x], out, "cpu", "fp32", 1e-5, 1e-5, tf32=False)
     assert figures["exact_passes"] is False and figures["max_abs"] > 1e-4
     assert figures["cause"] == "float32 rounding in the library's algorithms"
-    assert warnings and warnings[0].startswith("[tolerance_below_noise]")
+    assert warnings and warnings[0].code == FindingCode.TOLERANCE_BELOW_NOISE
     figures, warnings = noise.reference_noise(Summed(), [x], out, "cpu", "fp32", 1e-2, 1e-2, tf32=False)
     assert figures["exact_passes"] is True and warnings == []
     xb = x.bfloat16()
@@ -142,7 +143,7 @@ def test_the_noise_check_is_skipped_not_failed_when_it_cannot_run():
 
     x = torch.rand(8)
     figures, warnings = noise.reference_noise(NoDouble(), [x], x * 2, "cpu", "fp32", 1e-4, 1e-4, tf32=False)
-    assert figures == {} and warnings[0].startswith("[check_skipped] the reference-noise check could not run")
+    assert figures == {} and warnings[0].text.startswith("[check_skipped] the reference-noise check could not run")
 
 
 def test_list_check_reports_the_noise_per_precision():
@@ -165,7 +166,7 @@ def test_the_report_gives_each_problems_reference_noise_beside_its_tolerance():
     rows = [Evaluation(problem="p", solution="eager", status=Status.CORRECT, device="cuda", size="full",
                        extra={"noise": noise}),
             Evaluation(problem="q", solution="eager", status=Status.CORRECT, device="cuda", size="full")]
-    text = markdown({"environment": {}}, rows)
+    text = " ".join(markdown({"environment": {}}, rows).split())  # the line is wrapped within 120 columns
     assert ("Reference at fp32 against float64: max error 0.0028 at atol=0.0001, rtol=0.0001; an exact result fails: "
             "only the library's rounding passes (TF32") in text
     assert text.count("Reference at") == 1  # q has no noise figures (an older run, or the check was skipped)

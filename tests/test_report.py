@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.reports.leaderboard import fast_p, ranked, summarize
 from kbench.reports.report_text import WIDTH, markdown, write_report
 from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status, TrialResult
@@ -58,7 +59,7 @@ def _timed(ms, spread=0.002, n=30):
 def _row(problem, solution, ms, eager_ms, status=Status.CORRECT, warnings=(), message=""):
     return Evaluation(problem=problem, solution=solution, status=status, device="cuda", size="full",
                       timing=_timed(ms) if ms else None, eager_timing=_timed(eager_ms) if eager_ms else None,
-                      speedup_vs_eager=eager_ms / ms if ms and eager_ms else None, warnings=tuple(warnings),
+                      speedup_vs_eager=eager_ms / ms if ms and eager_ms else None, warnings=tuple(map(from_legacy, warnings)),
                       message=message)
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.results.records import CompileInfo, Evaluation, Measurement, RunConfig, Status, TrialResult
 from kbench.results.storage import RunStore
 
@@ -22,7 +23,7 @@ def _run_file(tmp_path) -> dict:
                                        "problems": {}})
     store.add(Evaluation("p", "s", Status.CORRECT, "cpu", "small", compile=CompileInfo(ok=True),
                          trials=(TrialResult(seed=43, passed=True, max_abs_err=0.0),),
-                         timing=Measurement((0.002, 0.001, 0.003)), speedup_vs_eager=1.5, warnings=("[x] y",),
+                         timing=Measurement((0.002, 0.001, 0.003)), speedup_vs_eager=1.5, warnings=(Finding(FindingCode.FEW_SAMPLES, "y"),),
                          accuracy=Accuracy(1e-6, 2e-6), kernels=KernelShare(own_s=1e-3, own_share=0.5, top=(("k", 9.0),)),
                          peak=PeakMemory(solution=1 << 20), phases={"load": 0.5}, extra={"noise": {"x": 1}}))
     store.finish()

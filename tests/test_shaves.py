@@ -1,4 +1,4 @@
-"""No code in the solution's process can lower its reported time and stay `correct` (README "Timing protocol": the
+"""No code in the solution's process can lower its reported time and stay `correct` (docs/timing.md: the
 judge's clock bounds the reported time). Three mechanisms, each at a tenth and at a half, on the CPU."""
 
 import os
@@ -39,6 +39,7 @@ def test_every_shave_is_suspect_with_the_judges_reason(shaved_run):
         row = rows[name]
         assert row.status == Status.SUSPECT, (name, row.status, row.message, row.warnings)
         assert "timer_mismatch" in row.flags and row.speedup_vs_eager is None, (name, row.warnings)
+        assert row.extra["protocol"]["retimed"]["first"].startswith("[timer_mismatch]")  # flagged in both timings
 
 
 def test_the_honest_copy_beside_them_is_correct_and_unflagged(shaved_run):

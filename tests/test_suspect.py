@@ -1,6 +1,7 @@
 """The `suspect` status: which findings make a passing row untrustworthy, and what such a row shows."""
 
-from kbench.commands.evaluation import SUSPECT_CODES, with_suspicion
+from kbench.commands.evaluation import with_suspicion
+from kbench.results.findings import SUSPECT as SUSPECT_CODES, from_legacy
 from kbench.measure.timing import Calibration, disturbed_warning
 from kbench.reports.leaderboard import fast_p, summarize
 from kbench.results.records import EAGER, Evaluation, Measurement, Status
@@ -10,7 +11,7 @@ def _row(warnings=(), status=Status.CORRECT, solution="fast", device="cuda", eag
     timing = Measurement((0.001,) * 10)
     return Evaluation(problem="p", solution=solution, status=status, device=device, size="full", timing=timing,
                       eager_timing=eager or Measurement((0.004,) * 10), speedup_vs_eager=4.0, speedup_vs_compile=2.0,
-                      warnings=tuple(warnings))
+                      warnings=tuple(from_legacy(w) for w in warnings))
 
 
 def test_each_timing_integrity_finding_makes_a_passing_row_suspect():
@@ -36,7 +37,7 @@ def test_a_reference_slowed_beside_the_solution_is_caught_against_its_calibratio
     calm = Calibration((0.0001,) * 10, tuple(0.002 + i * 1e-6 for i in range(10)))
     slowed = Measurement(tuple(0.003 + i * 1e-6 for i in range(20)))
     steady = Measurement(tuple(0.002 + i * 1e-6 for i in range(20)))
-    assert disturbed_warning(slowed, calm).startswith("[reference_disturbed]")
+    assert disturbed_warning(slowed, calm).code == "reference_disturbed"
     assert disturbed_warning(steady, calm) is None
     assert disturbed_warning(slowed, Calibration((0.0001,) * 10)) is None  # nothing to compare with
 

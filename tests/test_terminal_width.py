@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 from typer.testing import CliRunner
 
+from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.cli import app
 from kbench.reports.tables import results_frame, to_markdown, to_terminal
 from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status
@@ -82,14 +83,14 @@ def _rows():
         Evaluation(problem="convtranspose3d_layernorm", solution=EAGER, status=Status.CORRECT, speedup_vs_eager=1.0,
                    **common),
         Evaluation(problem="convtranspose3d_layernorm", solution=COMPILED, status=Status.CORRECT,
-                   speedup_vs_eager=2.0, speedup_vs_compile=1.0, warnings=(LAUNCH,), **common),
+                   speedup_vs_eager=2.0, speedup_vs_compile=1.0, warnings=(from_legacy(LAUNCH),), **common),
         Evaluation(problem="convtranspose3d_layernorm", solution="tf32_igemm_with_a_longer_name",
-                   status=Status.CORRECT, speedup_vs_eager=8.6, speedup_vs_compile=2.2, warnings=(LAUNCH, *OTHERS),
+                   status=Status.CORRECT, speedup_vs_eager=8.6, speedup_vs_compile=2.2, warnings=tuple(map(from_legacy, (LAUNCH, *OTHERS))),
                    percent_of_floor=33.0, **common),
         Evaluation(problem="conv3d_gelu", solution="cuda_fused", status=Status.RUNTIME_ERROR, device="cuda",
                    size="full", message="the solution raised RuntimeError: CUDA error: an illegal memory access\n"
                                         "CUDA kernel errors might be asynchronously reported at some other API call",
-                   warnings=(OTHERS[0],)),
+                   warnings=(from_legacy(OTHERS[0]),)),
     ]
 
 
@@ -110,7 +111,7 @@ def test_the_run_table_keeps_within_120_columns_and_every_warning_in_a_footnote(
     assert max(map(len, text.splitlines())) <= 120, text
     notes = _footnotes(text)
     expected = [f"{e.problem}/{e.solution}: {' '.join(part.split())}" for e in rows
-                for part in (e.message, *e.warnings) if part]
+                for part in (e.message, *(w.text for w in e.warnings)) if part]
     assert [n.split("] ", 1)[1] for n in notes] == expected  # each in full, numbered in order, correct rows too
     assert [n.split("]")[0] for n in notes] == [f"[{i}" for i in range(1, len(expected) + 1)]
     assert "..." not in text
@@ -124,7 +125,7 @@ def test_csv_and_markdown_keep_every_note_in_full():
     frame = results_frame(rows)
     csv, markdown = frame.to_csv(index=False), to_markdown(frame)
     for e in rows:
-        for part in e.warnings:
+        for part in (w.text for w in e.warnings):
             assert part in csv and part in markdown
     assert "illegal memory access CUDA kernel errors" in csv  # the message's lines, joined on one
     assert len(csv.splitlines()) == len(rows) + 1  # one line per row

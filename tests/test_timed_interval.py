@@ -137,13 +137,13 @@ def test_the_candidate_times_the_solutions_call_and_nothing_else(timers):
     reference, init = build_reference(problem, 5, "cpu")
     inputs = input_maker(problem, "cpu")(1)
     out = torch.empty(16, 8)
-    harness = candidate.Harness()
-    harness.calibrate(protocol.Calibrate("cpu", dataclasses.asdict(MathFlags()), str(PROBLEM), {}, init,
-                                         reference.state_dict(), inputs, [out]))
-    harness.load(protocol.Load(str(SOLUTION), {}))
-    harness.build(protocol.Build("main", init, reference.state_dict(), 5, "cpu"))
-    harness.bind(protocol.Bind("main", inputs, [out]))
-    replies = [(harness.arm(protocol.Arm(False)), harness.go(protocol.Go()))[1] for _ in range(3)]
+    server = candidate.CommandServer()
+    server.calibrate(protocol.Calibrate("cpu", dataclasses.asdict(MathFlags()), str(PROBLEM), {}, init,
+                                        reference.state_dict(), inputs, [out]))
+    server.load(protocol.Load(str(SOLUTION), {}))
+    server.build(protocol.Build("main", init, reference.state_dict(), 5, "cpu"))
+    server.bind(protocol.Bind("main", inputs, [out]))
+    replies = [(server.arm(protocol.Arm(False)), server.go(protocol.Go()))[1] for _ in range(3)]
     assert all(r["status"] == "ok" and r["outputs"] == [{"copied": True}] for r in replies)
     assert torch.equal(out, reference(*inputs))  # the delivered output, copied outside the window
     assert timers[-1].windows == [THE_CALL] * 3
@@ -152,7 +152,7 @@ def test_the_candidate_times_the_solutions_call_and_nothing_else(timers):
 def test_primed_reference_rounds_time_the_second_call_alone(timers, monkeypatch):
     """A launch-bound reference is timed right after an untimed call of its own (as on a GPU): every window still
     holds the call alone, and each sample costs one call outside the windows."""
-    monkeypatch.setattr(timing, "primes", lambda device, fn, timer: True)
+    monkeypatch.setattr(timing, "needs_priming", lambda device, fn, timer: True)
     calls = []
     real = reference_child.job_reference
 

@@ -114,14 +114,14 @@ def test_host_time_far_above_event_time_is_flagged():
     honest = Measurement((1e-3,) * 10, (1.02e-3,) * 10)
     escaped = Measurement((1e-5,) * 10, (2e-3,) * 10)
     assert escaped_work_warning(honest) is None
-    assert "outside the timed stream" in escaped_work_warning(escaped)
+    assert "outside the timed stream" in escaped_work_warning(escaped).text
 
 
 def test_a_sample_count_cut_short_by_max_time_is_flagged():
     from kbench.measure.timing import few_samples_warning
 
     policy = TimingPolicy(min_samples=10, max_time_s=2.0)
-    assert "[few_samples] only 1 sample(s)" in few_samples_warning(Measurement((0.01,), (), "max_time"), policy)
+    assert "[few_samples] only 1 sample(s)" in few_samples_warning(Measurement((0.01,), (), "max_time"), policy).text
     assert few_samples_warning(Measurement((0.01,) * 12, (), "max_time"), policy) is None
     assert few_samples_warning(Measurement((0.01,) * 10, (), "converged"), policy) is None
 
@@ -171,7 +171,7 @@ def test_a_reported_time_the_judges_clock_contradicts_is_flagged():
     calibration = Calibration((0.0004, 0.0005, 0.0005, 0.0006))
     m = _measured([0.001] * 10, [0.0025] * 10)  # reports 1 ms; the judge saw 2.5 ms round trips
     warning = timer_mismatch_warning(m, calibration)
-    assert warning is not None and warning.startswith("[timer_mismatch]") and "1.000 ms" in warning
+    assert warning is not None and warning.code == "timer_mismatch" and "1.000 ms" in warning.message
 
 
 def test_the_bound_is_a_share_of_the_reported_time_with_a_floor_per_device():
@@ -228,7 +228,7 @@ def test_issue_times_are_kept_and_a_call_the_host_cannot_issue_faster_than_the_g
     assert timing.launch_bound_warning(busy) is None
     bound = timing.measure_interleaved(fns("a"), FakeTimer(clock, {"a": [1e-3]}, issue_share=0.9), policy, clock)["a"]
     warning = timing.launch_bound_warning(bound)
-    assert warning == ("[launch_bound] the host takes 0.900 ms to issue a call whose GPU time is 1.000 ms: launch "
+    assert warning.text == ("[launch_bound] the host takes 0.900 ms to issue a call whose GPU time is 1.000 ms: launch "
                        "overhead dominates, and the time follows the host CPU's speed (fewer, larger kernels or a "
                        "CUDA graph would help)")
     assert Measurement.from_json(bound.to_json()).issue_samples == bound.issue_samples
@@ -252,7 +252,7 @@ def test_a_launch_bound_reference_is_not_called_disturbed():
     calibration = Calibration((1e-5,) * 10, eager=(1e-3,) * 10)
     slow = (1.5e-3,) * 20
     gpu_bound = Measurement(slow, slow, issue_samples=(0.2e-3,) * 20)
-    assert timing.disturbed_warning(gpu_bound, calibration).startswith("[reference_disturbed]")
+    assert timing.disturbed_warning(gpu_bound, calibration).code == "reference_disturbed"
     host_bound = Measurement(slow, slow, issue_samples=(1.4e-3,) * 20)
     assert timing.disturbed_warning(host_bound, calibration) is None
 
@@ -300,9 +300,9 @@ def test_only_a_gpu_call_timed_in_the_host_regime_is_primed():
         def decide(self, fn):
             return self.regime
 
-    assert timing.primes("cuda", lambda: None, Decides(timers.REGIME_HOST)) is True
-    assert timing.primes("cuda", lambda: None, Decides(timers.REGIME_GPU)) is False
-    assert timing.primes("cpu", lambda: None, HostTimer()) is False
+    assert timing.needs_priming("cuda", lambda: None, Decides(timers.REGIME_HOST)) is True
+    assert timing.needs_priming("cuda", lambda: None, Decides(timers.REGIME_GPU)) is False
+    assert timing.needs_priming("cpu", lambda: None, HostTimer()) is False
 
 
 def test_a_primed_sampler_times_the_second_of_two_calls():
@@ -340,5 +340,5 @@ def test_work_that_runs_past_the_candidates_signal_shows_in_the_verification_tim
     assert timing.unfinished_warning(honest, 0.36e-3, calibration) is None
     early = [v + 0.1e-3 for v in _jittered(rng, 0.3e-3, 20e-6, 60)]  # 0.1 ms of work left at the signal
     warning = timing.unfinished_warning(early, 0.36e-3, calibration)
-    assert warning is not None and warning.startswith("[unfinished_work]")
+    assert warning is not None and warning.code == "unfinished_work"
     assert timing.unfinished_warning(early, 0.36e-3, Calibration()) is None  # nothing calibrated: nothing to say

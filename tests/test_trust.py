@@ -5,6 +5,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from kbench.judge.draft import Draft
+from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.judge import kernel_names, trust
 
 
@@ -22,7 +24,7 @@ def _run_trust(model, candidate, make, result, tf32=False):
     """What the judge does after timing, with a candidate of this process: determinism, then the float64 oracle."""
     first, ref_first, warning = trust.determinism(lambda x: candidate(*x), lambda x: candidate(*x), model, make, 1, "cpu")
     if warning is not None:
-        result["warnings"].append(warning)
+        result.warnings.append(warning)
     trust.accuracy(model, make(1), first, ref_first, "cpu", tf32, result)
 
 
@@ -32,10 +34,11 @@ class Twice(nn.Module):
 
 
 def test_an_accuracy_check_that_cannot_run_is_skipped_with_a_warning():
-    result = {"warnings": []}
+    result = Draft()
     _run_trust(NoDouble(), lambda x: x * 2, lambda seed: [torch.rand(8)], result)
-    assert "accuracy" not in result
-    assert result["warnings"] == ["[check_skipped] float64 accuracy could not run: RuntimeError: CUDA out of memory (simulated)"]
+    assert result.accuracy is None
+    assert [w.text for w in result.warnings] == [
+        "[check_skipped] float64 accuracy could not run: RuntimeError: CUDA out of memory (simulated)"]
 
 
 def test_the_float64_oracle_is_skipped_when_its_estimate_exceeds_the_free_memory(monkeypatch):
@@ -45,21 +48,21 @@ def test_the_float64_oracle_is_skipped_when_its_estimate_exceeds_the_free_memory
     need = trust.fp64_memory_estimate(model, inputs, out)
     assert need == 2 * 4 * (256 * 1024 + 1024 * 1024 + 1024) + 8 * trust.FP64_OUTPUT_COPIES * out.numel()
     monkeypatch.setattr(trust, "free_bytes", lambda device: int(need * trust.FP64_HEADROOM) - 1)
-    result = {"warnings": []}
+    result = Draft()
     trust.accuracy(model, inputs, out, out, "cuda", False, result)
-    assert "accuracy" not in result and result["warnings"][0].startswith("[check_skipped] float64 accuracy needs about")
+    assert result.accuracy is None and result.warnings[0].text.startswith("[check_skipped] float64 accuracy needs about")
     monkeypatch.setattr(trust, "free_bytes", lambda device: int(need / trust.FP64_HEADROOM) + 1)
-    result = {"warnings": []}
+    result = Draft()
     trust.accuracy(model, inputs, out, out, "cpu", False, result)
-    assert result["warnings"] == [] and result["accuracy"]["solution"] == result["accuracy"]["reference"] < 1e-6
+    assert result.warnings == [] and result.accuracy.solution == result.accuracy.reference < 1e-6
 
 
 def test_accuracy_and_determinism_of_an_honest_candidate():
-    result = {"warnings": []}
+    result = Draft()
     model = nn.Linear(8, 8)
     _run_trust(model, lambda x: model(x), lambda seed: (torch.manual_seed(seed), [torch.rand(4, 8)])[1], result)
-    assert result["warnings"] == []
-    assert result["accuracy"]["solution"] == result["accuracy"]["reference"] < 1e-6
+    assert result.warnings == []
+    assert result.accuracy.solution == result.accuracy.reference < 1e-6
 
 
 def test_a_candidate_that_differs_between_two_calls_on_the_same_inputs_is_flagged():
@@ -69,9 +72,9 @@ def test_a_candidate_that_differs_between_two_calls_on_the_same_inputs_is_flagge
         calls.append(1)
         return x * 2 + (1e-3 if len(calls) % 2 == 0 else 0.0)  # every second call is off
 
-    result = {"warnings": []}
+    result = Draft()
     _run_trust(Twice(), racy, lambda seed: (torch.manual_seed(seed), [torch.rand(16)])[1], result)
-    assert [w.split("]")[0] for w in result["warnings"]] == ["[non_deterministic"]
+    assert [w.code for w in result.warnings] == [FindingCode.NON_DETERMINISTIC]
 
 
 def test_round_to_tf32_keeps_ten_mantissa_bits_rounding_to_nearest():
@@ -88,7 +91,7 @@ def test_round_to_tf32_keeps_ten_mantissa_bits_rounding_to_nearest():
 def _flags(candidate_of, tf32):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 64), nn.Tanh())
-    result = {"warnings": []}
+    result = Draft()
     _run_trust(model, candidate_of(model), lambda seed: (torch.manual_seed(seed), [torch.rand(32, 64)])[1], result, tf32)
     return result
 
@@ -105,18 +108,18 @@ def _bf16_candidate(model):
 
 def test_tf32_arithmetic_is_not_low_accuracy_where_the_run_allows_tf32():
     allowed = _flags(_tf32_candidate, tf32=True)
-    assert allowed["warnings"] == []
-    assert allowed["accuracy"]["solution"] > 10 * allowed["accuracy"]["reference"]  # fp32 reference: far more exact
-    assert allowed["accuracy"]["solution"] <= trust.TF32_SLACK * allowed["accuracy"]["tf32"]
+    assert allowed.warnings == []
+    assert allowed.accuracy.solution > 10 * allowed.accuracy.reference  # fp32 reference: far more exact
+    assert allowed.accuracy.solution <= trust.TF32_SLACK * allowed.accuracy.tf32
     barred = _flags(_tf32_candidate, tf32=False)
-    assert "tf32" not in barred["accuracy"]
-    assert [w.split("]")[0] for w in barred["warnings"]] == ["[low_accuracy"]
+    assert barred.accuracy.tf32 is None
+    assert [w.code for w in barred.warnings] == [FindingCode.LOW_ACCURACY]
 
 
 def test_bf16_arithmetic_stays_low_accuracy_even_with_tf32_allowed():
     result = _flags(_bf16_candidate, tf32=True)
-    assert [w.split("]")[0] for w in result["warnings"]] == ["[low_accuracy"]
-    assert "TF32 rounding" in result["warnings"][0]
+    assert [w.code for w in result.warnings] == [FindingCode.LOW_ACCURACY]
+    assert "TF32 rounding" in result.warnings[0].message
 
 
 def test_declared_kernels_finds_each_spelling_of_a_kernel_declaration():
@@ -153,15 +156,15 @@ def test_the_kernel_profile_runs_on_cuda_unless_the_run_turns_it_off():
 
 def test_a_kernel_share_from_the_candidate_is_checked_field_by_field():
     """The profile's figures come from the candidate's process: anything but a KernelShare is a skipped check."""
-    forged: dict = {"warnings": []}
+    forged = Draft()
     trust.kernel_profile(lambda: {"own_s": "all of it", "own_share": [1.0]}, forged)
-    assert "kernels" not in forged
-    assert forged["warnings"][0].startswith("[check_skipped] kernel profile could not run: ProtocolError")
-    honest: dict = {"warnings": []}
+    assert forged.kernels is None
+    assert forged.warnings[0].text.startswith("[check_skipped] kernel profile could not run: ProtocolError")
+    honest = Draft()
     trust.kernel_profile(lambda: {"own_s": 0.0, "library_s": 1e-3, "own_share": 0.0, "kernels_declared": ["k"],
                                   "top": [["cudnn_conv", 9.5]]}, honest)
-    assert honest["kernels"].top == (("cudnn_conv", 9.5),) and honest["kernels"].own_share == 0.0
-    assert honest["warnings"][0].startswith("[no_custom_kernel]")
+    assert honest.kernels.top == (("cudnn_conv", 9.5),) and honest.kernels.own_share == 0.0
+    assert honest.warnings[0].code == "no_custom_kernel"
 
 
 def test_the_kernel_profile_covers_the_candidate_calls_and_nothing_else(monkeypatch):

@@ -18,7 +18,8 @@ from pathlib import Path
 
 if os.environ.get("TORCH_EXTENSIONS_DIR") != str(Path(__file__).parent / "ext"):
     raise RuntimeError(f"wrong extension dir: {os.environ.get('TORCH_EXTENSIONS_DIR')}")
-print("pid", os.getpid(), flush=True)
+# in the sandbox each is PID 1 of a namespace of its own: its start time (clock ticks since boot) tells them apart
+print("pid", os.getpid(), open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19], flush=True)
 '''
 
 

@@ -1,4 +1,4 @@
-"""Regenerate the README's screenshots of `kbench report --html`'s page: its first screen, and a problem's section.
+"""Regenerate the docs/ screenshots of `kbench report --html`'s page: its first screen, and a problem's section.
 
     python tools/html_report_screenshot.py                      # the tests' fixture run (tests/test_html_report.py)
     python tools/html_report_screenshot.py RUN_DIR [NAME]       # a real run's report.html, written first

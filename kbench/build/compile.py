@@ -74,7 +74,8 @@ def needs_build(solution: SolutionSpec) -> bool:
     return b"cpp_extension" in solution.path.read_bytes()
 
 
-def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int, launch: Launch = isolation.run_child) -> BuildResult:
+def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int,
+              launch: Launch = isolation.run_child) -> BuildResult:
     """Import the solution in a child so its load_inline calls compile into the cache directory.
 
     A file lock per cache key keeps two kbench processes from building the same extension at once.

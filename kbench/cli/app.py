@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Annotated, Optional, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -35,7 +35,7 @@ def command(name: str) -> Callable[[F], F]:
 
     def register(func: F) -> F:
         @functools.wraps(func)
-        def bounded(*args, **kwargs):  # noqa: ANN002, ANN003 - Typer reads the signature of `func`
+        def bounded(*args, **kwargs):  # untyped: Typer reads the signature of `func`
             try:
                 return func(*args, **kwargs)
             except KbenchError as exc:
@@ -60,7 +60,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main_callback(
-    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = None,
+    version: Annotated[bool | None, typer.Option("--version", callback=_version, is_eager=True,
+                                                 help="Print the version and exit.")] = None,
 ) -> None:
     """kbench: correctness and speed of ModelNew solutions against KernelBench-format problems."""
 

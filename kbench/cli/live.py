@@ -19,15 +19,31 @@ from typing import Any, TextIO
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.progress import (
-    BarColumn, MofNCompleteColumn, ProgressColumn, SpinnerColumn, Task, TaskID, TextColumn, TimeElapsedColumn,
+    BarColumn,
+    MofNCompleteColumn,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
 )
 from rich.progress import Progress as Bars
 from rich.text import Text
 
 from kbench.cli.app import progress as write_line
 from kbench.commands.progress import (
-    BuildFinished, BuildStarted, EvaluationFinished, EvaluationPhase, EvaluationStarted, Event, line, Note, plain,
-    Planned, Progress,
+    BuildFinished,
+    BuildStarted,
+    EvaluationFinished,
+    EvaluationPhase,
+    EvaluationStarted,
+    Event,
+    Note,
+    Planned,
+    Progress,
+    line,
+    plain,
 )
 from kbench.results.records import Status
 
@@ -63,7 +79,8 @@ class EtaColumn(ProgressColumn):
 class LiveProgress:
     """A sink of progress events that draws them with rich on `console`; `with` it to show and stop the display."""
 
-    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic, auto_refresh: bool = True) -> None:
+    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic,
+                 auto_refresh: bool = True) -> None:
         self.console = console
         self.bars = Bars(TextColumn("{task.description:<12}", markup=False), BarColumn(), MofNCompleteColumn(),
                          TimeElapsedColumn(), EtaColumn(), console=console, get_time=clock, auto_refresh=False)
@@ -72,7 +89,7 @@ class LiveProgress:
         self.tally = Tally()
         self._tasks: dict[str, TaskID] = {}  # "builds", "evaluations"
         self._totals: Counter[str] = Counter()
-        self._now: dict[tuple[str, str, str], TaskID] = {}  # what runs now: ("build" or "evaluation", problem, solution)
+        self._now: dict[tuple[str, str, str], TaskID] = {}  # what runs now: ("build"/"evaluation", problem, solution)
         self._failed_builds = 0
         self._evaluating = False
         self._lock = threading.Lock()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -17,34 +17,34 @@ def _located(value: Path) -> Path:
     return locate(value)
 
 
-Problems = Annotated[Optional[list[str]], typer.Option("--problem", "-p", help="Problem name or path to a KernelBench-format .py file; repeat for several. Default: all.")]
-Solution = Annotated[Optional[str], typer.Option("--solution", "-s", help="One solution: a name in solutions/<problem>/ or a path to a ModelNew file. Default: all of each problem's.")]
+Problems = Annotated[list[str] | None, typer.Option("--problem", "-p", help="Problem name or path to a KernelBench-format .py file; repeat for several. Default: all.")]
+Solution = Annotated[str | None, typer.Option("--solution", "-s", help="One solution: a name in solutions/<problem>/ or a path to a ModelNew file. Default: all of each problem's.")]
 Device = Annotated[str, typer.Option(help="auto, cuda or cpu.")]
-Size = Annotated[Optional[str], typer.Option(help="full or small. Default: full on CUDA, small on CPU.")]
+Size = Annotated[str | None, typer.Option(help="full or small. Default: full on CUDA, small on CPU.")]
 Trials = Annotated[int, typer.Option(min=1, help="Correctness trials, each with fresh random inputs.")]
-Precision = Annotated[Optional[str], typer.Option(help="fp32, fp16 or bf16: models and floating inputs of reference and solution cast to it, as KernelBench's --precision. Default: each problem's own (fp32 unless its problem.toml says).")]
+Precision = Annotated[str | None, typer.Option(help="fp32, fp16 or bf16: models and floating inputs of reference and solution cast to it, as KernelBench's --precision. Default: each problem's own (fp32 unless its problem.toml says).")]
 ToleranceProfile = Annotated[str, typer.Option("--tolerance", help="Where atol/rtol come from: problem (problem.toml, else 1e-2; at least 1e-2 at fp16/bf16), kernelbench (KernelBench's current harness: 1e-4 at fp32, 1e-2 at fp16/bf16) or kernelbench-v0.1 (1e-2). --atol/--rtol win.")]
 NoCompileBaseline = Annotated[bool, typer.Option("--no-compile-baseline", help="Skip timing the reference under torch.compile.")]
 Timeout = Annotated[float, typer.Option(min=1, help="Seconds before one child (build or evaluation) is killed.")]
 Jobs = Annotated[int, typer.Option(min=0, help="Solutions compiled in parallel; 0 = one per CPU core.")]
 MaxTime = Annotated[float, typer.Option(min=0.01, help="Cap on timing seconds per evaluation.")]
-Resume = Annotated[Optional[str], typer.Option(help="Finish an earlier (e.g. interrupted) run: its id or folder. Its own settings apply; finished work is kept; what was under way when its process died is recorded as crashed.")]
+Resume = Annotated[str | None, typer.Option(help="Finish an earlier (e.g. interrupted) run: its id or folder. Its own settings apply; finished work is kept; what was under way when its process died is recorded as crashed.")]
 RetryCrashed = Annotated[bool, typer.Option("--retry-crashed", help="With --resume: run the run's crashed evaluations again (one may have ended the run).")]
 ResultsDir = Annotated[Path, typer.Option(help="Where results/<run-id>/ (and baselines/) are written and read.")]
-CacheDir = Annotated[Optional[Path], typer.Option(help="Extension build cache. Default: ~/.cache/kbench/extensions.")]
+CacheDir = Annotated[Path | None, typer.Option(help="Extension build cache. Default: ~/.cache/kbench/extensions.")]
 ProblemsDir = Annotated[Path, typer.Option("--problems-dir", callback=_located, help="Folder of problems (one sub-folder each). Default: problems/ here or in the nearest parent folder that has one.")]
 SolutionsDir = Annotated[Path, typer.Option("--solutions-dir", callback=_located, help="Folder of solutions (solutions/<problem>/<name>.py). Default: beside that problems/.")]
-ShowProgress = Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Live progress on stderr: bars with counts and ETA, what runs now, a tally of statuses. Default: on when stderr is a terminal (not TERM=dumb); otherwise plain lines, as in a log.")]
+ShowProgress = Annotated[bool | None, typer.Option("--progress/--no-progress", help="Live progress on stderr: bars with counts and ETA, what runs now, a tally of statuses. Default: on when stderr is a terminal (not TERM=dumb); otherwise plain lines, as in a log.")]
 
 PROBLEMS_DIR, SOLUTIONS_DIR = Path("problems"), Path("solutions")
 
 
 def run_config(*, no_tf32: bool = False, no_compile_baseline: bool = False, max_time: float = DEFAULT.timing.max_time_s,
-               timeout: float = DEFAULT.timeout_s, **fields: object) -> RunConfig:
+               timeout: float = DEFAULT.timeout_s, **fields: Any) -> RunConfig:
     """The RunConfig of run, baseline and gate from their options: what the CLI names differently is mapped here
     (--no-tf32, --no-compile-baseline, --max-time, --timeout); every other option is a RunConfig field of its name."""
     return RunConfig(math=MathFlags.from_tf32(not no_tf32), compile_baseline=not no_compile_baseline,
-                     timing=TimingPolicy(max_time_s=max_time), timeout_s=timeout, **fields)  # type: ignore[arg-type]
+                     timing=TimingPolicy(max_time_s=max_time), timeout_s=timeout, **fields)
 
 
 def fraction(text: str) -> float:

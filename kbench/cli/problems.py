@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from kbench.cli.app import command, progress
 from kbench.cli.options import (
-    DEFAULT, PROBLEMS_DIR, SOLUTIONS_DIR, Device, ProblemsDir, SolutionsDir, ToleranceProfile,
+    DEFAULT,
+    PROBLEMS_DIR,
+    SOLUTIONS_DIR,
+    Device,
+    ProblemsDir,
+    SolutionsDir,
+    ToleranceProfile,
 )
 from kbench.errors import UsageError
 
@@ -17,11 +24,11 @@ from kbench.errors import UsageError
 @command("list")
 def list_command(
     check: Annotated[bool, typer.Option("--check", help="Also check each reference for degenerate outputs at its tolerance.")] = False,
-    problem: Annotated[Optional[list[str]], typer.Option("--problem", "-p", help="With --check: only these problems.")] = None,
+    problem: Annotated[list[str] | None, typer.Option("--problem", "-p", help="With --check: only these problems.")] = None,
     device: Device = DEFAULT.device,
-    size: Annotated[Optional[str], typer.Option(help="With --check: full or small (default: full on CUDA, small on CPU).")] = DEFAULT.size,
+    size: Annotated[str | None, typer.Option(help="With --check: full or small (default: full on CUDA, small on CPU).")] = DEFAULT.size,
     timeout: Annotated[float, typer.Option(min=1, help="With --check: seconds per problem.")] = 600.0,
-    precision: Annotated[Optional[list[str]], typer.Option(help="With --check: fp32, fp16 or bf16; repeat for several. Default: each problem's own.")] = None,
+    precision: Annotated[list[str] | None, typer.Option(help="With --check: fp32, fp16 or bf16; repeat for several. Default: each problem's own.")] = None,
     tolerance: ToleranceProfile = DEFAULT.tolerance,
     no_tf32: Annotated[bool, typer.Option("--no-tf32", help="With --check: TF32 off for cuDNN and matmul.")] = False,
     problems_dir: ProblemsDir = PROBLEMS_DIR,
@@ -43,11 +50,9 @@ def list_command(
 
       kbench list --check --precision fp32 --precision bf16 --tolerance kernelbench
     """
-    import shutil
-
-    from kbench.commands.listing import check_table, listing
-    from kbench.commands.build_and_check import check_problems
-    from kbench.commands.progress import plain
+    from kbench.commands.build_and_check import check_problems  # slow: the pipeline; not for --help
+    from kbench.commands.listing import check_table, listing  # heavy: pandas; not for --help
+    from kbench.commands.progress import plain  # slow: the pipeline; not for --help
 
     # The terminal's width (COLUMNS first); 120 off a terminal. Names never split: a narrow terminal gets blocks.
     typer.echo(listing(problems_dir, solutions_dir, shutil.get_terminal_size((120, 24)).columns))
@@ -59,10 +64,10 @@ def list_command(
 
 @command("import")
 def import_command(
-    responses: Annotated[Optional[list[Path]], typer.Argument(help="LLM response files (text, markdown or .py), or folders of them.", show_default=False)] = None,
-    problem: Annotated[Optional[str], typer.Option("--problem", "-p", help="The problem the responses answer: a name under problems/ or a path.", show_default=False)] = None,
-    name: Annotated[Optional[str], typer.Option("--name", "-n", help="Solution name; with several responses a prefix (NAME_1, NAME_2, ...). Default: from each response's file name.")] = None,
-    kernelbench_run: Annotated[Optional[Path], typer.Option("--kernelbench-run", help="A KernelBench run folder (runs/<run_name>): each level_L_problem_P_sample_S_kernel.py becomes solutions/<problem P of level L>/sample_S.py.", show_default=False)] = None,
+    responses: Annotated[list[Path] | None, typer.Argument(help="LLM response files (text, markdown or .py), or folders of them.", show_default=False)] = None,
+    problem: Annotated[str | None, typer.Option("--problem", "-p", help="The problem the responses answer: a name under problems/ or a path.", show_default=False)] = None,
+    name: Annotated[str | None, typer.Option("--name", "-n", help="Solution name; with several responses a prefix (NAME_1, NAME_2, ...). Default: from each response's file name.")] = None,
+    kernelbench_run: Annotated[Path | None, typer.Option("--kernelbench-run", help="A KernelBench run folder (runs/<run_name>): each level_L_problem_P_sample_S_kernel.py becomes solutions/<problem P of level L>/sample_S.py.", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite a solution of the same name instead of skipping or renaming.")] = False,
     problems_dir: ProblemsDir = PROBLEMS_DIR,
     solutions_dir: SolutionsDir = SOLUTIONS_DIR,
@@ -83,8 +88,8 @@ def import_command(
 
       kbench import --kernelbench-run ~/KernelBench/runs/my_run --problems-dir ~/KernelBench/KernelBench/level1
     """
-    from kbench.problems.importer import import_responses
-    from kbench.problems.kernelbench_runs import import_run
+    from kbench.problems.importer import import_responses  # slow: the pipeline; not for --help
+    from kbench.problems.kernelbench_runs import import_run  # slow: the pipeline; not for --help
 
     if kernelbench_run is not None:
         if responses or problem or name:

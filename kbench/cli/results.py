@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+import json
+from typing import Annotated
 
 import typer
 
@@ -13,9 +14,9 @@ from kbench.errors import UsageError
 
 @command("compare")
 def compare_command(
-    a: Annotated[Optional[str], typer.Argument(help="Before: a run id, run directory, run.json or baseline. Default: the run before the latest.")] = None,
-    b: Annotated[Optional[str], typer.Argument(help="After: likewise. Default: the latest run.")] = None,
-    baseline: Annotated[Optional[str], typer.Option(help="Compare against a stored baseline (name under results/baselines/ or a file) instead.")] = None,
+    a: Annotated[str | None, typer.Argument(help="Before: a run id, run directory, run.json or baseline. Default: the run before the latest.")] = None,
+    b: Annotated[str | None, typer.Argument(help="After: likewise. Default: the latest run.")] = None,
+    baseline: Annotated[str | None, typer.Option(help="Compare against a stored baseline (name under results/baselines/ or a file) instead.")] = None,
     threshold: Annotated[str, typer.Option(help="Smallest change that counts (below it: same).")] = "1%",
     fmt: Annotated[str, typer.Option("--format", help="table, md, csv or json.")] = "table",
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when a row is slower or newly failing.")] = False,
@@ -40,10 +41,12 @@ def compare_command(
 
       kbench compare --html
     """
-    import json
-
-    from kbench.reports.compare import compare
-    from kbench.reports.tables import FORMATS, comparison_frame, render
+    from kbench.reports.compare import compare  # slow: the pipeline; not for --help
+    from kbench.reports.tables import (  # heavy: pandas; not for --help
+        FORMATS,
+        comparison_frame,
+        render,
+    )
 
     if fmt not in FORMATS:
         raise UsageError(f"Unknown format '{fmt}'. Use one of: {', '.join(FORMATS)}")
@@ -63,7 +66,7 @@ def compare_command(
             typer.echo(f"before: {result.before.label}\nafter:  {result.after.label}\n")
         typer.echo(render(frame, fmt) + ("\n\n" + "\n\n".join(aside) if aside else ""))
     if html:
-        from kbench.reports.html import write_html_compare
+        from kbench.reports.html import write_html_compare  # heavy: pandas and jinja2; only --html needs them
 
         typer.echo(f"html: {write_html_compare(result)}", err=fmt != "table")
     if fail_on_regression and result.regressions:
@@ -73,7 +76,7 @@ def compare_command(
 
 @command("report")
 def report_command(
-    run: Annotated[Optional[str], typer.Argument(help="A run id, run directory or run.json. Default: the latest run.")] = None,
+    run: Annotated[str | None, typer.Argument(help="A run id, run directory or run.json. Default: the latest run.")] = None,
     no_chart: Annotated[bool, typer.Option("--no-chart", help="Skip the PNG chart.")] = False,
     format: Annotated[str, typer.Option("--format", help="markdown (report.md and the chart) or kernelbench (eval_results.json in KernelBench's field names).")] = "markdown",
     html: Annotated[bool, typer.Option("--html", help="Also write report.html beside run.json: one self-contained page (leaderboards, sample charts, every row's details) to open in a browser.")] = False,
@@ -81,7 +84,7 @@ def report_command(
 ) -> None:
     """Rank each problem's solutions and summarize the suite (fast_p, geometric-mean speedup).
 
-    Writes report.md and speedups.png (needs matplotlib: pip install 'kbench[plot]') next to run.json; with
+    Writes report.md and speedups.png (needs matplotlib: pip install 'kbench\\[plot]') next to run.json; with
     --format kernelbench, eval_results.json as KernelBench's eval_from_generations.py writes it; with --html, also
     report.html (self-contained: open it from disk in any browser).
 
@@ -95,8 +98,8 @@ def report_command(
 
       kbench report --html
     """
-    from kbench.reports.leaderboard import write_kernelbench
-    from kbench.reports.report_text import write_report
+    from kbench.reports.leaderboard import write_kernelbench  # slow: the pipeline; not for --help
+    from kbench.reports.report_text import write_report  # slow: tabulate and the pipeline; not for --help
 
     if format not in ("markdown", "kernelbench"):
         raise UsageError(f"Unknown report format '{format}'. Use markdown or kernelbench.")
@@ -105,9 +108,10 @@ def report_command(
     else:
         md_path, png, text = write_report(run, results_dir, with_chart=not no_chart)
         typer.echo(text)
-        skipped = "" if no_chart else "\nchart:  skipped (matplotlib is not installed; pip install 'kbench[plot]' draws it)"
+        skipped = ("" if no_chart
+                   else "\nchart:  skipped (matplotlib is not installed; pip install 'kbench[plot]' draws it)")
         typer.echo(f"report: {md_path}" + (f"\nchart:  {png}" if png else skipped))
     if html:
-        from kbench.reports.html import write_html_report
+        from kbench.reports.html import write_html_report  # heavy: pandas and jinja2; only --html needs them
 
         typer.echo(f"html:   {write_html_report(run, results_dir)}")

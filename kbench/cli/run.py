@@ -2,19 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kbench.cli.app import command
 from kbench.cli.options import (
-    DEFAULT, PROBLEMS_DIR, SOLUTIONS_DIR, CacheDir, Device, Jobs, MaxTime, NoCompileBaseline, Precision, Problems,
-    ProblemsDir, ResultsDir, Resume, RetryCrashed, ShowProgress, Size, Solution, SolutionsDir, Timeout, ToleranceProfile,
-    Trials, fraction, run_config,
+    DEFAULT,
+    PROBLEMS_DIR,
+    SOLUTIONS_DIR,
+    CacheDir,
+    Device,
+    Jobs,
+    MaxTime,
+    NoCompileBaseline,
+    Precision,
+    Problems,
+    ProblemsDir,
+    ResultsDir,
+    Resume,
+    RetryCrashed,
+    ShowProgress,
+    Size,
+    Solution,
+    SolutionsDir,
+    Timeout,
+    ToleranceProfile,
+    Trials,
+    fraction,
+    run_config,
 )
 
 if TYPE_CHECKING:
+    from kbench.results.records import Evaluation
     from kbench.results.storage import RunStore
 
 
@@ -25,20 +47,20 @@ def run_command(
     device: Device = DEFAULT.device,
     size: Size = DEFAULT.size,
     trials: Trials = DEFAULT.trials,
-    atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance. Default: the problem's own (1e-2 unless it declares one).")] = None,
-    rtol: Annotated[Optional[float], typer.Option(help="Relative tolerance. Default: the problem's own.")] = None,
+    atol: Annotated[float | None, typer.Option(help="Absolute tolerance. Default: the problem's own (1e-2 unless it declares one).")] = None,
+    rtol: Annotated[float | None, typer.Option(help="Relative tolerance. Default: the problem's own.")] = None,
     tolerance: ToleranceProfile = DEFAULT.tolerance,
     precision: Precision = DEFAULT.precision,
     no_tf32: Annotated[bool, typer.Option("--no-tf32", help="Turn TF32 off for cuDNN (and matmul) in reference and solution alike.")] = False,
     no_compile_baseline: NoCompileBaseline = False,
-    two_sizes: Annotated[Optional[bool], typer.Option("--two-sizes/--one-size", help="Also check correctness at the other size (full/small). Default: yes on CUDA, no on CPU.")] = DEFAULT.two_sizes,
+    two_sizes: Annotated[bool | None, typer.Option("--two-sizes/--one-size", help="Also check correctness at the other size (full/small). Default: yes on CUDA, no on CPU.")] = DEFAULT.two_sizes,
     timeout: Timeout = DEFAULT.timeout_s,
     jobs: Jobs = DEFAULT.jobs,
     max_time: MaxTime = DEFAULT.timing.max_time_s,
     seed: Annotated[int, typer.Option(help="Seed for weights; trial i uses seed + 1 + i for inputs.")] = DEFAULT.seed,
     executor: Annotated[str, typer.Option(help="local (one evaluation per visible GPU) or ray (Ray tasks, one GPU each).")] = DEFAULT.executor,
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster address (with --executor ray). Default: a local Ray instance.")] = DEFAULT.address,
-    parallel: Annotated[Optional[int], typer.Option(min=1, help="With --executor ray: evaluations at once. Default: the cluster's GPUs (CPU: 1).")] = DEFAULT.parallel,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (with --executor ray). Default: a local Ray instance.")] = DEFAULT.address,
+    parallel: Annotated[int | None, typer.Option(min=1, help="With --executor ray: evaluations at once. Default: the cluster's GPUs (CPU: 1).")] = DEFAULT.parallel,
     kernel_profile: Annotated[bool, typer.Option("--kernel-profile/--no-kernel-profile", help="Profile each CUDA solution for the share of GPU time in its own kernels (the no_custom_kernel check). Off saves about 4 s per evaluation (the profiler's start-up).")] = DEFAULT.kernel_profile,
     resume: Resume = None,
     retry_crashed: RetryCrashed = False,
@@ -66,8 +88,8 @@ def run_command(
 
       kbench run --executor ray --address ray://head:10001
     """
-    from kbench.cli.live import progress_sink
-    from kbench.commands.run import run
+    from kbench.cli.live import progress_sink  # slow: rich.live and the pipeline; not for --help
+    from kbench.commands.run import run  # heavy: pandas; not for --help
 
     config = run_config(
         device=device, size=size, trials=trials, atol=atol, rtol=rtol, tolerance=tolerance, precision=precision,
@@ -83,16 +105,16 @@ def run_command(
 def _show_run(store: RunStore) -> None:
     """The results table and the run's folder on stdout (after the progress display has stopped); exit 1 when any
     row is not correct."""
-    from kbench.reports.tables import results_frame, to_terminal
+    from kbench.reports.tables import results_frame, to_terminal  # heavy: pandas; not for --help
 
     typer.echo(to_terminal(results_frame(store.evaluations)))
     typer.echo(f"\nresults: {store.directory}")
     _exit_unless_correct(store.evaluations)
 
 
-def _exit_unless_correct(evaluations) -> None:  # noqa: ANN001 - Evaluation records
+def _exit_unless_correct(evaluations: Sequence[Evaluation]) -> None:
     """Exit 1, saying how many rows and which statuses, when any row is not correct."""
-    from kbench.commands.run import not_correct
+    from kbench.commands.run import not_correct  # heavy: pandas; not for --help
 
     failed = not_correct(evaluations)
     if failed:
@@ -123,9 +145,9 @@ def build_command(
 
       kbench build -p conv3d_gelu -s cuda_fused
     """
-    from kbench.cli.live import progress_sink
-    from kbench.commands.build_and_check import build_only
-    from kbench.reports.tables import build_table
+    from kbench.cli.live import progress_sink  # slow: rich.live and the pipeline; not for --help
+    from kbench.commands.build_and_check import build_only  # slow: the pipeline; not for --help
+    from kbench.reports.tables import build_table  # heavy: pandas; not for --help
 
     with progress_sink(show_progress) as progress:
         results = build_only(problem or [], solution, problems_dir, solutions_dir, cache_dir, jobs, timeout, progress)
@@ -140,7 +162,7 @@ def build_command(
 @command("baseline")
 def baseline_command(
     problem: Problems = None,
-    name: Annotated[Optional[str], typer.Option(help="Baseline name: results/baselines/<name>.json. Default: the GPU's name (and -fp16/-bf16 at those precisions).")] = None,
+    name: Annotated[str | None, typer.Option(help="Baseline name: results/baselines/<name>.json. Default: the GPU's name (and -fp16/-bf16 at those precisions).")] = None,
     device: Device = DEFAULT.device,
     size: Size = DEFAULT.size,
     no_compile_baseline: NoCompileBaseline = False,
@@ -165,9 +187,9 @@ def baseline_command(
 
       kbench baseline --problems-dir ~/KernelBench/level1 --precision bf16
     """
-    from kbench.cli.live import progress_sink
-    from kbench.commands.baseline import baseline
-    from kbench.reports.tables import results_frame, to_terminal
+    from kbench.cli.live import progress_sink  # slow: rich.live and the pipeline; not for --help
+    from kbench.commands.baseline import baseline  # heavy: pandas; not for --help
+    from kbench.reports.tables import results_frame, to_terminal  # heavy: pandas; not for --help
 
     config = run_config(device=device, size=size, no_compile_baseline=no_compile_baseline, timeout=timeout,
                         max_time=max_time, results_dir=results_dir, precision=precision, tolerance=tolerance)
@@ -181,9 +203,9 @@ def baseline_command(
 def gate_command(
     problem: Problems = None,
     solution: Solution = None,
-    baseline: Annotated[Optional[str], typer.Option(help="GPU only: fail solutions slower than this baseline beyond noise.")] = None,
+    baseline: Annotated[str | None, typer.Option(help="GPU only: fail solutions slower than this baseline beyond noise.")] = None,
     max_regression: Annotated[str, typer.Option(help="Slowdown allowed against --baseline before a solution fails.")] = "5%",
-    junit: Annotated[Optional[Path], typer.Option(help="Also write a JUnit XML report here.")] = None,
+    junit: Annotated[Path | None, typer.Option(help="Also write a JUnit XML report here.")] = None,
     trials: Trials = DEFAULT.trials,
     precision: Precision = DEFAULT.precision,
     tolerance: ToleranceProfile = DEFAULT.tolerance,
@@ -211,8 +233,8 @@ def gate_command(
 
       kbench gate --baseline h100 --max-regression 5%
     """
-    from kbench.cli.live import progress_sink
-    from kbench.commands.gate import FAIL, PASS, SKIP, gate, write_junit
+    from kbench.cli.live import progress_sink  # slow: rich.live and the pipeline; not for --help
+    from kbench.commands.gate import FAIL, PASS, SKIP, gate, write_junit  # heavy: pandas; not for --help
 
     config = run_config(trials=trials, timeout=timeout, jobs=jobs, max_time=max_time, results_dir=results_dir,
                         cache_dir=cache_dir, precision=precision, tolerance=tolerance)

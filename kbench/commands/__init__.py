@@ -1,1 +1,2 @@
-"""The commands' library functions: run, baseline, build, gate, list --check, and how a run plans and records its evaluations."""
+"""The commands' library functions: run, baseline, build, gate, list --check, and how a run plans and records its
+evaluations."""

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 from kbench.commands.execute import execute
 from kbench.commands.progress import Progress
 from kbench.commands.run import what_to_run
+from kbench.problems.discovery import choose_problems
 from kbench.results.records import RunConfig
-from kbench.results.storage import RunStore
+from kbench.results.storage import BASELINES, RUN_FILE, RunStore, resolve
 
 
 def baseline(config: RunConfig, problem_refs: Sequence[str], problems_dir: Path, name: str | None,
@@ -17,12 +20,6 @@ def baseline(config: RunConfig, problem_refs: Sequence[str], problems_dir: Path,
     """`kbench baseline`: time only the references (eager and torch.compile) and store the run as a baseline.
 
     With `resume` (an interrupted baseline run), only the problems it does not hold yet are timed."""
-    import re
-    import shutil
-
-    from kbench.problems.discovery import choose_problems
-    from kbench.results.storage import BASELINES, resolve, RUN_FILE
-
     previous = resolve(resume, config.results_dir) if resume else None
     problem_refs, _, problems_dir, _, selection = what_to_run(previous, problem_refs, None, problems_dir, problems_dir)
     problems, broken = choose_problems(problem_refs, problems_dir)

@@ -7,23 +7,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kbench.build.compile import build_all, BuildResult
-from kbench.commands.evaluation import judging, Plan
+from kbench.build.compile import BuildResult, build_all
+from kbench.commands.evaluation import Plan, judging
 from kbench.commands.machine import build_context, probe_environment, resolve_device, resolve_size
-from kbench.commands.progress import build_progress, build_started, Note, Planned, Progress
+from kbench.commands.progress import Note, Planned, Progress, build_progress, build_started
 from kbench.errors import KbenchError, UsageError
 from kbench.execution import isolation
 from kbench.execution.child import answer
+from kbench.problems.discovery import find_problem, list_problems, select
+from kbench.results.findings import Finding
 from kbench.results.jobs import CheckJob, CheckResult
 from kbench.results.records import MathFlags, ProblemSpec, RunConfig
 from kbench.results.tolerances import PRECISIONS, TOLERANCE_PROFILES
 
 
 def build_only(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path, solutions_dir: Path,
-               cache_dir: Path | None, jobs: int, timeout_s: float, progress: Progress = lambda _: None) -> list[BuildResult]:
+               cache_dir: Path | None, jobs: int, timeout_s: float,
+               progress: Progress = lambda _: None) -> list[BuildResult]:
     """`kbench build`: compile and link the selected solutions (any device's) without running them."""
-    from kbench.problems.discovery import select
-
     _, solutions = select(problem_refs, solution_ref, problems_dir, solutions_dir)
     chosen = [s for group in solutions.values() for s in group]
     if not chosen:
@@ -34,7 +35,8 @@ def build_only(problem_refs: Sequence[str], solution_ref: str | None, problems_d
         names = ", ".join(f"{s.problem}/{s.name}" for s in needs_cuda)
         raise KbenchError(f"No CUDA toolkit found for {names}. Set CUDA_HOME to the toolkit's folder.")
     progress(Planned(builds=len(chosen)))
-    progress(Note(f"building {len(chosen)} solution(s) for arch {ctx.arch} (CUDA toolkit: {ctx.cuda_home or 'none'}) into {ctx.cache_dir} ..."))
+    progress(Note(f"building {len(chosen)} solution(s) for arch {ctx.arch} (CUDA toolkit: {ctx.cuda_home or 'none'}) "
+                  f"into {ctx.cache_dir} ..."))
     results = build_all(ctx, chosen, build_progress(progress), started=build_started(progress))
     return [results[s.path] for s in chosen]
 
@@ -43,7 +45,7 @@ def build_only(problem_refs: Sequence[str], solution_ref: str | None, problems_d
 class ProblemCheck:
     problem: ProblemSpec
     size: str
-    findings: tuple[str, ...]
+    findings: tuple[Finding, ...]
     figures: dict[str, Any]
     error: str = ""
     precision: str = "fp32"
@@ -54,8 +56,6 @@ def check_problems(problem_refs: Sequence[str], problems_dir: Path, device: str,
                    profile: str = "problem", tf32: bool = True) -> list[ProblemCheck]:
     """`kbench list --check`: each reference's degenerate-output and noise checks, per precision (default: the
     problem's own), each in its own child."""
-    from kbench.problems.discovery import find_problem, list_problems
-
     bad = [p for p in precisions if p not in PRECISIONS] + ([profile] if profile not in TOLERANCE_PROFILES else [])
     if bad:
         raise UsageError(f"Unknown precision or tolerance profile {', '.join(bad)}: precisions are "

@@ -4,16 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kbench.build.compile import build_all
 from kbench.commands.evaluation import (
-    Plan, evaluate_reference, evaluate_solution, on_gpu, with_floor, with_next_step, with_suspicion,
+    Plan,
+    evaluate_reference,
+    evaluate_solution,
+    on_gpu,
+    with_floor,
+    with_next_step,
+    with_suspicion,
 )
 from kbench.commands.progress import (
-    build_progress, build_started, EvaluationFinished, evaluating, heartbeat, Note, Planned, Progress,
+    EvaluationFinished,
+    Note,
+    Planned,
+    Progress,
+    build_progress,
+    build_started,
+    evaluating,
+    heartbeat,
 )
 from kbench.execution import isolation
-from kbench.execution.pool import run_on_slots, Slot
+from kbench.execution.pool import Slot, run_on_slots
 from kbench.results.records import COMPILED, EAGER, Evaluation, ProblemSpec, SolutionSpec, Status
 from kbench.results.storage import RunStore
 
@@ -34,7 +48,8 @@ def to_build(device: str, solutions: Sequence[SolutionSpec], cuda_home: Path | N
         elif build_unrunnable and "cuda" in s.devices:
             skipped[s.path] = "no CUDA toolkit found (set CUDA_HOME) and no GPU here; not built"
         elif "cuda" in s.devices and device == "cpu":
-            skipped[s.path] = f"supports {', '.join(s.devices)} only; this run is on cpu (not compiled: {UNRUNNABLE_HINT})"
+            skipped[s.path] = (f"supports {', '.join(s.devices)} only; this run is on cpu "
+                               f"(not compiled: {UNRUNNABLE_HINT})")
         else:
             skipped[s.path] = f"supports {', '.join(s.devices)} only; this run is on {device}"
     return chosen, skipped
@@ -42,6 +57,14 @@ def to_build(device: str, solutions: Sequence[SolutionSpec], cuda_home: Path | N
 
 def is_done(store: RunStore, problem: str, solution: str) -> bool:
     return any(e.problem == problem and e.solution == solution for e in store.evaluations)
+
+
+def _note_unrunnable(skipped: dict[Path, str], progress: Progress) -> None:
+    """Say how many CUDA solutions this GPU-less run skips (to_build's reasons)."""
+    unrunnable = sum(UNRUNNABLE_HINT in reason for reason in skipped.values())
+    if unrunnable:
+        hint = UNRUNNABLE_HINT.replace(" it ", " them ")
+        progress(Note(f"skipping {unrunnable} CUDA solution(s): no GPU here ({hint})"))
 
 
 def _slots(plan: Plan, progress: Progress) -> list[Slot]:
@@ -59,9 +82,7 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
     gain), then the solutions; every row is stored as it comes."""
     every = [s for p in problems for s in solutions.get(p.name, []) if not is_done(store, p.name, s.name)]
     chosen, skipped = to_build(plan.device, every, cuda_home, plan.config.build_unrunnable)
-    unrunnable = sum(UNRUNNABLE_HINT in reason for reason in skipped.values())
-    if unrunnable:
-        progress(Note(f"skipping {unrunnable} CUDA solution(s): no GPU here ({UNRUNNABLE_HINT.replace(' it ', ' them ')})"))
+    _note_unrunnable(skipped, progress)
     references = [p for p in problems if not is_done(store, p.name, EAGER)]
     pending = [(p, s) for p in problems for s in solutions.get(p.name, []) if not is_done(store, p.name, s.name)]
     progress(Planned(builds=len(chosen), evaluations=len(references) + len(pending)))
@@ -85,17 +106,20 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
     def stored(problem: ProblemSpec, rows: list[Evaluation]) -> None:
         for row in rows:
             store.add(row)
-        progress(EvaluationFinished(problem.name, label, tuple(r.status for r in rows), rows[0].message, reference=True))
+        progress(EvaluationFinished(problem.name, label, tuple(r.status for r in rows), rows[0].message,
+                                    reference=True))
 
     run_on_slots(references, slots, reference, stored)
-    rows_of = {p.name: [e for e in store.evaluations if e.problem == p.name and e.solution in (EAGER, COMPILED)] for p in problems}
+    rows_of = {p.name: [e for e in store.evaluations if e.problem == p.name and e.solution in (EAGER, COMPILED)]
+               for p in problems}
 
     def solution_row(item: tuple[ProblemSpec, SolutionSpec], slot: Slot) -> Evaluation:
         problem, solution = item
         reference_rows = rows_of[problem.name]
         floor = reference_rows[0].floor if reference_rows else None
         gain = next((r.speedup_vs_eager for r in reference_rows if r.solution == COMPILED and r.speedup_vs_eager), None)
-        where = {"device": plan.device, "size": plan.size, "precision": plan.config.precision_for(problem)}
+        where: dict[str, Any] = {"device": plan.device, "size": plan.size,
+                                 "precision": plan.config.precision_for(problem)}
         if solution.defect:
             return Evaluation(problem=problem.name, solution=solution.name, status=Status.LOAD_ERROR,
                               message=solution.defect, **where)

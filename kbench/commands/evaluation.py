@@ -11,22 +11,32 @@ from kbench.execution.child import answer
 from kbench.execution.executors import Executor, local_executor
 from kbench.execution.pool import Slot
 from kbench.judge.loading import load_failure
+from kbench.judge.static_checks import analyze
 from kbench.judge.verdicts import Verdict
+from kbench.measure.timing_checks import escaped_work_warning, few_samples_warning, launch_bound_warning
 from kbench.results.figures import Floor
+from kbench.results.findings import Finding, FindingCode
 from kbench.results.jobs import (
-    CompiledResult, EvaluateJob, EvaluateResult, OtherSize, ProblemRef, ReferenceJob, ReferenceResult, SolutionRef,
+    CompiledResult,
+    EvaluateJob,
+    EvaluateResult,
+    OtherSize,
+    ProblemRef,
+    ReferenceJob,
+    ReferenceResult,
+    SolutionRef,
 )
 from kbench.results.records import (
-    COMPILED, EAGER, CompileInfo, Evaluation, Measurement, ProblemSpec, RunConfig, SolutionSpec, Status,
+    COMPILED,
+    EAGER,
+    CompileInfo,
+    Evaluation,
+    Measurement,
+    ProblemSpec,
+    RunConfig,
+    SolutionSpec,
+    Status,
 )
-from kbench.measure.timing_checks import escaped_work_warning, few_samples_warning, launch_bound_warning
-
-# Findings that mean the timing cannot be trusted: a row that passes with one of them is `suspect`, keeps its raw
-# samples, and shows no speedup. Other findings (static checks, more than 10x faster than eager) stay warnings.
-SUSPECT_CODES = frozenset({"escaped_timer", "timer_mismatch", "below_floor", "state_changed", "clock_patched",
-                           "reference_disturbed", "escaped_process", "regime_changed", "unfinished_work"})
-# Findings about the machine while a row was timed (kbench.system.machine, kbench.measure.timing_checks), not about the solution.
-MACHINE_CODES = frozenset({"machine_busy", "level_moved", "gpu_busy", "gpu_throttled"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +67,7 @@ def other_sizes(plan: Plan, problem: ProblemSpec) -> tuple[OtherSize, ...]:
     return (OtherSize(other, problem.overrides(other)),)
 
 
-def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[str] = ()) -> tuple[str, ...]:
+def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[Finding] = ()) -> tuple[Finding, ...]:
     found = list(extra)
     if timing is not None and (few := few_samples_warning(timing, plan.config.timing)):
         found.append(few)
@@ -75,7 +85,8 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
     job = ReferenceJob(**judging(plan, problem), compile_baseline=plan.config.compile_baseline,
                        ceilings_dir=str(plan.build.cache_dir.parent / "ceilings"))
     outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, None, 1), slot))
-    common = {"problem": problem.name, "device": plan.device, "size": plan.size, "seconds": outcome.seconds,
+    common: dict[str, Any] = {"problem": problem.name, "device": plan.device, "size": plan.size,
+                              "seconds": outcome.seconds,
               "precision": plan.config.precision_for(problem)}
     result = answer(outcome, ReferenceResult)
     if result.status != "correct" or result.timing is None:
@@ -103,17 +114,18 @@ def with_floor(row: Evaluation, floor: Floor | None) -> Evaluation:
     """Add % of the hardware floor and implausible-speed warnings to a timed row."""
     if floor is None or row.timing is None:
         return row
-    from kbench.measure import roofline
+    from kbench.measure import roofline  # heavy: torch, which the parent imports only for a row with a floor
 
     eager = row.eager_timing.median if row.eager_timing is not None and row.solution != EAGER else None
-    checks = (("below_floor", roofline.below_floor(row.timing.median, floor)),  # untrusted timing: suspect
-              ("implausible_speed", roofline.far_ahead(row.timing.median, eager)))  # a heuristic: a warning
-    found = [f"[{code}] {why}" for code, why in checks if why is not None]
+    checks = ((FindingCode.BELOW_FLOOR, roofline.below_floor(row.timing.median, floor)),  # untrusted timing: suspect
+              (FindingCode.IMPLAUSIBLE_SPEED, roofline.far_ahead(row.timing.median, eager)))  # a heuristic: a warning
+    found = [Finding(code, why) for code, why in checks if why is not None]
     return dataclasses.replace(row, warnings=row.warnings + tuple(found),
                                percent_of_floor=roofline.percent_of_floor(row.timing.median, floor))
 
 
-def _not_judged(plan: Plan, solution: SolutionSpec, precision: str, built: BuildResult | None) -> tuple[Status, str] | None:
+def _not_judged(plan: Plan, solution: SolutionSpec, precision: str,
+                built: BuildResult | None) -> tuple[Status, str] | None:
     """Why a solution is not sent to a judge (its precisions, its devices, its build), or None when it is."""
     if precision not in solution.precisions:
         return Status.NOT_RUN, f"declares PRECISIONS {', '.join(solution.precisions)}; this run is in {precision}"
@@ -137,13 +149,15 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
                       compile_gain: float | None, slot: Slot = None) -> Evaluation:
     """One solution in its own child; `compile_gain` is eager/compiled time from the reference child."""
     precision = plan.config.precision_for(problem)
-    common = {"problem": problem.name, "solution": solution.name, "device": plan.device, "size": plan.size,
+    common: dict[str, Any] = {"problem": problem.name, "solution": solution.name, "device": plan.device,
+                              "size": plan.size,
               "precision": precision, "compile": built.compile if built else None}
     if (refused := _not_judged(plan, solution, precision, built)) is not None:
         return Evaluation(status=refused[0], message=refused[1], **common)
     job = EvaluateJob(**judging(plan, problem), other_sizes=other_sizes(plan, problem),
                       solution=SolutionRef(solution.name, str(solution.path)))
-    outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, solution, 1), slot))
+    outcome = plan.executor.launch(job, plan.config.timeout_s,
+                                   plan.executor.env(child_env(plan.build, solution, 1), slot))
     result = answer(outcome, EvaluateResult)
     timing, eager = result.timing, result.eager_timing
     speedup = eager.median / timing.median if timing and eager else None
@@ -157,15 +171,13 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
     )
 
 
-def static_warnings(solution: SolutionSpec) -> list[str]:
-    """Findings of the static checks on the solution's source, as `[code] message (line N)` warnings."""
-    from kbench.judge.static_checks import analyze
-
+def static_warnings(solution: SolutionSpec) -> list[Finding]:
+    """Findings of the static checks on the solution's source (kbench.judge.static_checks)."""
     try:
         source = solution.path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return []
-    return [f"[{f.code}] {f.message}" for f in analyze(source)]
+    return [Finding(f.code, f.message) for f in analyze(source)]
 
 
 def on_gpu(row: Evaluation, slot: Slot) -> Evaluation:
@@ -183,7 +195,7 @@ def with_next_step(row: Evaluation, timeout_s: float) -> Evaluation:
                               "(also in run.json: compile.log)",
         Status.CRASHED: f"rerun it alone with {alone} to see all it printed",
         Status.RUNTIME_ERROR: f"rerun it alone with {alone}",
-        Status.SUSPECT: "the README's \"Timing protocol\" says what the warning means",
+        Status.SUSPECT: "docs/timing.md says what the warning means",
     }
     hint = hints.get(row.status)
     if hint is None or row.solution in (EAGER, COMPILED) or not row.message or hint in row.message:
@@ -193,9 +205,10 @@ def with_next_step(row: Evaluation, timeout_s: float) -> Evaluation:
 
 def with_suspicion(row: Evaluation) -> Evaluation:
     """A passing row whose timing cannot be trusted becomes `suspect`: its samples stay, its speedups go."""
-    reasons = [w for w in row.warnings if w.startswith("[") and w[1:w.find("]")] in SUSPECT_CODES]
+    reasons = [w for w in row.warnings if w.code.suspect]
     if row.status != Status.CORRECT or not reasons or row.solution in (EAGER, COMPILED):
         return row
     extra = {**row.extra, "speedup_vs_eager": row.speedup_vs_eager, "speedup_vs_compile": row.speedup_vs_compile}
-    return dataclasses.replace(row, status=Status.SUSPECT, message=f"outputs pass, timing not trusted: {reasons[0]}",
+    return dataclasses.replace(row, status=Status.SUSPECT,
+                               message=f"outputs pass, timing not trusted: {reasons[0].text}",
                                speedup_vs_eager=None, speedup_vs_compile=None, extra=extra)

@@ -22,8 +22,8 @@ from kbench.execution.zygote import Zygote
 from kbench.reports.compare import machine_key
 from kbench.reports.tables import write_tables
 from kbench.results.records import EAGER, Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status
-from kbench.results.tolerances import PRECISIONS, TOLERANCE_PROFILES
 from kbench.results.storage import RunStore
+from kbench.results.tolerances import PRECISIONS, TOLERANCE_PROFILES
 from kbench.system import toolkit
 from kbench.system.environment import git_info, host_info
 
@@ -93,7 +93,8 @@ def _executor(config: RunConfig, device: str, gpu: dict[str, Any], early: Zygote
         raise
 
 
-def _header(plan: Plan, repo: Path, problems: Sequence[ProblemSpec], selection: dict[str, Any] | None) -> dict[str, Any]:
+def _header(plan: Plan, repo: Path, problems: Sequence[ProblemSpec],
+            selection: dict[str, Any] | None) -> dict[str, Any]:
     """What a run records about itself: machine, code, configuration, selection and each problem's settings."""
     config, size, cuda_home = plan.config, plan.size, plan.build.cuda_home
     return {
@@ -137,7 +138,8 @@ def _evaluate(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[str, 
             process_tree.kill_all()
             store.finish("interrupted")
             write_tables(store)
-            raise Interrupted(f"Interrupted; {len(store.evaluations)} finished evaluation(s) are saved in {store.directory}") from None
+            raise Interrupted(f"Interrupted; {len(store.evaluations)} finished evaluation(s) are saved in "
+                              f"{store.directory}") from None
 
 
 def _settle_lost(plan: Plan, store: RunStore, problems: Sequence[ProblemSpec], retry: bool, progress: Progress) -> None:

@@ -10,16 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from kbench.commands.execute import execute
-
 from kbench.commands.machine import probe_environment
-
 from kbench.commands.progress import Progress
 from kbench.errors import KbenchError, UsageError
 from kbench.problems.discovery import select
 from kbench.reports import compare as comparing
 from kbench.reports import reproduce
 from kbench.results.records import Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status
-from kbench.results.storage import atomic_write, load, LoadedRun, resolve, RunStore
+from kbench.results.storage import LoadedRun, RunStore, atomic_write, load, resolve
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
@@ -102,13 +100,16 @@ def cpu_checks(e: Evaluation, spec: SolutionSpec) -> list[Check]:
     return [build_check(e)]
 
 
-def speed_checks(run: LoadedRun, baseline: LoadedRun, max_regression: float, selected: set[tuple[str, str]]) -> list[Check]:
+def speed_checks(run: LoadedRun, baseline: LoadedRun, max_regression: float,
+                 selected: set[tuple[str, str]]) -> list[Check]:
     rows = comparing.compare_runs(baseline, run, max_regression)
     checks = []
     for row in (r for r in rows if (r.problem, r.solution) in selected):
         if row.change == comparing.SLOWER:
-            message = f"{row.ratio:.3f}x the baseline's median ({row.before_ms:.3f} -> {row.after_ms:.3f} ms, p={row.p_value:.2g})"
-            checks.append(Check(row.problem, row.solution, "speed", FAIL, message, f"kbench compare --baseline {baseline.path}"))
+            message = (f"{row.ratio:.3f}x the baseline's median ({row.before_ms:.3f} -> {row.after_ms:.3f} ms, "
+                       f"p={row.p_value:.2g})")
+            checks.append(Check(row.problem, row.solution, "speed", FAIL, message,
+                                f"kbench compare --baseline {baseline.path}"))
         elif row.change in (comparing.SAME, comparing.FASTER, comparing.UNCLEAR) and row.after_status == "correct":
             checks.append(Check(row.problem, row.solution, "speed", PASS, row.change))
     return checks
@@ -120,7 +121,8 @@ def _run(config: RunConfig, problems: list[ProblemSpec], solutions: dict[str, li
 
 
 def gate(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path, solutions_dir: Path,
-         base: RunConfig, baseline: str | None, max_regression: float, progress: Progress = lambda _: None) -> GateResult:
+         base: RunConfig, baseline: str | None, max_regression: float,
+         progress: Progress = lambda _: None) -> GateResult:
     problems, solutions = select(problem_refs, solution_ref, problems_dir, solutions_dir)
     specs = {(s.problem, s.name): s for group in solutions.values() for s in group}
     if not specs:
@@ -135,15 +137,18 @@ def gate(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Pa
     runs: list[Path] = []
     cuda = {p: [s for s in group if "cuda" in s.devices] for p, group in solutions.items()}
     if gpu and any(cuda.values()):
-        store = _run(dataclasses.replace(base, device="cuda", size="full", two_sizes=True), problems, cuda, progress, env)
+        store = _run(dataclasses.replace(base, device="cuda", size="full", two_sizes=True), problems, cuda, progress,
+                     env)
         runs.append(store.directory)
         checks += [c for e in store.evaluations if (e.problem, e.solution) in specs for c in cuda_checks(e)]
         if baseline is not None:
-            checks += speed_checks(load(store.directory), load(resolve(baseline, base.results_dir)), max_regression, set(specs))
+            checks += speed_checks(load(store.directory), load(resolve(baseline, base.results_dir)), max_regression,
+                                   set(specs))
         else:
             notes.append("speed: not checked (no --baseline)")
     # Without a GPU every solution goes through the CPU run (CUDA ones are built there); with one, the CPU-only ones.
-    on_cpu = solutions if not gpu else {p: [s for s in group if "cuda" not in s.devices] for p, group in solutions.items()}
+    on_cpu = (solutions if not gpu
+              else {p: [s for s in group if "cuda" not in s.devices] for p, group in solutions.items()})
     if any(on_cpu.values()):
         store = _run(dataclasses.replace(base, device="cpu", size="small", two_sizes=False, build_unrunnable=not gpu),
                      problems, on_cpu, progress, env)

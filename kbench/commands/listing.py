@@ -96,7 +96,7 @@ def check_table(checks: Sequence[ProblemCheck]) -> str:
     rows = []
     for c in checks:
         fig = c.figures
-        verdict = c.error or ("; ".join(f.split("] ", 1)[-1] for f in c.findings) if c.findings else "clean")
+        verdict = c.error or ("; ".join(f.message for f in c.findings) if c.findings else "clean")
         noise = fig.get("noise") or {}
         atol, rtol = noise.get("atol", c.problem.atol), noise.get("rtol", c.problem.rtol)
         rows.append([c.problem.name, c.size, c.precision, f"atol={atol:g} rtol={rtol:g}",
@@ -105,4 +105,5 @@ def check_table(checks: Sequence[ProblemCheck]) -> str:
                      f"{fig['zero_share']:.1%}" if "zero_share" in fig else "",
                      f"{fig['output_std']:.3g}" if "output_std" in fig else "", verdict])
     return tabulate(rows, headers=["problem", "size", "precision", "tolerance", "ref err vs fp64", "constant passes",
-                                   "zeros", "output std", "verdict"], tablefmt="simple", maxcolwidths=[None, None, None, 12, None, None, None, None, 60])
+                                   "zeros", "output std", "verdict"], tablefmt="simple",
+                    maxcolwidths=[None, None, None, 12, None, None, None, None, 60])

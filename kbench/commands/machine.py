@@ -48,4 +48,5 @@ def build_context(env: dict[str, Any], cache_dir: Path | None, timeout_s: float,
     """Where and how solutions compile on this machine: toolkit, arch list (from the GPU), cache."""
     gpu = env.get("gpu") or {}
     arch = toolkit.arch_list(tuple(gpu["capability"]) if gpu else None)
-    return BuildContext(cache_dir or toolkit.default_cache_dir(), toolkit.find_cuda_home(), arch, env["torch"], timeout_s, jobs)
+    return BuildContext(cache_dir or toolkit.default_cache_dir(), toolkit.find_cuda_home(), arch, env["torch"],
+                        timeout_s, jobs)

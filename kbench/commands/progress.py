@@ -80,7 +80,8 @@ class Heartbeat:
     seconds: float
 
 
-Event = Note | Planned | BuildStarted | BuildFinished | EvaluationStarted | EvaluationPhase | EvaluationFinished | Heartbeat
+Event = (Note | Planned | BuildStarted | BuildFinished | EvaluationStarted | EvaluationPhase | EvaluationFinished
+         | Heartbeat)
 Progress = Callable[[Event], None]
 
 
@@ -96,7 +97,8 @@ def line(event: Event) -> str | None:
     if isinstance(event, EvaluationStarted):
         return f"{event.problem}: {event.solution} ..."
     if isinstance(event, EvaluationFinished) and not event.reference:
-        return f"  {event.problem}/{event.solution}: {event.statuses[0].value}{' - ' + event.message if event.message else ''}"
+        return (f"  {event.problem}/{event.solution}: {event.statuses[0].value}"
+                f"{' - ' + event.message if event.message else ''}")
     return None
 
 

@@ -9,8 +9,9 @@ from typing import Any
 from kbench.commands.execute import execute
 from kbench.commands.progress import Progress
 from kbench.errors import UsageError
+from kbench.problems.discovery import choose_problems, find_solutions, is_path_ref, select
 from kbench.results.records import Evaluation, RunConfig, Status
-from kbench.results.storage import RunStore
+from kbench.results.storage import RunStore, load_run, resolve
 
 PASSING = (Status.CORRECT, Status.NOT_RUN)
 
@@ -26,15 +27,26 @@ def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None
         retry_crashed: bool = False) -> RunStore:
     """`kbench run`: select problems and solutions, then execute them (or finish an earlier run).
 
-    With no problem named, every problem under problems_dir runs, and a file there that breaks the
-    contract fails alone, as a load_error record.
-    """
-    from kbench.problems.discovery import choose_problems, find_solutions, select
-    from kbench.results.storage import resolve
+    Args:
+        config: the run's settings (device, size, timing policy, tolerances, folders).
+        problem_refs: problem names or paths (-p); empty: every problem under problems_dir.
+        solution_ref: one solution's name or path (-s); None: every solution of each problem.
+        problems_dir, solutions_dir: where problems and their solutions are found.
+        progress: called with each progress event (kbench.commands.progress).
+        resume: a run to finish (an id or path): what it asked for, less the rows it has.
+        retry_crashed: with `resume`, run the rows it recorded as crashed again.
 
+    Returns:
+        The RunStore of the run, complete (its run.json written). With no problem named, a file under problems_dir
+        that breaks the contract fails alone, as a load_error record.
+
+    Raises:
+        UsageError: --retry-crashed without --resume; ResultsError, ProblemError: what cannot be found or read.
+    """
     previous = resolve(resume, config.results_dir) if resume else None
     problem_refs, solution_ref, problems_dir, solutions_dir, selection = what_to_run(
         previous, problem_refs, solution_ref, problems_dir, solutions_dir)
+    broken: list[tuple[str, str]]
     if problem_refs or solution_ref is not None:
         (problems, solutions), broken = select(problem_refs, solution_ref, problems_dir, solutions_dir), []
     else:
@@ -50,21 +62,19 @@ def what_to_run(previous: Path | None, problem_refs: Sequence[str], solution_ref
                solutions_dir: Path) -> tuple[Sequence[str], str | None, Path, Path, dict[str, Any]]:
     """What to run, and the record of it that a run keeps: a resumed run's own selection (it records what was asked
     for), else the one given."""
-    from kbench.results.storage import load_run
-
     stored = load_run(previous)[0].get("selection") if previous is not None else None
     if stored:
         if problem_refs or solution_ref is not None:
-            raise UsageError("--resume finishes the run's own problems and solutions; leave out -p/--problem and -s/--solution.")
+            raise UsageError("--resume finishes the run's own problems and solutions; "
+                             "leave out -p/--problem and -s/--solution.")
         problem_refs, solution_ref = stored["problems"], stored["solution"]
         problems_dir, solutions_dir = Path(stored["problems_dir"]), Path(stored["solutions_dir"])
-    selection = {"problems": [as_ref(r) for r in problem_refs], "solution": as_ref(solution_ref) if solution_ref else None,
+    selection = {"problems": [as_ref(r) for r in problem_refs],
+                 "solution": as_ref(solution_ref) if solution_ref else None,
                  "problems_dir": str(problems_dir.resolve()), "solutions_dir": str(solutions_dir.resolve())}
     return problem_refs, solution_ref, problems_dir, solutions_dir, selection
 
 
 def as_ref(ref: str) -> str:
     """A problem or solution reference as stored: a path becomes absolute, a name stays a name."""
-    from kbench.problems.discovery import is_path_ref
-
     return str(Path(ref).resolve()) if is_path_ref(ref) else ref

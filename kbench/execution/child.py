@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from kbench.execution.process_tree import _live, _live_lock, kill_tree
 from kbench.execution.zygote import ForkedWorker, Zygote
 from kbench.results.codec import ProtocolError, decode, encode
 from kbench.results.jobs import Envelope, Job, JobResult, result_type
+from kbench.system.lifetime import exit_failure
 
 LOG_TAIL_CHARS = 20_000
 
@@ -44,15 +44,9 @@ class ChildOutcome:
             return None
         if self.refused:
             return "crashed", f"the child's result was refused: {self.refused}"
-        code = self.returncode
-        if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return "crashed", f"the child was killed by {name}{_last_line(self.log)}"
-        if code:
-            return "crashed", f"the child exited with code {code} before reporting{_last_line(self.log)}"
+        if self.returncode:  # killed by a signal (negative) or exited with an error
+            status, message = exit_failure(self.returncode, "the child", "before reporting")
+            return status, message + _last_line(self.log)
         return "crashed", f"the child exited without reporting a result{_last_line(self.log)}"
 
 
@@ -112,7 +106,8 @@ JOB_ENV = ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "TRITON_C
 
 
 class _Child:
-    """A started `python -m kbench.execution.worker`: it imports Python, torch and kbench, then waits for its job on stdin.
+    """A started `python -m kbench.execution.worker`: it imports Python, torch and kbench, then waits for its job on
+    stdin.
 
     The child writes its result to a private pipe; stdout and stderr go to a log file kept as the evaluation's log.
     It runs in its own process group, which is killed when the job ends, so no grandchild (a compiler, a
@@ -120,7 +115,8 @@ class _Child:
     """
 
     def __init__(self, env: dict[str, str] | None, warm: bool = False, zygote: Zygote | None = None) -> None:
-        """Start `python -m kbench.execution.worker`, or have `zygote` fork one (kbench.execution.zygote): the same worker, imports done."""
+        """Start `python -m kbench.execution.worker`, or have `zygote` fork one (kbench.execution.zygote): the same
+        worker, imports done."""
         read_fd, write_fd = os.pipe()
         self.chunks: list[bytes] = []
         self.groups: list[int] = []  # further process groups the child reported (a judge's candidate)
@@ -128,7 +124,7 @@ class _Child:
         self.on_event: Callable[[str], Any] = lambda name: None
         self.reader = threading.Thread(target=_drain, args=(read_fd, self.chunks, self._event), daemon=True)
         self.reader.start()
-        self.log = tempfile.TemporaryFile()
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the child's log, open until run() reads it
         try:
             self.proc = self._fork(zygote, write_fd, warm) if zygote is not None else self._spawn(env, write_fd, warm)
         except BaseException:
@@ -140,7 +136,8 @@ class _Child:
             _live.add(self.proc.pid)
 
     def _spawn(self, env: dict[str, str] | None, write_fd: int, warm: bool) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "kbench.execution.worker", "--result-fd", str(write_fd)] + (["--warm"] if warm else [])
+        command = ([sys.executable, "-m", "kbench.execution.worker", "--result-fd", str(write_fd)]
+                   + (["--warm"] if warm else []))
         return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
                                 pass_fds=(write_fd,), start_new_session=True, env=env)
 
@@ -163,7 +160,8 @@ class _Child:
             message = json.loads(line)
         except json.JSONDecodeError:
             return
-        if not isinstance(message, dict) or message.get("token") != self.token or not isinstance(message.get("event"), str):
+        if (not isinstance(message, dict) or message.get("token") != self.token
+                or not isinstance(message.get("event"), str)):
             return
         if message["event"] == "group" and isinstance(message.get("pgid"), int) and message["pgid"] > 1:
             self._adopt(message["pgid"])  # the judge's candidate process: its own group, killed with this child

@@ -6,6 +6,7 @@ from kbench.errors import UsageError
 from kbench.execution import warm_starts
 from kbench.execution.executor import Executor
 from kbench.execution.pool import gpu_slots, visible_devices
+from kbench.execution.ray_executor import ray_executor
 from kbench.execution.zygote import Zygote
 
 EXECUTORS = ("local", "ray")
@@ -33,6 +34,4 @@ def make_executor(name: str, device: str, gpu_count: int, address: str | None, p
         if address:
             raise UsageError("--address goes with --executor ray")
         return local_executor(device, gpu_count, zygote)
-    from kbench.execution.ray_executor import ray_executor
-
     return ray_executor(device, address, parallel)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from kbench.execution.child import _Child, ChildOutcome, job_env
+
+from kbench.execution.child import ChildOutcome, _Child, job_env
 from kbench.execution.zygote import Zygote, ZygoteError
 from kbench.results.jobs import Job
 

@@ -22,7 +22,7 @@ def gpu_slots(device: str, gpu_count: int, visible: str | None = None) -> list[S
     """
     if device != "cuda" or gpu_count <= 1:
         return [None]
-    ids = [v.strip() for v in (visible or "").split(",") if v.strip()] or [str(i) for i in range(gpu_count)]
+    ids: list[Slot] = [v.strip() for v in (visible or "").split(",") if v.strip()] or [str(i) for i in range(gpu_count)]
     return ids if len(ids) > 1 else [None]
 
 

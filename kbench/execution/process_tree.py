@@ -6,7 +6,7 @@ import os
 import signal
 import threading
 
-from kbench.system.procfs import processes
+from kbench.system.procfs import descendants, processes
 
 _live: set[int] = set()  # process groups of running children, killed if the parent is interrupted
 _live_lock = threading.Lock()
@@ -23,17 +23,8 @@ def kill_all() -> None:
 def _tree(root: int, exited: bool) -> set[int]:
     """`root`'s session and every descendant of the session's members (and of `root` unless it has exited)."""
     table = processes()
-    children: dict[int, list[int]] = {}
-    for p in table:
-        children.setdefault(p.ppid, []).append(p.pid)
-    found = {p.pid for p in table if p.sid == root}
-    stack = list(found) + ([] if exited else [root])
-    found.update(stack)
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
+    found = {p.pid for p in table if p.sid == root} | (set() if exited else {root})
+    found |= descendants(found, table)
     found.discard(os.getpid())
     return found
 

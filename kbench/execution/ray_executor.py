@@ -10,10 +10,13 @@ import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
+
 from kbench.errors import UsageError
-from kbench.execution.executor import Executor
+from kbench.execution import isolation
 from kbench.execution.child import ChildOutcome
+from kbench.execution.executor import Executor
 from kbench.results.jobs import Job
+from kbench.system import toolkit
 
 # Only these of the driver's variables travel with a task; the rest of a node's environment is its own.
 FORWARDED_ENV = ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "PYTHONUNBUFFERED")
@@ -23,9 +26,6 @@ SHIPPED = ("problem", "solution")
 def run_remote(job: Job, timeout_s: float, env_updates: dict[str, str],
                files: dict[str, tuple[str, bytes]]) -> ChildOutcome:
     """Runs on a Ray worker: write the shipped files, point the job at them, run the child as usual."""
-    from kbench.execution import isolation
-    from kbench.system import toolkit
-
     workdir = Path(tempfile.mkdtemp(prefix="kbench-ray-"))
     try:
         for section, (name, data) in files.items():
@@ -44,12 +44,12 @@ def run_remote(job: Job, timeout_s: float, env_updates: dict[str, str],
 
 class RayLauncher:
     def __init__(self, device: str, address: str | None) -> None:
-        import ray
+        import ray  # optional (the ray extra) and heavy: only --executor ray imports it
 
         self._ray = ray
         ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
-        resources = {"num_gpus": 1} if device == "cuda" else {"num_cpus": 1}
-        self._task = ray.remote(max_retries=0, **resources)(run_remote)
+        remote = ray.remote(max_retries=0, num_gpus=1) if device == "cuda" else ray.remote(max_retries=0, num_cpus=1)
+        self._task = remote(run_remote)
 
     def __call__(self, job: Job, timeout_s: float, env: dict[str, str]) -> ChildOutcome:
         refs = {s: getattr(job, s) for s in SHIPPED if hasattr(job, s)}
@@ -61,7 +61,7 @@ class RayLauncher:
 def ray_executor(device: str, address: str | None, parallel: int | None) -> Executor:
     """As many evaluations at once as the cluster has GPUs (CUDA) or `parallel` allows (CPU: default 1)."""
     try:
-        import ray  # noqa: F401
+        import ray  # noqa: F401 - optional (the ray extra): is it installed?
     except ImportError:
         raise UsageError("--executor ray needs Ray: pip install 'kbench[ray]'") from None
     launcher = RayLauncher(device, address)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from kbench.execution.child import _Child, ChildOutcome, job_env, shared_env
+
+from kbench.execution.child import ChildOutcome, _Child, job_env, shared_env
 from kbench.execution.zygote import Zygote, ZygoteError
 from kbench.results.jobs import Job
 
@@ -74,7 +75,12 @@ class WarmStarts:
             if child is not None:
                 child.discard()
             child = self._child(key, shared)
-        outcome = child.run(job, timeout_s, env=job_env(env), on_event=lambda name: name == "timed" and self._start_spare(key, shared))
+
+        def on_event(name: str) -> None:  # the job's timing began: start the next job's child now
+            if name == "timed":
+                self._start_spare(key, shared)
+
+        outcome = child.run(job, timeout_s, env=job_env(env), on_event=on_event)
         self._start_spare(key, shared)  # the job ended without timing (a failure, a reference job)
         return outcome
 

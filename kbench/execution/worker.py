@@ -13,30 +13,42 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from kbench.judge import judge
+from kbench.judge.candidate import warm_cuda
+from kbench.judge.judge import CandidateProcess
 from kbench.judge.loading import load_solution
 from kbench.judge.reference import check_problem, time_reference
-from kbench.judge.verdicts import short, Verdict
+from kbench.judge.verdicts import Verdict, short
 from kbench.results import codec
 from kbench.results.codec import ProtocolError, decode, to_wire
 from kbench.results.jobs import (
-    WIRE_TYPES, BuildJob, BuildJobResult, Envelope, EvaluateJob, EvaluateResult, ProbeJob, ProbeResult, ReferenceJob,
+    WIRE_TYPES,
+    BuildJob,
+    BuildJobResult,
+    Envelope,
+    EvaluateJob,
+    EvaluateResult,
+    ProbeJob,
+    ProbeResult,
+    ReferenceJob,
 )
+from kbench.system.environment import describe_torch
 from kbench.system.toolkit import BUILT_MARKER
 
-_announce: Any = lambda event, **fields: None  # serve() points it at the result pipe: a progress event for the parent
+# serve() points _announce at the result pipe: a progress event for the parent
+_announce: Any = lambda event, **fields: None  # noqa: E731 - a placeholder that serve() replaces
 _spare: Any = None  # a candidate process spawned while this worker waited for its job (--warm)
 _env: dict[str, str] = {}  # the job's own environment variables (kbench.execution.child.JOB_ENV)
 
 
 def evaluate(job: EvaluateJob) -> EvaluateResult:
-    """A solution's evaluation: this process becomes its judge (kbench.judge.judge), the solution runs in a child of it."""
-    from kbench.judge import judge
-
+    """A solution's evaluation: this process becomes its judge (kbench.judge.judge); the solution runs in its child."""
     return judge.evaluate(job, _env, _announce, _spare)
 
 
@@ -52,19 +64,18 @@ def build(job: BuildJob) -> BuildJobResult:
 
 
 def probe(job: ProbeJob) -> ProbeResult:
-    from kbench.system.environment import describe_torch
-
     return ProbeResult("ok", environment=describe_torch())
 
 
 def _warm_flop_counter() -> None:
     """The first FLOP count in a process costs seconds (imports, the counter's set-up): pay it before the job."""
-    from kbench.measure import roofline
+    from kbench.measure import roofline  # heavy: the FLOP counter's imports are what this pays for, once
 
     roofline.problem_work(torch.nn.Linear(2, 2), [torch.zeros(1, 2)], device="meta")
 
 
-MODES = {"evaluate": evaluate, "reference": reference, "build": build, "probe": probe, "check": check_problem}
+MODES: dict[str, Callable[[Any], Any]] = {"evaluate": evaluate, "reference": reference, "build": build,
+                                          "probe": probe, "check": check_problem}
 
 
 def main() -> None:
@@ -78,14 +89,11 @@ def main() -> None:
 def serve(result_fd: int, warm: bool, forked: bool = False) -> None:
     """Take one job from stdin, write its result to result_fd, exit.
 
-    A worker forked by the zygote (kbench.execution.zygote) forks its candidate now, before it has a job or a CUDA context
-    (the candidate inherits nothing of a job); a worker started ahead of a CUDA job (`warm`) spawns it now. Either way
-    with `warm` both make their CUDA contexts before the job arrives."""
+    A worker forked by the zygote (kbench.execution.zygote) forks its candidate now, before it has a job or a CUDA
+    context (the candidate inherits nothing of a job); a worker started ahead of a CUDA job (`warm`) spawns it now.
+    Either way with `warm` both make their CUDA contexts before the job arrives."""
     global _spare
     if forked or warm:
-        from kbench.judge.candidate import warm_cuda
-        from kbench.judge.judge import CandidateProcess
-
         _spare = CandidateProcess(init_cuda=warm, fork=forked)
         if warm:
             warm_cuda()
@@ -123,7 +131,7 @@ def _read_envelope(text: str) -> tuple[Envelope | None, str, str]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, "", f"the job is not JSON: {exc}"
-    token = data.get("token") if isinstance(data, dict) and isinstance(data.get("token"), str) else ""
+    token = data["token"] if isinstance(data, dict) and isinstance(data.get("token"), str) else ""
     try:
         return decode(Envelope, data), token, ""
     except ProtocolError as exc:

@@ -1,7 +1,7 @@
 """One process per run that imports torch and kbench once and forks every job's worker from there.
 
-`python -m kbench.execution.worker` spends seconds importing torch, kbench and the FLOP counter's machinery before it can
-take a job, and its candidate (spawned) as many again. The zygote pays that once per run and environment: the
+`python -m kbench.execution.worker` spends seconds importing torch, kbench and the FLOP counter's machinery before it
+can take a job, and its candidate (spawned) as many again. The zygote pays that once per run and environment: the
 parent starts it (`Zygote`), then for each job hands it the job's stdin, log and result descriptors over a Unix
 socket, and it forks a worker that has everything imported and no job yet. The zygote never touches a GPU and
 never runs a job, so every worker still starts from the same clean state (a CUDA context does not survive a fork:
@@ -26,6 +26,7 @@ import tempfile
 import threading
 from typing import Any
 
+from kbench.results import codec, jobs
 from kbench.system.lifetime import die_with_parent
 
 START_TIMEOUT_S = 120.0  # the zygote's imports; a fork request waits this long for its first answer
@@ -36,7 +37,7 @@ class ZygoteError(RuntimeError):
 
 
 class ForkedWorker:
-    """A worker forked by the zygote, as kbench.execution.isolation uses a subprocess.Popen: pid, stdin, poll(), wait()."""
+    """A worker forked by the zygote, as kbench.execution.isolation uses a Popen: pid, stdin, poll(), wait()."""
 
     def __init__(self, zygote: Zygote, pid: int, stdin: Any) -> None:
         self.zygote, self.pid, self.stdin = zygote, pid, stdin
@@ -61,9 +62,10 @@ class Zygote:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
         self.sock, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.log = tempfile.TemporaryFile()
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the zygote's log, open until close()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "kbench.execution.zygote", "--control-fd", str(child_end.fileno())],
+            self.proc = subprocess.Popen([sys.executable, "-m", "kbench.execution.zygote",
+                                          "--control-fd", str(child_end.fileno())],
                                          stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
                                          pass_fds=(child_end.fileno(),), start_new_session=True, env=env)
         finally:
@@ -139,9 +141,9 @@ class Zygote:
 
 def _prepare() -> None:
     """What every worker would otherwise import (no GPU is touched)."""
+    # heavy (torch) on purpose: only the zygote imports these, for its forks; the parent that starts it must not
     from kbench.execution import worker  # noqa: F401 - imported for the forks
-    from kbench.judge import candidate, judge, session  # noqa: F401
-    from kbench.results import codec, jobs
+    from kbench.judge import candidate, judge, session  # noqa: F401 - imported for the forks
 
     codec.prepare(*jobs.WIRE_TYPES)  # each fork checks its job and result without building the checkers
 
@@ -149,7 +151,7 @@ def _prepare() -> None:
 def _warm() -> None:
     """The FLOP counter's set-up (seconds), done once the requests waiting at start are served: the run's first worker
     (its probe) need not wait for it; the reference's workers, which count FLOPs, get it from here."""
-    from kbench.execution import worker
+    from kbench.execution import worker  # heavy: torch, in the zygote only (see _prepare)
 
     worker._warm_flop_counter()
 
@@ -183,7 +185,7 @@ def _become_worker(sock: socket.socket, wake: tuple[int, int], fds: list[int], w
         os.dup2(log_fd, 2)
         os.close(stdin_fd)
         os.close(log_fd)
-        from kbench.execution import worker
+        from kbench.execution import worker  # heavy: torch, imported by the zygote already (see _prepare)
 
         worker.serve(result_fd, warm, forked=True)
     finally:
@@ -204,7 +206,8 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     warmed = False
     while True:
-        ready, _, _ = select.select([sock, wake[0]], [], [], None if warmed else 0)
+        watched: list[socket.socket | int] = [sock, wake[0]]
+        ready, _, _ = select.select(watched, [], [], None if warmed else 0)
         if not ready and not warmed:
             _warm()
             warmed = True

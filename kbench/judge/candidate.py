@@ -7,7 +7,7 @@ own: the judge compares the outputs in its own process, bounds every reported ti
 this process (SIGSTOP to its process group) whenever it is not answering a command.
 
 Before the solution is imported, this process is still kbench's own: the judge uses that window to calibrate the
-protocol's cost, and the harness binds its clocks, events and settings functions (timing, procstate, trust).
+protocol's cost, and this module binds its clocks, events and settings functions (timing, procstate, trust).
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from typing import Any
 
 import torch
 
-from kbench.system.lifetime import die_with_parent
 from kbench.judge import protocol, trust
 from kbench.judge.harness import apply_math_flags, construct, set_sizes
-from kbench.judge.loading import import_path
+from kbench.judge.loading import import_path, load_solution
 from kbench.judge.outputs import Locator, each_output
-from kbench.judge.verdicts import short, Verdict
+from kbench.judge.verdicts import Verdict, short
 from kbench.measure import timers
 from kbench.measure.gate import Gate, SignalPage
-from kbench.results.records import MathFlags
+from kbench.results.records import MathFlags, Status
 from kbench.system import procstate, sandbox
+from kbench.system.lifetime import die_with_parent
 
 _memory_allocated, _max_memory_allocated = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
 _reset_peak = torch.cuda.reset_peak_memory_stats
@@ -53,8 +53,9 @@ def window(call: Callable[[], Any]) -> tuple[Any, float]:
         return out, _perf_counter() - start
 
 
-class Harness:
-    """The candidate's state between commands: the run's settings, the timer, the models, the bound buffers."""
+class CommandServer:
+    """Answers the judge's commands, one method each, and keeps the candidate's state between them: the run's settings,
+    the timer, the models, the bound buffers."""
 
     def __init__(self) -> None:
         self.device = "cpu"
@@ -92,8 +93,6 @@ class Harness:
         return {"status": "ok", "figures": {"sandbox": level}}
 
     def load(self, cmd: protocol.Load) -> dict[str, Any]:
-        from kbench.judge.loading import load_solution
-
         os.environ.update(cmd.env)
         self.model = lambda *args: None  # the calibration's reference goes, and the memory its calls cached
         if self.device == "cuda":
@@ -111,8 +110,8 @@ class Harness:
             shared = {k: v for k, v in cmd.state.items() if k in own and own[k].shape == v.shape}
             model.load_state_dict(shared, strict=False)
             _synchronize(self.device)
-        except BaseException as exc:  # noqa: BLE001
-            raise Verdict("runtime_error", f"ModelNew(*get_init_inputs()) raised {short(exc)}") from exc
+        except BaseException as exc:
+            raise Verdict(Status.RUNTIME_ERROR, f"ModelNew(*get_init_inputs()) raised {short(exc)}") from exc
         self.models[cmd.name] = model
         return {"status": "ok", "figures": {"copied": len(shared)}}
 
@@ -130,8 +129,8 @@ class Harness:
         try:
             out = self.model(*self.inputs)
             _synchronize(self.device)
-        except BaseException as exc:  # noqa: BLE001
-            raise Verdict("runtime_error", f"the solution raised {short(exc)}") from exc
+        except BaseException as exc:
+            raise Verdict(Status.RUNTIME_ERROR, f"the solution raised {short(exc)}") from exc
         figures = {"peak_bytes": max(_max_memory_allocated() - before, 0)} if cuda else {}
         return {"status": "ok", "values": self._deliver(out), "figures": figures}
 
@@ -149,9 +148,9 @@ class Harness:
             start.record()
             out, issue = window(lambda: self.model(*self.inputs))
             end.record()
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             self.gate.open(cmd.value)  # nothing may stay queued behind it
-            raise Verdict("runtime_error", f"the solution raised {short(exc)} in a timed call") from exc
+            raise Verdict(Status.RUNTIME_ERROR, f"the solution raised {short(exc)} in a timed call") from exc
         values, where = self._locate(out)  # an output that must be copied is copied before the DONE word
         self.page.write_on(stream, SignalPage.DONE, cmd.value)
         self.armed = (start, end, out, issue)
@@ -179,8 +178,8 @@ class Harness:
                 values, where = self._locate(out)
         except Verdict:
             raise
-        except BaseException as exc:  # noqa: BLE001
-            raise Verdict("runtime_error", f"the solution raised {short(exc)} in a timed call") from exc
+        except BaseException as exc:
+            raise Verdict(Status.RUNTIME_ERROR, f"the solution raised {short(exc)} in a timed call") from exc
         self.armed = (None, None, out, issue)
         return {"status": "ok", "timed_s": timed, "issue_s": issue, "values": values, "outputs": where}
 
@@ -192,8 +191,8 @@ class Harness:
         try:
             end.synchronize()
             timed = _elapsed_time(start, end) / 1e3
-        except BaseException as exc:  # noqa: BLE001
-            raise Verdict("runtime_error", f"the solution raised {short(exc)} in a timed call") from exc
+        except BaseException as exc:
+            raise Verdict(Status.RUNTIME_ERROR, f"the solution raised {short(exc)} in a timed call") from exc
         return {"status": "ok", "timed_s": timed, "issue_s": issue}
 
     def profile(self, cmd: protocol.Profile) -> dict[str, Any]:
@@ -262,13 +261,13 @@ def main(conn: Any, init_cuda: bool = False, forked: bool = False) -> None:
     sandbox.enter()  # from here on PID 1 of namespaces of its own (kbench.system.sandbox), before CUDA starts
     if init_cuda:
         warm_cuda()
-    harness = Harness()
+    server = CommandServer()
     handlers: dict[type, Callable[[Any], dict[str, Any]]] = {
-        protocol.Calibrate: harness.calibrate,
-        protocol.Load: harness.load, protocol.Build: harness.build, protocol.Bind: harness.bind,
-        protocol.Call: lambda c: harness.call(), protocol.Arm: harness.arm, protocol.Go: harness.go,
-        protocol.Report: lambda c: harness.report(),
-        protocol.Profile: harness.profile, protocol.Finish: lambda c: harness.finish(),
+        protocol.Calibrate: server.calibrate,
+        protocol.Load: server.load, protocol.Build: server.build, protocol.Bind: server.bind,
+        protocol.Call: lambda c: server.call(), protocol.Arm: server.arm, protocol.Go: server.go,
+        protocol.Report: lambda c: server.report(),
+        protocol.Profile: server.profile, protocol.Finish: lambda c: server.finish(),
     }
     while True:
         try:

@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from kbench.judge.comparison import (chunk_elements, compare, memory_budget, same_bits)
+from kbench.judge.comparison import chunk_elements, compare, memory_budget, same_bits
+from kbench.results.findings import Finding, FindingCode
 from kbench.results.records import TrialResult
 
 # Bound at import, before any solution runs (see kbench.judge.comparison).
@@ -48,7 +49,7 @@ def run_trials(
     atol: float,
     rtol: float,
     sync: Callable[[], None] = lambda: None,
-) -> tuple[list[TrialResult], list[str]]:
+) -> tuple[list[TrialResult], list[Finding]]:
     """One trial per seed: fresh inputs, the candidate first (on its own copy), then the reference on the inputs.
 
     The candidate runs first so that it cannot pick up the reference's output from freed memory
@@ -59,13 +60,13 @@ def run_trials(
     Returns the trials (stopping at the first failure) and warnings (e.g. inputs modified in place).
     """
     results: list[TrialResult] = []
-    warnings: list[str] = []
+    warnings: list[Finding] = []
     for seed in seeds:
         inputs = make_inputs(seed)
         cand_out, changed = candidate(inputs)
         sync()
         if changed and not warnings:
-            warnings.append("[modifies_inputs] the solution modifies its inputs in place")
+            warnings.append(Finding(FindingCode.MODIFIES_INPUTS, "the solution modifies its inputs in place"))
         ref_out = reference(*inputs)
         del inputs
         sync()

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from kbench.judge.comparison import Figures, chunk_elements, chunks, compare, flatten_outputs, memory_budget
+from kbench.results.findings import Finding, FindingCode
 
 # Bound at import, before any solution runs (see kbench.judge.comparison).
 _eq = torch.eq
@@ -32,7 +33,7 @@ def _moments(t: torch.Tensor, size: int) -> tuple[float, float, float]:
     return mean, var ** 0.5, zeros / n
 
 
-def degenerate_findings(first: Any, second: Any, atol: float, rtol: float) -> tuple[list[str], dict[str, float]]:
+def degenerate_findings(first: Any, second: Any, atol: float, rtol: float) -> tuple[list[Finding], dict[str, float]]:
     """Is this problem able to tell a right answer from a wrong one at its tolerance?
 
     `first` and `second` are reference outputs for two different input seeds. Findings: a constant
@@ -49,9 +50,11 @@ def degenerate_findings(first: Any, second: Any, atol: float, rtol: float) -> tu
     figures = {"constant_pass_share": 1 - mismatched / n, "zero_share": zero_share, "output_std": std}
     findings = []
     if constant.numel and mismatched == 0:
-        findings.append(f"[degenerate_constant] a constant tensor (the output's mean) passes at atol={atol:g}, rtol={rtol:g}")
+        findings.append(Finding(FindingCode.DEGENERATE_CONSTANT,
+                                f"a constant tensor (the output's mean) passes at atol={atol:g}, rtol={rtol:g}"))
     if seeds_ok:
-        findings.append("[degenerate_inputs] outputs for two different input seeds agree within the tolerance")
+        findings.append(Finding(FindingCode.DEGENERATE_INPUTS,
+                                "outputs for two different input seeds agree within the tolerance"))
     if zero_share > DEGENERATE_ZERO_SHARE:
-        findings.append(f"[degenerate_zeros] {zero_share:.0%} of the outputs are exactly zero")
+        findings.append(Finding(FindingCode.DEGENERATE_ZEROS, f"{zero_share:.0%} of the outputs are exactly zero"))
     return findings, figures

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from kbench.judge.loading import import_path
-from kbench.judge.verdicts import short, Verdict
+from kbench.judge.verdicts import Verdict, short
 from kbench.measure import timers, timing
 from kbench.results.jobs import Judging, ProblemRef
-from kbench.results.records import MathFlags
+from kbench.results.records import MathFlags, Status
 from kbench.results.tolerances import PRECISIONS
 
 _perf_counter = time.perf_counter
@@ -173,12 +173,12 @@ def guarded(device: str, what: str, fn: Callable[[], Any], judge_work: str = "")
         return out
     except Verdict:
         raise
-    except BaseException as exc:  # noqa: BLE001 - SystemExit from a solution is its failure too
+    except BaseException as exc:  # SystemExit from a solution is its failure too
         if judge_work and out_of_memory(exc):
             _free_cached(device)
-            raise Verdict("not_run", f"[check_skipped] {judge_work} could not run: the judge ran out of memory "
+            raise Verdict(Status.NOT_RUN, f"[check_skipped] {judge_work} could not run: the judge ran out of memory "
                                      f"({short(exc)}); the solution was not judged") from exc
-        raise Verdict("runtime_error", f"{what} raised {short(exc)}") from exc
+        raise Verdict(Status.RUNTIME_ERROR, f"{what} raised {short(exc)}") from exc
 
 
 def _free_cached(device: str) -> None:

@@ -2,7 +2,7 @@
 
 The judge builds the reference, makes every input, keeps the reference's outputs and runs every comparison, the
 float64 oracle and the timing (kbench.judge.judge_timing). The solution lives in a candidate process it spawns
-(kbench.judge.candidate) and speaks to through kbench.judge.protocol. See the README's "The judge" for the protocol
+(kbench.judge.candidate) and speaks to through kbench.judge.protocol. See docs/judge.md for the protocol
 and what each step defends.
 """
 
@@ -16,19 +16,34 @@ from typing import Any
 import torch
 
 from kbench.judge import correctness, kernel_names, protocol, trust
-from kbench.measure import timers, timing
-from kbench.system import escapes, sandbox
+from kbench.judge.draft import Draft
 from kbench.judge.harness import (
-    Phases, apply_math_flags, guarded, job_reference, load_problem, set_sizes, with_peak,
+    Phases,
+    apply_math_flags,
+    guarded,
+    job_reference,
+    load_problem,
+    set_sizes,
+    with_peak,
+)
+from kbench.judge.judge_timing import (
+    calibrate,
+    pin_timing_core,
+    recalibrate,
+    retime_mismatch,
+    settle_mismatch,
+    time_rounds,
+    timing_warnings,
 )
 from kbench.judge.loading import load_failure
-from kbench.judge.judge_timing import (
-    calibrate, pin_timing_core, recalibrate, settle_mismatch, time_rounds, timing_warnings,
-)
 from kbench.judge.session import Announce, CandidateProcess, Session
 from kbench.judge.verdicts import Verdict
-from kbench.results.codec import decode
+from kbench.measure import timers, timing
+from kbench.results.figures import PeakMemory
+from kbench.results.findings import Finding, FindingCode
 from kbench.results.jobs import EvaluateJob, EvaluateResult
+from kbench.results.records import Status
+from kbench.system import escapes, sandbox
 
 TIMING_CLOCKS = ("torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.Event.elapsed_time", "time.perf_counter",
                  "time.time", "time.monotonic")
@@ -37,10 +52,23 @@ TIMING_CLOCKS = ("torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.Event
 def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
              cand: CandidateProcess | None = None) -> EvaluateResult:
     """The `evaluate` mode of the worker: this process is the judge; the solution runs in a candidate it spawned
-    (ahead of the job, when the worker was started ahead) and imports it with the job's `env`."""
+    (ahead of the job, when the worker was started ahead) and imports it with the job's `env`.
+
+    Args:
+        job: the problem at its size, the solution's file, the seed, tolerances, trials and timing policy.
+        env: the environment the solution is imported with (its build folder, the kernel DSLs' caches).
+        announce: called with each phase reached ("timed": the parent may start the next child).
+        cand: the candidate process, when it was started ahead of the job.
+
+    Returns:
+        The EvaluateResult: a status (correct, incorrect) with its trials, the timing (seconds) and the findings.
+
+    Raises:
+        Verdict: an ending decided early (load_error, runtime_error, crashed, timeout, not_run), with its message.
+    """
     apply_math_flags(job.math)
     torch.set_grad_enabled(False)
-    escapes.become_subreaper()  # before any of the solution's code runs: its orphans stay in view (kbench.system.escapes)
+    escapes.become_subreaper()  # before any of the solution's code runs: its orphans stay in view (system.escapes)
     cand = cand or CandidateProcess()
     cand.announce(announce)
     pin_timing_core(job.device, cand, judge=True)
@@ -48,11 +76,11 @@ def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
         return _evaluate(job, env, Session(cand, job.device), announce)
     finally:
         cand.kill()
-        escapes.kill_escaped(cand.proc.pid, cand.pgid)
+        escapes.kill_escaped(cand.pid, cand.pgid)
 
 
 def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce: Announce) -> EvaluateResult:
-    """Each step in its order; `result` is the draft of the EvaluateResult, checked into one when it is done."""
+    """Each step in its order; `draft` holds what they found until the verdict closes it."""
     device, seed = job.device, job.seed
     phases = Phases()
     problem = load_problem(job.problem)
@@ -71,44 +99,45 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     session.bind("main", probe_inputs, probe)
     del probe, probe_inputs
     _free_cached(device)
-    result: dict[str, Any] = {"warnings": [], "phases": phases.seconds,
-                              "figures": {"state_dict_tensors_copied": copied, "sandbox": session.sandbox}}
+    draft = Draft(phases=phases.seconds, figures={"state_dict_tensors_copied": copied, "sandbox": session.sandbox})
     phases.mark("load")
     trials, warnings = _trials(job, session, reference, make, [seed + 1 + i for i in range(job.trials)])
-    result["trials"] = trials
-    result["warnings"] += warnings
+    draft.trials += trials
+    draft.warnings += warnings
     phases.mark("trials")
     if not all(t.passed for t in trials):
-        _finish(session, result)
-        return decode(EvaluateResult, {**result, "status": "incorrect", "message": trials[-1].message})
-    failure = _other_sizes(job, problem, session, result)
+        _finish(session, draft)
+        return draft.result(Status.INCORRECT, trials[-1].message)
+    failure = _other_sizes(job, problem, session, draft)
     set_sizes(problem, job.problem.overrides)
     session.bind("main", make(seed))
     phases.mark("other_sizes")
     if failure:
-        _finish(session, result)
-        return decode(EvaluateResult, {**result, "status": "incorrect", "message": failure})
-    measured, figures, result["figures"]["machine"], busy = time_rounds(job, session, reference, make, calibration)
-    result["timing"], result["eager_timing"] = measured["solution"], measured["eager"]
-    result["figures"]["protocol"] = figures
-    found = timing_warnings(device, measured, calibration, figures)
-    found, result["figures"]["protocol"]["recalibration"] = settle_mismatch(
-        found, measured["solution"], device, lambda: recalibrate(job, reference, init, make))
-    result["warnings"] += found + busy
-    result["warnings"] += [w for w in (timing.level_moved_warning(measured["solution"], "the solution"),
-                                       timing.level_moved_warning(measured["eager"], "the eager reference"))
+        _finish(session, draft)
+        return draft.result(Status.INCORRECT, failure)
+    timed, found, first = retime_mismatch(lambda: time_rounds(job, session, reference, make, calibration),
+                                          lambda timed: timing_warnings(device, timed, calibration))
+    if first is not None:
+        timed.figures["retimed"] = {"first": first.text}
+    draft.timing, draft.eager_timing = timed.solution, timed.eager
+    draft.figures["protocol"], draft.figures["machine"] = timed.figures, timed.machine
+    found, timed.figures["recalibration"] = settle_mismatch(
+        found, timed.solution, device, lambda: recalibrate(job, reference, init, make))
+    draft.warnings += found + timed.findings
+    draft.warnings += [w for w in (timing.level_moved_warning(timed.solution, "the solution"),
+                                       timing.level_moved_warning(timed.eager, "the eager reference"))
                            if w is not None]
     phases.mark("timing")
     announce("timed")  # the parent may now start the next child (kbench.execution.warm_starts.WarmStarts)
-    _trust(job, session, reference, make, result, phases)
-    result["peak"] = {"solution": session.peak_bytes, "reference": ref_peak}
+    _trust(job, session, reference, make, draft, phases)
+    draft.peak = PeakMemory(solution=session.peak_bytes, reference=ref_peak)
     if (warning := memory_warning(session.peak_bytes, ref_peak)) is not None:
-        result["warnings"].append(warning)
-    return decode(EvaluateResult, {**result, "status": "correct", "message": ""})
+        draft.warnings.append(warning)
+    return draft.result(Status.CORRECT)
 
 
 def _trust(job: EvaluateJob, session: Session, reference: Any, make: Callable[[int], list[Any]],
-           result: dict[str, Any], phases: Phases) -> None:
+           draft: Draft, phases: Phases) -> None:
     """Checks beyond the verdict: determinism and the kernel profile with the candidate, then, with the candidate
     ended and every shared buffer freed, the float64 oracle (the evaluation's largest use of memory)."""
     device, seed = job.device, job.seed + 1
@@ -116,19 +145,19 @@ def _trust(job: EvaluateJob, session: Session, reference: Any, make: Callable[[i
     first, ref_first, warning = guarded(device, "the reference", lambda: trust.determinism(
         keep, lambda x: session.call_on(x)[0], reference, make, seed, device), judge_work="the determinism check")
     if warning is not None:
-        result["warnings"].append(warning)
+        draft.warnings.append(warning)
     phases.mark("trust_determinism")
     source = Path(job.solution.path).read_text()
     if trust.wants_kernel_profile(job):
         if kernel_names.declared(source):
-            trust.kernel_profile(lambda: session.profile(make(seed), source), result)
+            trust.kernel_profile(lambda: session.profile(make(seed), source), draft)
         else:
-            trust.no_declared_kernels(result)
+            trust.no_declared_kernels(draft)
         phases.mark("trust_profile")
-    _finish(session, result)
+    _finish(session, draft)
     session.release()
     tf32 = job.math.allows_tf32
-    trust.accuracy(reference, make(seed), first, ref_first, device, tf32, result)
+    trust.accuracy(reference, make(seed), first, ref_first, device, tf32, draft)
     phases.mark("trust_fp64")
 
 
@@ -136,13 +165,13 @@ MEMORY_WARN_FACTOR = 4.0  # a solution whose calls need this many times the refe
 MEMORY_WARN_FLOOR = 256 << 20  # at least this much more, is flagged
 
 
-def memory_warning(solution: int, reference: int | None) -> str | None:
+def memory_warning(solution: int, reference: int | None) -> Finding | None:
     """`[memory]` when a solution's calls need far more GPU memory than the reference's (peaks above what was
     allocated before each call)."""
     if reference is None or solution <= max(MEMORY_WARN_FACTOR * reference, reference + MEMORY_WARN_FLOOR):
         return None
-    return (f"[memory] a call of the solution allocates up to {solution / 2**20:.0f} MiB, the reference's "
-            f"{reference / 2**20:.0f} MiB")
+    return (Finding(FindingCode.MEMORY, f"a call of the solution allocates up to {solution / 2**20:.0f} MiB, "
+            f"the reference's {reference / 2**20:.0f} MiB"))
 
 
 def _free_cached(device: str) -> None:
@@ -152,7 +181,7 @@ def _free_cached(device: str) -> None:
 
 
 def _trials(job: EvaluateJob, session: Session, reference: Any, make: Callable[[int], list[Any]],
-            seeds: list[int]) -> tuple[list[Any], list[str]]:
+            seeds: list[int]) -> tuple[list[Any], list[Finding]]:
     """Correctness trials: the candidate's outputs stay in the shared buffers and are compared there, chunk by chunk,
     with the reference's output on the judge's own copy of the inputs (no clone of kbench's own)."""
     device = job.device
@@ -163,13 +192,12 @@ def _trials(job: EvaluateJob, session: Session, reference: Any, make: Callable[[
     return found
 
 
-def _other_sizes(job: EvaluateJob, problem: Any, session: Session, result: dict[str, Any]) -> str:
+def _other_sizes(job: EvaluateJob, problem: Any, session: Session, draft: Draft) -> str:
     """Correctness trials at each further size (fresh models, inputs and buffers); a message on the first failure.
 
     A solution that hard-codes the sizes it was written for passes at one size and fails at another.
     """
     device, seed = job.device, job.seed
-    result["size_checks"] = {}
     for other in job.other_sizes:
         set_sizes(problem, other.overrides)
         reference, init, make = job_reference(problem, job)
@@ -183,29 +211,30 @@ def _other_sizes(job: EvaluateJob, problem: Any, session: Session, result: dict[
             trials, _ = _trials(job, session, reference, make, [seed + 101 + i for i in range(job.trials)])
         except Verdict as v:
             raise Verdict(v.status, f"at size {other.name}: {v.message}") from None
-        result["size_checks"][other.name] = trials
+        draft.size_checks[other.name] = tuple(trials)
         del reference, probe
         if not all(t.passed for t in trials):
             return f"at size {other.name}: {trials[-1].message}"
     return ""
 
 
-def _finish(session: Session, result: dict[str, Any]) -> None:
-    """Ask the candidate what it changed in its process; the findings become warnings (see evaluation.SUSPECT_CODES)."""
+def _finish(session: Session, draft: Draft) -> None:
+    """Ask the candidate what it changed in its process; the findings become warnings (see
+    kbench.results.findings.SUSPECT)."""
     try:
         figures = session.ask(protocol.Finish()).figures
     except Verdict:
         return
     patched = [p for p in figures.get("patched", []) if isinstance(p, str)]
     if patched:
-        result["warnings"].append(f"[monkey_patch] the solution replaced {', '.join(patched)} "
-                                  "(its calls are judged in another process, timed with the originals)")
+        draft.warnings.append(Finding(FindingCode.MONKEY_PATCH, f"the solution replaced {', '.join(patched)} "
+                                  "(its calls are judged in another process, timed with the originals)"))
     clocks = [p for p in patched if p in TIMING_CLOCKS]
     if clocks:
-        result["warnings"].append(f"[clock_patched] the solution replaced {', '.join(clocks)} in its process, "
-                                  "where its own calls are timed")
+        draft.warnings.append(Finding(FindingCode.CLOCK_PATCHED, f"the solution replaced {', '.join(clocks)} "
+                                      "in its process, where its own calls are timed"))
     changes = [c for c in figures.get("state_changes", []) if isinstance(c, str)]
     if changes:
-        result["warnings"].append(f"[state_changed] the solution changed process-wide settings: {'; '.join(changes)} "
-                                  "(restored before each call)")
+        draft.warnings.append(Finding(FindingCode.STATE_CHANGED, "the solution changed process-wide settings: "
+                                      f"{'; '.join(changes)} (restored before each call)"))
 

@@ -1,21 +1,24 @@
-"""The judge's timing of a solution (README "Timing protocol"): calibration, the regime, timed rounds, the bound."""
+"""The judge's timing of a solution (docs/timing.md): calibration, the regime, timed rounds, the bound."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
-
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from kbench.judge.harness import guarded, make_timer, pin, timing_core
-from kbench.judge.session import CandidateProcess, Session
 from kbench.judge.rounds import SolutionRounds
+from kbench.judge.session import CandidateProcess, Session
 from kbench.judge.timed_call import Observed, TimedCalls
 from kbench.measure import timers, timing
+from kbench.results.findings import Finding, FindingCode
 from kbench.results.jobs import Judging
-from kbench.results.records import TimingPolicy
+from kbench.results.records import Measurement, TimingPolicy
 from kbench.results.stats import median
 from kbench.system import escapes, machine
+
+Timed = TypeVar("Timed")
 
 _perf_counter = time.perf_counter
 
@@ -32,7 +35,7 @@ def pin_timing_core(device: str, cand: CandidateProcess, judge: bool = False) ->
         core = timing_core()
         if judge:
             pin(0, core)
-        pin(cand.proc.pid, core)
+        pin(cand.pid, core)
 
 
 def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], make: Callable[[int], list[Any]],
@@ -59,7 +62,7 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
             values = make(job.seed - 1 - index)
             timing.settle(job.device)
             held: list[Any] = []
-            eager.append(timer.sample(lambda: held.append(reference(*values)))[0])
+            eager.append(timer.sample(lambda: held.append(reference(*values)))[0])  # noqa: B023 - called at once
             issue.append(timer.last_issue)
             mode = modes[index % len(modes)]
             seen[mode].append(calls.sample(mode, values, held[0], "a calibration call"))
@@ -79,8 +82,30 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
         verify=tuple(o.verify for o in host + gpu))
 
 
+@dataclass(frozen=True)
+class TimedRounds:
+    """What a solution's timed rounds measured."""
+
+    solution: Measurement  # the candidate's reported times, with the judge's window over each call
+    eager: Measurement  # the eager reference, timed by the judge in the same rounds
+    figures: dict[str, Any]  # the protocol's figures (free-form diagnostics: run.json's extra.protocol)
+    machine: dict[str, Any]  # what the machine did meanwhile (free-form: kbench.system.machine.watched)
+    findings: list[Finding]  # about the machine and the solution's escaped processes while it was timed
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The timed rounds, with the CPU time the candidate's escaped processes took over them."""
+
+    measured: dict[str, Measurement]  # "eager" and "solution"
+    escaped_s: float
+    escaped_processes: int
+    seconds: float
+    gpu_holders: int  # escaped processes with a GPU device open
+
+
 def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
-                calibration: timing.Calibration) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[str]]:
+                calibration: timing.Calibration) -> TimedRounds:
     """Candidate and eager reference in rounds: fresh inputs before each round (they reach the candidate at the
     release of its timed call), the candidate's outputs checked against the reference's on the same values after it
     (every round, or a random subset for big outputs).
@@ -98,10 +123,13 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
             if rounds.rechecks.wanted(index):
                 rounds.check(index)
 
-        (measured, escaped_s, escaped_n, window, gpu_holders), machine_figures, busy = machine.watched(
+        window, machine_figures, busy = machine.watched(
             lambda: _measure(session, device, rounds.sampling(policy), rounds, after), device, own_processes=2)
-        if (escaped := escapes.escaped_warning(escaped_s, escaped_n, window, gpu_holders)) is not None:
+        escaped = escapes.escaped_warning(window.escaped_s, window.escaped_processes, window.seconds,
+                                          window.gpu_holders)
+        if escaped is not None:
             busy = [escaped, *busy]
+        measured = window.measured
         count = len(measured["solution"].samples)
         if rounds.checked != count - 1:
             rounds.check(count - 1)
@@ -117,7 +145,7 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
         figures["calibration_verify_p50_s"] = median(calibration.verify) if calibration.verify else None
     if regime == timers.REGIME_GPU and rounds.seen:
         figures["judged_issue_s"], figures["judged_gpu_s"] = rounds.judged(rounds.seen)
-    return measured, figures, machine_figures, busy
+    return TimedRounds(measured["solution"], measured["eager"], figures, machine_figures, busy)
 
 
 # Eager first in every round, as in calibration: the judge's sample follows its own input refresh and the
@@ -125,54 +153,69 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
 # call in every other round, which on the H100 made it bimodal (about 3% apart), so that its median wandered and
 # sampling ran to --max-time.
 def _measure(session: Session, device: str, policy: TimingPolicy, rounds: SolutionRounds,
-             after: Callable[[int], None]) -> tuple[dict[str, Any], float, int, float, int]:
+             after: Callable[[int], None]) -> _Window:
     """The timed rounds, with the CPU time of the candidate's escaped processes over them and the window's length."""
-    pid, group, own = session.cand.proc.pid, session.cand.pgid, escapes.own_helpers()
+    pid, group, own = session.cand.pid, session.cand.pgid, escapes.own_helpers()
     start, tree = _perf_counter(), escapes.tree_cpu(pid, group, own=own)
     found = guarded(device, "timing", lambda: timing.measure_rounds(
         {"eager": rounds.eager, "solution": rounds.solution}, policy, before_round=rounds.before,
         after_round=after, alternate=False), judge_work="timing (the judge's inputs, reference calls and rechecks)")
     end = escapes.tree_cpu(pid, group, own=own)
-    return (found, *escapes.escaped_cpu(tree, end), _perf_counter() - start, len(tree.gpu | end.gpu))
+    return _Window(found, *escapes.escaped_cpu(tree, end), _perf_counter() - start, len(tree.gpu | end.gpu))
 
 
-def timing_warnings(device: str, measured: dict[str, Any], calibration: timing.Calibration,
-                    figures: dict[str, Any] | None = None) -> list[str]:
+def timing_warnings(device: str, timed: TimedRounds, calibration: timing.Calibration) -> list[Finding]:
     """What the timing's figures flag: a timer mismatch, a GPU-regime call that was launch-bound after all, and on
     CUDA a disturbed reference."""
-    found = [timing.timer_mismatch_warning(measured["solution"], calibration, cpu=device == "cpu"),
-             timing.unfinished_warning((figures or {}).get("verify_s", ()), measured["solution"].median, calibration,
+    found = [timing.timer_mismatch_warning(timed.solution, calibration, cpu=device == "cpu"),
+             timing.unfinished_warning(timed.figures.get("verify_s", ()), timed.solution.median, calibration,
                                        cpu=device == "cpu")]
     if device == "cuda":  # on the CPU the freeze covers a disturbed reference, and the noise there is larger
-        found += [timing.disturbed_warning(measured["eager"], calibration), regime_warning(figures or {})]
+        found += [timing.disturbed_warning(timed.eager, calibration), regime_warning(timed.figures)]
     return [w for w in found if w is not None]
 
 
-def regime_warning(figures: dict[str, Any]) -> str | None:
+def regime_warning(figures: dict[str, Any]) -> Finding | None:
     """`[regime_changed]` when a call timed in the GPU regime took the host longer to issue, by the judge's clock,
     than REGIME_SLACK times its GPU time: it was launch-bound, whose time includes the host's (it behaved otherwise
     while its regime was decided)."""
     issue, gpu = figures.get("judged_issue_s"), figures.get("judged_gpu_s")
     if issue is None or gpu is None or issue <= REGIME_SLACK * max(gpu, 0.0):
         return None
-    return (f"[regime_changed] timed in the GPU regime, but the host took {issue * 1e3:.3f} ms to issue each call "
-            f"whose GPU time is {gpu * 1e3:.3f} ms (by the judge's clock): a launch-bound call's time includes the "
-            "host's")
+    return (Finding(FindingCode.REGIME_CHANGED, "timed in the GPU regime, but the host took "
+            f"{issue * 1e3:.3f} ms to issue each call whose GPU time is {gpu * 1e3:.3f} ms (by the judge's clock): "
+            "a launch-bound call's time includes the host's"))
 
 
-def settle_mismatch(found: list[str], solution: Any, device: str,
-                    recalibrate: Callable[[], timing.Calibration | None]) -> tuple[list[str], dict[str, Any] | None]:
+def retime_mismatch(timed: Callable[[], Timed], check: Callable[[Timed], list[Finding]]
+                    ) -> tuple[Timed, list[Finding], Finding | None]:
+    """The timing, its warnings, and the first `[timer_mismatch]` when there was one: then the rounds are timed again
+    and only the second count. A burst of load on the host over the first rounds is gone by then, while a solution
+    that under-reports does so again (or reports honestly this time: either way the row's time is one it cannot
+    have shaved unseen)."""
+    measured = timed()
+    found = check(measured)
+    first = next((w for w in found if w.code == FindingCode.TIMER_MISMATCH), None)
+    if first is None:
+        return measured, found, None
+    measured = timed()
+    return measured, check(measured), first
+
+
+def settle_mismatch(found: list[Finding], solution: Any, device: str,
+                    recalibrate: Callable[[], timing.Calibration | None],
+                    ) -> tuple[list[Finding], dict[str, Any] | None]:
     """A `[timer_mismatch]` is checked once more against a calibration taken now (`recalibrate`): the protocol's own
     cost follows the host's speed, which can move between calibration and timing. It stays only when the fresh
     calibration cannot explain the excess either. The figures of the fresh calibration, or None when there was
     nothing to settle."""
-    if not any(w.startswith("[timer_mismatch]") for w in found):
+    if not any(w.code == FindingCode.TIMER_MISMATCH for w in found):
         return found, None
     fresh = recalibrate()
     if fresh is None:
         return found, {"ran": False}
     again = timing.timer_mismatch_warning(solution, fresh, cpu=device == "cpu")  # (a verification's is not re-checked)
-    kept = [w for w in found if not w.startswith("[timer_mismatch]")] + ([again] if again is not None else [])
+    kept = [w for w in found if w.code != FindingCode.TIMER_MISMATCH] + ([again] if again is not None else [])
     base = fresh.excess(solution.regime)
     return kept, {"ran": True, "p50_s": median(base) if base else None, "cleared": again is None}
 

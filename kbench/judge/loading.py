@@ -11,7 +11,8 @@ import time
 from types import ModuleType
 from typing import Any
 
-from kbench.judge.verdicts import NO_MODELNEW, short, syntax_error, Verdict
+from kbench.judge.verdicts import NO_MODELNEW, Verdict, short, syntax_error
+from kbench.results.records import Status
 from kbench.system.toolkit import first_compiler_error
 
 _perf_counter = time.perf_counter
@@ -41,7 +42,7 @@ def import_path(module_name: str, path: str) -> ModuleType:
 
 def _instrumented_import(path: str) -> tuple[ModuleType, list[float]]:
     """Import a solution, timing each extension build and telling build failures from other errors."""
-    from torch.utils import cpp_extension
+    from torch.utils import cpp_extension  # heavy: torch and setuptools; only a solution's import needs them
 
     build_seconds: list[float] = []
     originals = {name: getattr(cpp_extension, name) for name in ("load_inline", "load")}
@@ -103,8 +104,8 @@ def _absent(module: str) -> bool:
 def load_failure(v: Verdict) -> Verdict:
     """A failed import as a result: a solution whose kernel DSL is not installed here is `not_run` (this machine
     cannot run it, as a CUDA solution without a GPU), with the message naming the extra; any other stays as it is."""
-    if v.status == "load_error" and not_installed(v.message):
-        return Verdict("not_run", v.message)
+    if v.status == Status.LOAD_ERROR and not_installed(v.message):
+        return Verdict(Status.NOT_RUN, v.message)
     return v
 
 
@@ -115,11 +116,11 @@ def load_solution(path: str) -> tuple[ModuleType, dict[str, Any]]:
     try:
         module, builds = _instrumented_import(path)
     except BuildFailed as exc:
-        raise Verdict("compile_error", first_error_line(str(exc))) from exc
+        raise Verdict(Status.COMPILE_ERROR, first_error_line(str(exc))) from exc
     except SyntaxError as exc:
-        raise Verdict("load_error", syntax_error(exc)) from exc
-    except BaseException as exc:  # noqa: BLE001 - a solution may raise anything, SystemExit included
-        raise Verdict("load_error", missing_backend(exc) or f"importing the solution raised {short(exc)}") from exc
+        raise Verdict(Status.LOAD_ERROR, syntax_error(exc)) from exc
+    except BaseException as exc:  # a solution may raise anything, SystemExit included
+        raise Verdict(Status.LOAD_ERROR, missing_backend(exc) or f"importing the solution raised {short(exc)}") from exc
     if not isinstance(getattr(module, "ModelNew", None), type):
-        raise Verdict("load_error", NO_MODELNEW)
+        raise Verdict(Status.LOAD_ERROR, NO_MODELNEW)
     return module, {"seconds": _perf_counter() - start, "build_seconds": builds}

@@ -17,8 +17,7 @@ import torch
 
 from kbench.judge import comparison, trust
 from kbench.measure.timers import synchronize
-
-CODE = "tolerance_below_noise"
+from kbench.results.findings import Finding, FindingCode
 
 
 def _like(exact: Any, out: Any) -> Any:
@@ -46,7 +45,7 @@ def _without_tf32(reference: Any, inputs: list[Any], device: str) -> Any:
 
 
 def reference_noise(reference: Any, inputs: list[Any], out: Any, device: str, precision: str, atol: float,
-                    rtol: float, tf32: bool) -> tuple[dict[str, Any], list[str]]:
+                    rtol: float, tf32: bool) -> tuple[dict[str, Any], list[Finding]]:
     """(figures, warnings): the reference's max error against float64, whether an exact implementation passes at
     (atol, rtol), and the cause when it does not; `[tolerance_below_noise]` or `[check_skipped]` as warnings."""
     if (no_room := trust.fp64_no_room("the reference-noise check", reference, inputs, out, device)) is not None:
@@ -64,9 +63,10 @@ def reference_noise(reference: Any, inputs: list[Any], out: Any, device: str, pr
         return {}, [trust.skipped("the reference-noise check", exc)]
     if figures["exact_passes"]:
         return figures, []
-    return figures, [f"[{CODE}] the reference itself is {figures['max_abs']:.2g} from a float64 evaluation of the "
-                     f"same weights and inputs, and an exact result fails atol={atol:g}, rtol={rtol:g}: only an "
-                     f"implementation that reproduces the library's rounding can pass (cause: {figures['cause']})"]
+    return figures, [Finding(FindingCode.TOLERANCE_BELOW_NOISE, f"the reference itself is {figures['max_abs']:.2g} "
+                     f"from a float64 evaluation of the same weights and inputs, and an exact result fails "
+                     f"atol={atol:g}, rtol={rtol:g}: only an implementation that reproduces the library's rounding "
+                     f"can pass (cause: {figures['cause']})")]
 
 
 def _cause(reference: Any, inputs: list[Any], exact: Any, device: str, precision: str, atol: float, rtol: float,

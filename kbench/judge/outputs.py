@@ -14,12 +14,13 @@ decides what to read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
 from kbench.judge.verdicts import Verdict
 from kbench.measure import driver
+from kbench.results.records import Status
 
 _tensor_type, _strided = torch.Tensor, torch.strided
 # Array-interface type strings; bfloat16 is read as 16-bit words and viewed back.
@@ -33,16 +34,16 @@ HANDLE_HEX = 2 * driver.IPC_HANDLE_BYTES
 def check_output(o: Any, buf: Any, label: str) -> None:
     """Only an exact, dense, strided torch.Tensor of the buffer's shape, dtype and device is an output."""
     if type(o) is not _tensor_type:
-        raise Verdict("incorrect", f"{label} is a {type(o).__module__}.{type(o).__name__}, "
+        raise Verdict(Status.INCORRECT, f"{label} is a {type(o).__module__}.{type(o).__name__}, "
                                    "not a plain torch.Tensor (no subclasses or lazy wrappers)")
     if o.layout != _strided:
-        raise Verdict("incorrect", f"{label} has layout {o.layout}, expected a dense strided tensor")
+        raise Verdict(Status.INCORRECT, f"{label} has layout {o.layout}, expected a dense strided tensor")
     if o.device != buf.device:
-        raise Verdict("incorrect", f"{label} is on {o.device}, the reference's on {buf.device}")
+        raise Verdict(Status.INCORRECT, f"{label} is on {o.device}, the reference's on {buf.device}")
     if tuple(o.shape) != tuple(buf.shape):
-        raise Verdict("incorrect", f"{label} shape {tuple(o.shape)} != reference {tuple(buf.shape)}")
+        raise Verdict(Status.INCORRECT, f"{label} shape {tuple(o.shape)} != reference {tuple(buf.shape)}")
     if o.dtype != buf.dtype:
-        raise Verdict("incorrect", f"{label} dtype {o.dtype} != reference {buf.dtype}")
+        raise Verdict(Status.INCORRECT, f"{label} dtype {o.dtype} != reference {buf.dtype}")
 
 
 def each_output(out: Any, buffers: list[Any], take: Callable[[Any, Any], Any]) -> tuple[list[Any], list[Any]]:
@@ -51,13 +52,14 @@ def each_output(out: Any, buffers: list[Any], take: Callable[[Any, Any], Any]) -
     number)."""
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     if len(outs) != len(buffers):
-        raise Verdict("incorrect", f"returned {len(outs)} outputs, the reference returns {len(buffers)}")
-    values, taken = [], []
+        raise Verdict(Status.INCORRECT, f"returned {len(outs)} outputs, the reference returns {len(buffers)}")
+    values: list[Any] = []
+    taken: list[Any] = []
     for i, (o, buf) in enumerate(zip(outs, buffers)):
         label = f"output {i}" if len(outs) > 1 else "output"
         if buf is None:
             if isinstance(o, bool) or not isinstance(o, (int, float)):
-                raise Verdict("incorrect", f"{label} is a {type(o).__name__}, expected a number")
+                raise Verdict(Status.INCORRECT, f"{label} is a {type(o).__name__}, expected a number")
             values.append(o)
             taken.append(None)
             continue
@@ -99,17 +101,18 @@ class OutputViews:
     def view(self, location: Any, buf: torch.Tensor, label: str) -> torch.Tensor:
         """The output described by `location` (as `Locator.locate` writes it): `buf` itself when it was copied there."""
         if not isinstance(location, dict):
-            raise Verdict("runtime_error", f"the solution's process described {label} as {location!r}")
+            raise Verdict(Status.RUNTIME_ERROR, f"the solution's process described {label} as {location!r}")
         if location.get("copied") is True:
             return buf
         handle, offset, size, stride = (location.get(k) for k in ("handle", "offset", "size", "stride"))
         if not (isinstance(handle, str) and len(handle) == HANDLE_HEX and _natural(offset) and _natural(size)
                 and isinstance(stride, list) and len(stride) == buf.dim() and all(_natural(s) for s in stride)):
-            raise Verdict("runtime_error", f"the solution's process described {label} with bad figures: {location!r}")
+            raise Verdict(Status.RUNTIME_ERROR,
+                          f"the solution's process described {label} with bad figures: {location!r}")
         item = buf.element_size()
         extent = item * (1 + sum((n - 1) * s for n, s in zip(buf.shape, stride))) if buf.numel() else 0
         if offset + extent > size or offset % item:
-            raise Verdict("runtime_error", f"the solution's process placed {label} outside its allocation "
+            raise Verdict(Status.RUNTIME_ERROR, f"the solution's process placed {label} outside its allocation "
                                            f"({offset} + {extent} bytes of {size})")
         base = self._map(handle)
         return _as_tensor(base + offset, buf, stride)
@@ -122,7 +125,7 @@ class OutputViews:
             try:
                 self._open[handle] = driver.ipc_open(bytes.fromhex(handle))
             except (driver.DriverError, ValueError) as exc:
-                raise Verdict("runtime_error", f"the solution's output could not be mapped: {exc}") from None
+                raise Verdict(Status.RUNTIME_ERROR, f"the solution's output could not be mapped: {exc}") from None
         return self._open[handle]
 
     def close(self) -> None:
@@ -135,7 +138,7 @@ class OutputViews:
         self._open.clear()
 
 
-def _natural(value: Any) -> bool:
+def _natural(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 

@@ -14,11 +14,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbench.results.codec import ProtocolError  # raised for a reply that is not valid
+
 MAX_REPLY_BYTES = 1 << 20
-
-
-class ProtocolError(Exception):
-    """The candidate's process sent something that is not a valid reply."""
 
 
 # ---- commands (judge -> candidate) -----------------------------------------------------------------
@@ -80,7 +78,7 @@ class Call:
 
 @dataclass(frozen=True)
 class Arm:
-    """Get ready for one timed call (README "Timing protocol"). `gated` (GPU regime): issue it now, behind the gate of
+    """Get ready for one timed call (docs/timing.md). `gated` (GPU regime): issue it now, behind the gate of
     the signal page closed on `value`, between the timing events, with a write of `value` to the page's DONE word
     after the end event; answer with the outputs' locations and the host's time to issue. Otherwise (host regime)
     just answer: the call waits for `Go`. Either way the judge writes the round's inputs only after this answer."""

@@ -8,6 +8,7 @@ tell right from wrong at its tolerance.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -15,16 +16,27 @@ from typing import Any
 import torch
 
 from kbench.judge import correctness, degeneracy, noise, trust
+from kbench.judge.draft import ReferenceDraft
 from kbench.judge.harness import (
-    Phases, apply_math_flags, describe_output, guarded, job_reference, load_problem, make_timer, pin, timing_core,
+    Phases,
+    apply_math_flags,
+    describe_output,
+    guarded,
+    job_reference,
+    load_problem,
+    make_timer,
+    pin,
+    timing_core,
     with_peak,
 )
 from kbench.judge.session import Announce
 from kbench.judge.verdicts import short
-from kbench.measure import timers, timing
+from kbench.measure import ceilings, timers, timing
 from kbench.results.codec import decode
-from kbench.results.figures import Floor
+from kbench.results.figures import Floor, PeakMemory
+from kbench.results.findings import Finding
 from kbench.results.jobs import CheckJob, CheckResult, CompiledResult, Judging, ReferenceJob, ReferenceResult
+from kbench.results.records import Measurement
 from kbench.system import machine
 
 _perf_counter = time.perf_counter
@@ -51,66 +63,70 @@ def time_reference(job: ReferenceJob, announce: Announce) -> ReferenceResult:
         measured = _time_models(job, reference, make, models, result)
         phases.mark("timing")
         announce("timed")
-    result["timing"] = measured["eager"]
-    result["peak"] = {"reference": peak}
+    floor = None
     if device == "cuda" and job.ceilings_dir:
-        result["floor"] = hardware_floor(job, reference, make(seed))
+        floor = hardware_floor(job, reference, make(seed))
         phases.mark("floor")
+    compiled_result = None
     if compiled is not None:
-        result["compiled"] = decode(CompiledResult, {**compiled, "timing": measured.get("compiled")})
-    return decode(ReferenceResult, result)
+        compiled_result = decode(CompiledResult, {**compiled, "timing": measured.get("compiled")})
+    return result.result(measured["eager"], PeakMemory(reference=peak), floor, compiled_result)
 
 
-def _checked_reference(job: ReferenceJob, reference: Any, make: Any, phases: Phases) -> tuple[dict[str, Any], Any]:
+def _checked_reference(job: ReferenceJob, reference: Any, make: Any, phases: Phases) -> tuple[ReferenceDraft, Any]:
     """The reference's first call, then its degenerate-output and noise checks: the draft of the result, and the
     first call's peak memory."""
     device, seed = job.device, job.seed
     first = make(seed)
     out, peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *first)))
-    result: dict[str, Any] = {"status": "correct", "message": "", "output": describe_output(out), "warnings": [],
-                              "phases": phases.seconds, "figures": {}}
+    result = ReferenceDraft(phases=phases.seconds, output=describe_output(out))
     phases.mark("setup")
     _degenerate_check(job, reference, make, out, result)
     phases.mark("degenerate_check")
-    result["figures"]["noise"], found = _noise(job, reference, first, out)
-    result["warnings"] += found
+    result.figures["noise"], found = _noise(job, reference, first, out)
+    result.warnings += found
     del out, first
     phases.mark("noise_check")
     return result, peak
 
 
 def _time_models(job: ReferenceJob, reference: Any, make: Any, models: dict[str, Any],
-                 result: dict[str, Any]) -> dict[str, Any]:
+                 result: ReferenceDraft) -> dict[str, Measurement]:
     """The models timed in rounds, fresh inputs before each (primed as the judge's rounds are); the machine's figures
     and warnings go into `result`."""
     device, seed = job.device, job.seed
-    inputs: dict[str, list[Any] | None] = {}
+    inputs: dict[str, list[Any]] = {}
 
     def fresh(index: int) -> None:
         for name in models:
-            inputs[name] = None  # the last round's go before this round's are drawn
+            inputs.pop(name, None)  # the last round's go before this round's are drawn
             inputs[name] = make(seed + 1000 + index)
         timing.settle(device)
 
     # Each model gets a timer of its own, in the regime its calls call for; primed as the judge's rounds are.
     timers = {name: make_timer(device) for name in models}
     probe = make(seed + 999)
-    primed = {name: timing.primes(device, partial(model, *probe), timers[name]) for name, model in models.items()}
+    primed = {name: timing.needs_priming(device, partial(model, *probe), timers[name])
+              for name, model in models.items()}
     del probe
-    samplers = {name: timing.local_sampler(lambda m=model, n=name: m(*inputs[n]), timers[name], primed[name])
+
+    def call(model: Any, name: str) -> Callable[[], Any]:  # the round's inputs, drawn by `fresh`
+        return lambda: model(*inputs[name])
+
+    samplers = {name: timing.local_sampler(call(model, name), timers[name], primed[name])
                 for name, model in models.items()}
-    measured, result["figures"]["machine"], busy = machine.watched(
+    measured, result.figures["machine"], busy = machine.watched(
         lambda: guarded(device, "timing", lambda: timing.measure_rounds(samplers, job.timing, before_round=fresh)),
         device, own_processes=1)
     moved = timing.level_moved_warning(measured["eager"], "the eager reference")
-    result["warnings"] += busy + ([moved] if moved else [])
-    result["figures"]["primed"] = primed["eager"]
-    result["figures"]["regimes"] = {name: timer.regime for name, timer in timers.items()}
+    result.warnings += busy + ([moved] if moved else [])
+    result.figures["primed"] = primed["eager"]
+    result.figures["regimes"] = {name: timer.regime for name, timer in timers.items()}
     inputs.clear()
     return measured
 
 
-def _degenerate_check(job: Judging, reference: Any, make: Any, out: Any, result: dict[str, Any]) -> None:
+def _degenerate_check(job: Judging, reference: Any, make: Any, out: Any, result: ReferenceDraft) -> None:
     """Can this problem tell right from wrong (`degeneracy.degenerate_findings`)? A harness check: if it cannot run
     (out of memory, say), `[check_skipped]` with the reason."""
     try:
@@ -118,11 +134,11 @@ def _degenerate_check(job: Judging, reference: Any, make: Any, out: Any, result:
         findings, figures = degeneracy.degenerate_findings(out, other, job.atol, job.rtol)
     except Exception as exc:  # noqa: BLE001 - the harness's own check; the reference's row still stands
         findings, figures = [trust.skipped("the degenerate-output check", exc)], {}
-    result["warnings"] += findings
-    result["output"].update(figures)
+    result.warnings += findings
+    result.output.update(figures)
 
 
-def _noise(job: Judging, reference: Any, inputs: list[Any], out: Any) -> tuple[dict[str, Any], list[str]]:
+def _noise(job: Judging, reference: Any, inputs: list[Any], out: Any) -> tuple[dict[str, Any], list[Finding]]:
     """The reference's own error against float64 at the run's precision and tolerance (kbench.judge.noise)."""
     return noise.reference_noise(reference, inputs, out, job.device, job.precision, job.atol, job.rtol,
                                  job.math.allows_tf32)
@@ -140,13 +156,14 @@ def check_problem(job: CheckJob) -> CheckResult:
         second = guarded(device, "the reference", lambda: reference(*make(seed + 2)))
         findings, figures = degeneracy.degenerate_findings(first, second, job.atol, job.rtol)
         del second
-        figures["noise"], found = _noise(job, reference, inputs, first)
-    return CheckResult("correct", findings=tuple(findings + found), figures={**figures, **describe_output(first)})
+        noise_figures, found = _noise(job, reference, inputs, first)
+    return CheckResult("correct", findings=tuple(findings + found),
+                       figures={**figures, "noise": noise_figures, **describe_output(first)})
 
 
 def hardware_floor(job: ReferenceJob, reference: Any, inputs: list[Any]) -> Floor:
     """The problem's floor on this GPU: minimal bytes over measured bandwidth, FLOPs over measured peak."""
-    from kbench.measure import ceilings, roofline
+    from kbench.measure import roofline  # heavy: the FLOP counter's imports take seconds (triton among them)
 
     work = roofline.problem_work(reference, inputs, device="meta")
     peaks = ceilings.cached_ceilings(Path(str(job.ceilings_dir)), torch.device("cuda"), job.math.allows_tf32)
@@ -163,7 +180,7 @@ def _check_compiled(job: ReferenceJob, reference: Any, make: Any, device: str) -
         trials, _ = correctness.run_trials(make, correctness.on_copies(model), reference, seeds, job.atol, job.rtol,
                                            sync=lambda: timers.synchronize(device))
         timers.synchronize(device)
-    except Exception as exc:  # inductor needs a working compiler toolchain; report, don't fail the problem
+    except Exception as exc:  # noqa: BLE001 - inductor needs a compiler toolchain; report, don't fail the problem
         return {"status": "runtime_error", "message": f"torch.compile raised {short(exc)}"}
     info = {"trials": trials, "compile_seconds": _perf_counter() - start}
     if not all(t.passed for t in trials):

@@ -1,4 +1,5 @@
-"""The steps of the judge's timed rounds of a solution (kbench.judge.judge_timing.time_rounds) and the state they share."""
+"""The steps of the judge's timed rounds of a solution (kbench.judge.judge_timing.time_rounds), and the state they
+share."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from kbench.judge.timed_call import Observed, TimedCalls
 from kbench.judge.verdicts import Verdict
 from kbench.measure import timers, timing
 from kbench.results.jobs import Judging
-from kbench.results.records import TimingPolicy
+from kbench.results.records import Status, TimingPolicy
 from kbench.results.stats import median
 
 _perf_counter = time.perf_counter
@@ -165,7 +166,7 @@ class SolutionRounds:
         self.check_s += self.rechecks.cost_s
         self.checked, self.count = index, self.count + 1
         if not ok:
-            raise Verdict("incorrect", f"timed call {index + 1}: {fig['message']} (its inputs were fresh, "
+            raise Verdict(Status.INCORRECT, f"timed call {index + 1}: {fig['message']} (its inputs were fresh, "
                                        "and the outputs of earlier calls were right)")
 
 

@@ -11,7 +11,8 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 import torch
 import torch.multiprocessing as torch_mp
@@ -19,7 +20,10 @@ import torch.multiprocessing as torch_mp
 from kbench.judge import candidate, correctness, protocol, trust
 from kbench.judge.verdicts import Verdict
 from kbench.measure import gate, timers
+from kbench.results.codec import ProtocolError
 from kbench.results.jobs import Judging
+from kbench.results.records import Status
+from kbench.system.lifetime import exit_failure
 
 _perf_counter = time.perf_counter
 _tensor_type = torch.Tensor
@@ -37,17 +41,19 @@ class CandidateProcess:
     """The solution's process as the judge sees it: spawned with a pipe, frozen (SIGSTOP to its process group) except
     while it answers a command, and killed with its group at the end."""
 
-    def __init__(self, target: Callable[..., None] = candidate.main, init_cuda: bool = False, fork: bool = False) -> None:
-        """Start it: spawned, it imports Python, torch and kbench; forked (`fork`, from a worker the zygote forked, before
-        the worker has a job or a CUDA context), it has them already and keeps no descriptor of the worker's but its
-        pipe, stdout and stderr. With `init_cuda` (a worker started ahead of its CUDA job) it creates its CUDA context
-        before its first command."""
-        ctx = torch_mp.get_context("fork" if fork else "spawn")
+    def __init__(self, target: Callable[..., None] = candidate.main, init_cuda: bool = False,
+                 fork: bool = False) -> None:
+        """Start it: spawned, it imports Python, torch and kbench; forked (`fork`, from a worker the zygote forked,
+        before the worker has a job or a CUDA context), it has them already and keeps no descriptor of the worker's but
+        its pipe, stdout and stderr. With `init_cuda` (a worker started ahead of its CUDA job) it creates its CUDA
+        context before its first command."""
+        ctx = torch_mp.get_context("fork") if fork else torch_mp.get_context("spawn")
         self.conn, child_end = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(target=target, args=(child_end, init_cuda, fork), name="kbench-candidate")
         self.proc.start()
         child_end.close()
-        self.pgid = self.proc.pid  # the candidate makes itself a group leader first thing
+        self.pid: int = cast(int, self.proc.pid)  # set once started
+        self.pgid = self.pid  # the candidate makes itself a group leader first thing
 
     def announce(self, announce: Announce) -> None:
         """Tell the parent the candidate's process group, so that it is killed too if this judge is killed."""
@@ -96,8 +102,8 @@ class CandidateProcess:
             raise Verdict(*self._death(exc)) from None
         try:
             return protocol.decode(data)
-        except protocol.ProtocolError as exc:
-            raise Verdict("runtime_error", f"the solution's process broke the protocol: {exc}") from None
+        except ProtocolError as exc:
+            raise Verdict(Status.RUNTIME_ERROR, f"the solution's process broke the protocol: {exc}") from None
 
     def _exitcode(self, wait_s: float) -> int | None:
         """The candidate's exit code once it has ended, polled without blocking: multiprocessing's own join trusts a
@@ -113,18 +119,12 @@ class CandidateProcess:
         code = self._exitcode(2.0)
         if code is None:
             return "runtime_error", f"the solution's process broke the protocol ({type(exc).__name__}: {exc})"
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return "crashed", f"the solution's process was killed by {name}"
-        return "crashed", f"the solution's process exited with code {code} before answering"
+        return exit_failure(code, "the solution's process", "before answering")
 
     def kill(self) -> None:
         self._signal(signal.SIGKILL)
         try:
-            os.kill(self.proc.pid, signal.SIGKILL)  # in case it never made its own group
+            os.kill(self.pid, signal.SIGKILL)  # in case it never made its own group
         except ProcessLookupError:
             pass
         self._exitcode(5.0)
@@ -171,7 +171,8 @@ class Session:
 
     def start_calibration(self, job: Judging, reference: Any, init: list[Any], inputs: list[Any],
                           outputs: Any) -> None:
-        """The reference itself, built in the candidate's process before the solution is imported (see kbench.judge.judge_timing.calibrate)."""
+        """The reference itself, built in the candidate's process before the solution is imported (see
+        kbench.judge.judge_timing.calibrate)."""
         self.name = "calibration"
         self.precision = job.precision
         self.buffers[self.name] = self._output_buffers(outputs)
@@ -200,7 +201,7 @@ class Session:
         if len(current) == len(outs) and all(_same_kind(o, b) if b is not None else not isinstance(o, _tensor_type)
                                              for o, b in zip(outs, current)):
             return current
-        return [self._shared(lambda o=o: torch.empty(o.shape, dtype=o.dtype, device=o.device))
+        return [self._shared(partial(torch.empty, o.shape, dtype=o.dtype, device=o.device))
                 if isinstance(o, _tensor_type) else None for o in outs]
 
     def bind(self, name: str, inputs: list[Any], outputs: Any = None) -> None:
@@ -229,7 +230,7 @@ class Session:
                 b.copy_(v)
 
     def refill(self, values: list[Any]) -> None:
-        """New values in the bound input buffers (same shapes, dtypes and pointers); new buffers if the shapes differ."""
+        """New values in the bound input buffers (same shapes, dtypes, pointers); new buffers if the shapes differ."""
         if self.fits(values):
             self.copy_in(values)
             timers.synchronize(self.device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable, Iterator
+from typing import Any, cast
 
 from kbench.judge.kernel_names import KERNEL_DECORATORS as GPU_KERNEL_DECORATORS
 from kbench.judge.pynames import import_aliases, qualname, undecorate
@@ -82,7 +83,7 @@ class SourceModel:
         in_class = {id(s) for n in self.nodes if isinstance(n, ast.ClassDef) for s in n.body}
         for node in self.nodes:
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                targets: list[ast.expr] = node.targets if isinstance(node, ast.Assign) else [node.target]
                 self.copies.append((holder_keys(targets, id(node) in in_class), node.value))
                 branches = [node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else []
                 self.assigned_to.update({id(v): targets for v in (node.value, *branches)})
@@ -112,7 +113,7 @@ class SourceModel:
         if isinstance(value, ast.Name) and len(self.assigns.get(value.id, [])) == 1:
             value = self.assigns[value.id][0]
         try:
-            names = ast.literal_eval(value) if value is not None else None
+            names: Any = ast.literal_eval(value) if value is not None else None
         except (ValueError, TypeError, SyntaxError, RecursionError):
             return None
         names = [names] if isinstance(names, str) else names
@@ -173,8 +174,9 @@ class SourceModel:
         for call in self.factories:
             places = FACTORY_SOURCES if self.qual(call.func) in KERNEL_FACTORIES else EXTENSION_SOURCES
             for const in (c for name, pos in places for c in self.strings(call_arg(call, name, pos))):
-                for match in pattern.finditer(const.value):
-                    yield const.lineno + const.value.count("\n", 0, match.start()), match.group(0)
+                text = cast(str, const.value)  # strings() yields string constants only
+                for match in pattern.finditer(text):
+                    yield const.lineno + text.count("\n", 0, match.start()), match.group(0)
 
     def imports(self) -> Iterator[tuple[str, int]]:
         """Every module or name imported, statically or through __import__ / importlib.import_module."""

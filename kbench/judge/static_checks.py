@@ -22,11 +22,26 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 from kbench.judge.pynames import undecorate
-from kbench.judge.source_model import (KEYWORD_ONLY, Function, SourceModel, call_arg, call_args, calls_builtin,
-                                       const_str, copies_values, flat_targets, holder_keys, input_derived, self_attr,
-                                       under, writes)
+from kbench.judge.source_model import (
+    KEYWORD_ONLY,
+    Function,
+    SourceModel,
+    call_arg,
+    call_args,
+    calls_builtin,
+    const_str,
+    copies_values,
+    flat_targets,
+    holder_keys,
+    input_derived,
+    self_attr,
+    under,
+    writes,
+)
+from kbench.results.findings import FindingCode
 
 FINDING_CODES = ("no_custom_kernel", "kernel_never_called", "try_except_fallback", "threads", "new_stream",
                  "precision_downcast", "harness_access", "monkey_patch", "caching")
@@ -67,25 +82,27 @@ CACHE_DECORATORS = frozenset({"functools.lru_cache", "functools.cache"})
 
 
 @dataclass(frozen=True)
-class Finding:
-    code: str
+class SourceFinding:
+    """A finding of the static checks, with the line of the source it is about."""
+
+    code: FindingCode
     message: str
     line: int | None
 
 
-def _finding(code: str, line: int | None, what: str) -> Finding:
+def _finding(code: str, line: int | None, what: str) -> SourceFinding:
     where = f"line {line}: " if line else ""
-    return Finding(code, f"{where}{what}; {_WHY[code]}", line)
+    return SourceFinding(FindingCode(code), f"{where}{what}; {_WHY[code]}", line)
 
 
-def _no_custom_kernel(mod: SourceModel) -> Iterator[Finding]:
+def _no_custom_kernel(mod: SourceModel) -> Iterator[SourceFinding]:
     if not mod.factories and not mod.jitted:
         classes = (n for n in mod.tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew")
         line = next((n.lineno for n in classes), None)
         yield _finding("no_custom_kernel", line, "no load_inline, cpp_extension, triton.jit or cupy kernel")
 
 
-def _kernel_never_called(mod: SourceModel) -> Iterator[Finding]:
+def _kernel_never_called(mod: SourceModel) -> Iterator[SourceFinding]:
     getattrs = [c for c in mod.calls if calls_builtin(c, "getattr") and len(c.args) > 1]
     accessed = {n.attr for n in mod.nodes if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
     accessed |= {const_str(c.args[1]) or "" for c in getattrs}
@@ -104,9 +121,12 @@ def _kernel_never_called(mod: SourceModel) -> Iterator[Finding]:
             yield _finding("kernel_never_called", build.lineno, what)
 
 
-def _try_except_fallback(mod: SourceModel) -> Iterator[Finding]:
+TRY_NODES: tuple[type[ast.Try], ...] = (ast.Try, getattr(ast, "TryStar", ast.Try))  # try/except*: Python 3.11+
+
+
+def _try_except_fallback(mod: SourceModel) -> Iterator[SourceFinding]:
     for node in mod.nodes:
-        if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) and node.handlers:
+        if isinstance(node, TRY_NODES) and node.handlers:
             reraises = all(isinstance(h.body[-1], ast.Raise) for h in node.handlers)
             if mod.calls_kernel(node.body) and not reraises:
                 yield _finding("try_except_fallback", node.lineno, "try/except around a kernel call or build")
@@ -115,7 +135,7 @@ def _try_except_fallback(mod: SourceModel) -> Iterator[Finding]:
                 yield _finding("try_except_fallback", node.lineno, "suppress() around a kernel call or build")
 
 
-def _threads(mod: SourceModel) -> Iterator[Finding]:
+def _threads(mod: SourceModel) -> Iterator[SourceFinding]:
     for name, line in mod.imports():
         if under(name, THREAD_IMPORTS):
             yield _finding("threads", line, f"imports {name}")
@@ -123,7 +143,7 @@ def _threads(mod: SourceModel) -> Iterator[Finding]:
         yield _finding("threads", line, f"uses {name}")
 
 
-def _new_stream(mod: SourceModel) -> Iterator[Finding]:
+def _new_stream(mod: SourceModel) -> Iterator[SourceFinding]:
     for call in mod.calls:
         if (name := mod.qual(call.func)) in STREAM_CALLS:
             yield _finding("new_stream", call.lineno, f"calls {name}")
@@ -131,7 +151,7 @@ def _new_stream(mod: SourceModel) -> Iterator[Finding]:
         yield _finding("new_stream", line, f"kernel source uses {text}")
 
 
-def _precision_downcast(mod: SourceModel) -> Iterator[Finding]:
+def _precision_downcast(mod: SourceModel) -> Iterator[SourceFinding]:
     for call in mod.calls:
         name = mod.qual(call.func)
         method = call.func.attr if isinstance(call.func, ast.Attribute) else ""
@@ -142,8 +162,7 @@ def _precision_downcast(mod: SourceModel) -> Iterator[Finding]:
         elif name == MATMUL_PRECISION and const_str(call_arg(call, "precision", 0)) != "highest":
             yield _finding("precision_downcast", call.lineno, "lowers float32 matmul precision")
     for node in mod.nodes:  # torch.backends.cuda.matmul.allow_tf32 = True
-        names = [mod.qual(t) or "" for t in node.targets] if isinstance(node, ast.Assign) else []
-        if any(n.endswith(LOW_FLAGS) for n in names):
+        if isinstance(node, ast.Assign) and any((mod.qual(t) or "").endswith(LOW_FLAGS) for t in node.targets):
             yield _finding("precision_downcast", node.lineno, "enables TF32 or reduced-precision reductions")
     for line, text in mod.source_hits(LOW_SOURCE):
         yield _finding("precision_downcast", line, f"kernel source uses {text}")
@@ -160,7 +179,7 @@ def _env_key(mod: SourceModel, node: ast.AST) -> str | None:
     return None
 
 
-def _harness_access(mod: SourceModel) -> Iterator[Finding]:
+def _harness_access(mod: SourceModel) -> Iterator[SourceFinding]:
     for name, line in mod.imports():
         if under(name, ["kbench"]):
             yield _finding("harness_access", line, f"imports {name}")
@@ -174,17 +193,18 @@ def _harness_access(mod: SourceModel) -> Iterator[Finding]:
     for call in mod.calls:
         is_open = calls_builtin(call, "open") or mod.qual(call.func) == "io.open"
         first = call.args[0] if call.args else None
-        paths = (s.value for a in call_args(call) for s in mod.strings(a))
+        paths = (cast(str, s.value) for a in call_args(call) for s in mod.strings(a))  # string constants only
         if is_open and isinstance(first, ast.Constant) and type(first.value) is int:
             yield _finding("harness_access", call.lineno, "opens an inherited file descriptor")
         elif not mod.is_factory(call) and any(RESULT_PATH.search(p) for p in paths):
             yield _finding("harness_access", call.lineno, "names a results folder or run.json")
 
 
-def _monkey_patch(mod: SourceModel) -> Iterator[Finding]:
+def _monkey_patch(mod: SourceModel) -> Iterator[SourceFinding]:
     for node in mod.nodes:
-        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else \
-            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        if not isinstance(node, (ast.Assign, ast.Delete, ast.AugAssign, ast.AnnAssign)):
+            continue
+        targets: list[ast.expr] = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
         for t in flat_targets(targets):
             name = mod.qual(t) if isinstance(t, ast.Attribute) else None
             inner = (mod.qual(t.value) if isinstance(t, ast.Subscript) else None) or ""
@@ -195,7 +215,7 @@ def _monkey_patch(mod: SourceModel) -> Iterator[Finding]:
             yield _finding("monkey_patch", call.lineno, f"{ast.unparse(call.func)} on {target}")
 
 
-def _forward_caching(mod: SourceModel, fn: Function) -> Iterator[Finding]:
+def _forward_caching(mod: SourceModel, fn: Function) -> Iterator[SourceFinding]:
     shared = {t.id for n in mod.tree.body if isinstance(n, ast.Assign) for t in flat_targets(n.targets)
               if isinstance(t, ast.Name)} | {n.name for n in mod.tree.body if isinstance(n, ast.ClassDef)}
     shared -= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
@@ -218,7 +238,7 @@ def _forward_caching(mod: SourceModel, fn: Function) -> Iterator[Finding]:
                 yield _finding("caching", line, f"forward writes the module-level {root.id}")
 
 
-def _caching(mod: SourceModel) -> Iterator[Finding]:
+def _caching(mod: SourceModel) -> Iterator[SourceFinding]:
     for node in mod.nodes:
         if isinstance(node, Function):
             for d in node.decorator_list:
@@ -234,14 +254,14 @@ _CHECKS = (_no_custom_kernel, _kernel_never_called, _try_except_fallback, _threa
            _precision_downcast, _harness_access, _monkey_patch, _caching)
 
 
-def analyze(source: str) -> tuple[Finding, ...]:
+def analyze(source: str) -> tuple[SourceFinding, ...]:
     """Findings for one solution's source, ordered by line; () when it does not parse."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # the worker reports these itself
         return ()
     mod = SourceModel(tree)
-    found: dict[tuple[str, int | None], Finding] = {}
+    found: dict[tuple[str, int | None], SourceFinding] = {}
     for check in _CHECKS:
         for finding in check(mod):
             found.setdefault((finding.code, finding.line), finding)

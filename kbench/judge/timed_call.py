@@ -1,4 +1,4 @@
-"""The judge's side of one timed call of the candidate (README "Timing protocol"): arm, release, watch, verify.
+"""The judge's side of one timed call of the candidate (docs/timing.md): arm, release, watch, verify.
 
 1. **Arm.** The candidate gets ready: in the GPU regime it issues the call now, behind a closed gate, with a write
    of the DONE word after its end event; in the host regime it just answers.
@@ -30,6 +30,7 @@ from kbench.judge.session import Session
 from kbench.judge.verdicts import Verdict
 from kbench.measure import timers
 from kbench.measure.gate import Gate, SignalPage
+from kbench.results.records import Status
 
 _perf_counter = time.perf_counter
 _tensor_type = torch.Tensor
@@ -78,7 +79,7 @@ class TimedCalls:
         if not session.fits(values):
             session.bind(session.name, values)
         value = self.gate.next_value() if self.gate is not None else 0
-        chosen = self._spots(expected)  # drawn in the judge's own memory, before the call: the candidate cannot see them
+        chosen = self._spots(expected)  # drawn in the judge's own memory before the call: the candidate cannot see them
         cand.thaw()
         try:
             sent = _perf_counter()
@@ -124,7 +125,8 @@ class TimedCalls:
             return
         if self._flush is None:
             l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-            self._flush = torch.empty(max(timers.L2_FLUSH_FACTOR * l2 // 4, 1 << 20), dtype=torch.float32, device="cuda")
+            self._flush = torch.empty(max(timers.L2_FLUSH_FACTOR * l2 // 4, 1 << 20), dtype=torch.float32,
+                                      device="cuda")
         self._flush.fill_(1.0)
         self.page.write_on(torch.cuda.current_stream().cuda_stream, SignalPage.FLAG, value)
 
@@ -133,13 +135,14 @@ class TimedCalls:
         deadline = _perf_counter() + DONE_DEADLINE_S
         while self.page.read(SignalPage.DONE) != value:
             if _perf_counter() > deadline:
-                raise Verdict("timeout", f"a timed call's stream did not signal its end within {DONE_DEADLINE_S:g} s")
+                raise Verdict(Status.TIMEOUT,
+                              f"a timed call's stream did not signal its end within {DONE_DEADLINE_S:g} s")
 
     def _views(self, reply: protocol.Reply, label: str) -> list[Any]:
         """The outputs where they lie, checked against the reference's buffers; plain numbers from the reply."""
         buffers = self.session.buffers[self.session.name]
         if len(reply.outputs) != len(buffers):
-            raise Verdict("runtime_error", f"the solution's process described {len(reply.outputs)} outputs for "
+            raise Verdict(Status.RUNTIME_ERROR, f"the solution's process described {len(reply.outputs)} outputs for "
                                            f"{len(buffers)} (in {label})")
         numbers = iter(reply.values)
         self.session.values = reply.values
@@ -155,10 +158,10 @@ class TimedCalls:
             return
         ok, fig = comparison.compare(self.outputs, expected, self.atol, self.rtol)
         if not ok:
-            raise Verdict("incorrect", f"{label}: {fig['message']} (its inputs were fresh, and the outputs of earlier "
-                                       "calls were right)")
-        raise Verdict("incorrect", f"{label}: its outputs were not complete when the solution's process said the call "
-                                   "was over (they were a moment later)")
+            raise Verdict(Status.INCORRECT, f"{label}: {fig['message']} (its inputs were fresh, and the outputs of "
+                                            "earlier calls were right)")
+        raise Verdict(Status.INCORRECT, f"{label}: its outputs were not complete when the solution's process said "
+                                        "the call was over (they were a moment later)")
 
     def _random(self) -> torch.Generator | None:
         if self._generator is None:
@@ -204,7 +207,8 @@ def spot_check(outputs: list[Any], chosen: list[Any], atol: float, rtol: float) 
         if spot is None:
             continue
         coords, want = spot
-        if not isinstance(out, _tensor_type) or (coords and out.dim() != len(coords)) or (not coords and out.numel() != 1):
+        if (not isinstance(out, _tensor_type) or (coords and out.dim() != len(coords))
+                or (not coords and out.numel() != 1)):
             return False
         got = out.reshape(1) if not coords else out[coords]
         close = torch.isclose(got.to(torch.float64), want, rtol=rtol, atol=atol, equal_nan=True).all()

@@ -11,11 +11,16 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.profiler
+import torch.testing
+from torch.autograd import DeviceType
 
 from kbench.judge import comparison, kernel_names
+from kbench.judge.draft import Draft
 from kbench.measure.timers import synchronize
 from kbench.results.codec import decode
-from kbench.results.figures import KernelShare
+from kbench.results.figures import Accuracy, KernelShare
+from kbench.results.findings import Finding, FindingCode
 from kbench.results.jobs import Judging
 
 _where, _isfinite = torch.where, torch.isfinite  # bound before any solution is imported
@@ -23,8 +28,6 @@ _where, _isfinite = torch.where, torch.isfinite  # bound before any solution is 
 
 def guarded_attributes() -> list[tuple[str, Any, str]]:
     """Functions a solution could replace to fool timing or checks: (label, owner, attribute)."""
-    import torch.testing
-
     return [
         ("torch.cuda.Event", torch.cuda, "Event"), ("torch.cuda.synchronize", torch.cuda, "synchronize"),
         ("torch.cuda.Event.elapsed_time", torch.cuda.Event, "elapsed_time"),
@@ -73,7 +76,7 @@ def _twice(call: Callable[[list[Any]], Any], keep: Callable[[list[Any]], Any], m
 
 
 def determinism(keep: Callable[[list[Any]], Any], call: Callable[[list[Any]], Any], reference: Any,
-                make: Callable[[int], list[Any]], seed: int, device: str) -> tuple[Any, Any, str | None]:
+                make: Callable[[int], list[Any]], seed: int, device: str) -> tuple[Any, Any, Finding | None]:
     """The candidate twice and the reference twice on the same inputs. Returns the candidate's and the reference's
     first outputs (for the float64 oracle) and `[non_deterministic]` when the candidate varies far more than the
     reference does. `keep(inputs)` calls the candidate and returns outputs of the caller's own; `call(inputs)` may
@@ -82,14 +85,14 @@ def determinism(keep: Callable[[list[Any]], Any], call: Callable[[list[Any]], An
     ref_first, ref_diff = _twice(lambda x: reference(*x), lambda x: reference(*x), make, seed, device)
     if diff <= NONDETERMINISM_FACTOR * ref_diff:
         return first, ref_first, None
-    return first, ref_first, (f"[non_deterministic] two calls on the same inputs differ by up to {diff:.3g} "
-                              f"(the reference: {ref_diff:.3g}): a race?")
+    return first, ref_first, (Finding(FindingCode.NON_DETERMINISTIC, "two calls on the same inputs differ by up to "
+                              f"{diff:.3g} (the reference: {ref_diff:.3g}): a race?"))
 
 
-def skipped(what: str, exc: BaseException) -> str:
+def skipped(what: str, exc: BaseException) -> Finding:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return f"[check_skipped] {what} could not run: {type(exc).__name__}: {str(exc)[:200]}"
+    return Finding(FindingCode.CHECK_SKIPPED, f"{what} could not run: {type(exc).__name__}: {str(exc)[:200]}")
 
 
 def _tensor_bytes(values: Any) -> int:
@@ -114,12 +117,13 @@ def free_bytes(device: str) -> int | None:
     return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
 
 
-def fp64_no_room(what: str, reference: Any, inputs: list[Any], outputs: Any, device: str) -> str | None:
+def fp64_no_room(what: str, reference: Any, inputs: list[Any], outputs: Any, device: str) -> Finding | None:
     """`[check_skipped]` for `what` when a float64 run of the reference would not fit in the free memory, else None."""
     need, free = fp64_memory_estimate(reference, inputs, outputs), free_bytes(device)
     if free is None or need <= FP64_HEADROOM * free:
         return None
-    return f"[check_skipped] {what} needs about {need / 1e9:.1f} GB and {free / 1e9:.1f} GB is free on the GPU"
+    return Finding(FindingCode.CHECK_SKIPPED,
+                   f"{what} needs about {need / 1e9:.1f} GB and {free / 1e9:.1f} GB is free on the GPU")
 
 
 def float64_run(reference: Any, inputs: list[Any], device: str) -> tuple[Any, Any]:
@@ -131,21 +135,21 @@ def float64_run(reference: Any, inputs: list[Any], device: str) -> tuple[Any, An
 
 
 def accuracy(reference: Any, inputs: list[Any], candidate_out: Any, ref_out: Any, device: str, tf32: bool,
-             result: dict[str, Any]) -> None:
-    """The float64 oracle, run only when it fits in the free memory: `result["accuracy"]` and `[low_accuracy]`, or
+             draft: Draft) -> None:
+    """The float64 oracle, run only when it fits in the free memory: `draft.accuracy` and `[low_accuracy]`, or
     `[check_skipped]` with the reason. Never a failure of the solution's."""
     if (no_room := fp64_no_room("float64 accuracy", reference, inputs, ref_out, device)) is not None:
-        result["warnings"].append(no_room)
+        draft.warnings.append(no_room)
         return
     try:
         acc = accuracy_against_fp64(reference, inputs, candidate_out, ref_out, device, tf32)
-    except Exception as exc:  # a harness check out of memory (the estimate is rough) or a model without float64
-        result["warnings"].append(skipped("float64 accuracy", exc))
+    except Exception as exc:  # noqa: BLE001 - a harness check: out of memory (rough estimate), a model without fp64
+        draft.warnings.append(skipped("float64 accuracy", exc))
         return
-    result["accuracy"] = acc
+    draft.accuracy = Accuracy(**acc)
     warning = accuracy_warning(acc)
     if warning:
-        result["warnings"].append(warning)
+        draft.warnings.append(warning)
 
 
 def wants_kernel_profile(job: Judging) -> bool:
@@ -153,26 +157,27 @@ def wants_kernel_profile(job: Judging) -> bool:
     return job.device == "cuda" and job.kernel_profile
 
 
-def kernel_profile(kernel_share: Callable[[], dict[str, Any]], result: dict[str, Any]) -> None:
-    """`result["kernels"]` from the candidate's profile, `[no_custom_kernel]` when none of its GPU time is its own."""
+def kernel_profile(kernel_share: Callable[[], dict[str, Any]], draft: Draft) -> None:
+    """`draft.kernels` from the candidate's profile, `[no_custom_kernel]` when none of its GPU time is its own."""
     try:
         share = decode(KernelShare, kernel_share())  # the candidate's figures: checked field by field
-    except Exception as exc:  # the profiler is a harness check: if it cannot run, say so and go on
-        result["warnings"].append(skipped("kernel profile", exc))
+    except Exception as exc:  # noqa: BLE001 - the profiler is a harness check: if it cannot run, say so and go on
+        draft.warnings.append(skipped("kernel profile", exc))
         return
-    result["kernels"] = share
+    draft.kernels = share
     if share.own_s == 0:
-        result["warnings"].append("[no_custom_kernel] none of the GPU time is spent in the solution's own kernels")
+        draft.warnings.append(Finding(FindingCode.NO_CUSTOM_KERNEL,
+                                      "none of the GPU time is spent in the solution's own kernels"))
 
 
-def no_declared_kernels(result: dict[str, Any]) -> None:
+def no_declared_kernels(draft: Draft) -> None:
     """A source that declares no __global__ kernel: the profile could attribute none of its GPU time to it, so it is
     not run (the static check `no_custom_kernel` speaks for a source with no kernel of any kind)."""
-    result["kernels"] = KernelShare(
+    draft.kernels = KernelShare(
         profiled=False, reason="the source declares no kernel (CUDA __global__, Triton, TileLang or CuTe DSL)")
 
 
-def accuracy_warning(acc: dict[str, float]) -> str | None:
+def accuracy_warning(acc: dict[str, float]) -> Finding | None:
     """The [low_accuracy] flag: far less accurate than the reference, and than TF32 where the run allows it."""
     allowed = ACCURACY_FLAG_FACTOR * acc["reference"]
     if "tf32" in acc:
@@ -180,8 +185,8 @@ def accuracy_warning(acc: dict[str, float]) -> str | None:
     if acc["solution"] <= ACCURACY_FLOOR or acc["solution"] <= allowed:
         return None
     tf32 = f" and {TF32_SLACK:g}x what TF32 rounding costs ({acc['tf32']:.3g})" if "tf32" in acc else ""
-    return (f"[low_accuracy] max error vs float64 {acc['solution']:.3g} is over {ACCURACY_FLAG_FACTOR:g}x the reference's "
-            f"own {acc['reference']:.3g}{tf32} (reduced precision inside?)")
+    return (Finding(FindingCode.LOW_ACCURACY, f"max error vs float64 {acc['solution']:.3g} is over "
+            f"{ACCURACY_FLAG_FACTOR:g}x the reference's own {acc['reference']:.3g}{tf32} (reduced precision inside?)"))
 
 
 def round_to_tf32(t: torch.Tensor) -> torch.Tensor:
@@ -219,14 +224,12 @@ def _double(x: Any) -> Any:
 
 
 def own_kernel_share(call: Any, arg_sets: list[list[Any]], source: str) -> dict[str, Any]:
-    """GPU time in the solution's own kernels (those its source declares: kbench.judge.kernel_names) vs library kernels, over one
-    call(*args) per entry of arg_sets and nothing else: inputs are prepared before the profile starts."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
+    """GPU time in the solution's own kernels (those its source declares: kbench.judge.kernel_names) vs library
+    kernels, over one call(*args) per entry of arg_sets and nothing else: inputs are prepared before the profile
+    starts."""
     kernels = kernel_names.declared(source)
     calls = len(arg_sets)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for args in arg_sets:
             call(*args)
         torch.cuda.synchronize()
@@ -235,7 +238,7 @@ def own_kernel_share(call: Any, arg_sets: list[list[Any]], source: str) -> dict[
     for event in prof.events():
         if event.device_type != DeviceType.CUDA:
             continue
-        us = float(getattr(event, "device_time", None) or getattr(event, "cuda_time", 0.0))
+        us = float(getattr(event, "device_time", 0.0) or getattr(event, "cuda_time", 0.0))
         kernel = event.name
         own, library = (own + us, library) if kernel_names.is_own(kernel, kernels) else (own, library + us)
         top[kernel[:80]] = top.get(kernel[:80], 0.0) + us

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kbench.results.records import Status
+
 MAX_MESSAGE = 4000
 NO_MODELNEW = ("the solution defines no class ModelNew: add `class ModelNew(nn.Module)` whose constructor takes the "
                "problem's get_init_inputs() and whose forward takes its get_inputs()")
@@ -14,9 +16,10 @@ def syntax_error(exc: SyntaxError) -> str:
 class Verdict(Exception):
     """Ends the evaluation early with a status and a message."""
 
-    def __init__(self, status: str, message: str) -> None:
+    def __init__(self, status: Status | str, message: str) -> None:
+        """`status` as a Status, or its value (a reply's, checked against kbench.judge.protocol.STATUSES)."""
         super().__init__(message)
-        self.status = status
+        self.status = Status(status)
         self.message = message
 
 

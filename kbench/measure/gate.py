@@ -44,13 +44,13 @@ class SignalPage:
         self.device_address = driver.register_host(address, PAGE)
 
     @classmethod
-    def private(cls) -> "SignalPage":
+    def private(cls) -> SignalPage:
         """A page of this process alone (anonymous memory)."""
         page = mmap.mmap(-1, PAGE)
         return cls(ctypes.addressof(ctypes.c_char.from_buffer(page)), page)
 
     @classmethod
-    def within(cls, shared: Any) -> "SignalPage":
+    def within(cls, shared: Any) -> SignalPage:
         """The first whole page inside a CPU tensor in shared memory (at least two pages long): the same page in every
         process the tensor is shared with, since the mapping starts a page there too."""
         return cls(aligned_page(shared.data_ptr(), shared.numel() * shared.element_size()), shared)
@@ -89,7 +89,7 @@ def aligned_page(address: int, nbytes: int) -> int:
 
 def shared_page_tensor() -> Any:
     """A CPU tensor in shared memory that holds a whole page wherever it is mapped (for `SignalPage.within`)."""
-    import torch
+    import torch  # heavy: the rest of gate.py needs no torch
 
     return torch.zeros(3 * PAGE, dtype=torch.uint8).share_memory_()
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
+from kbench.measure.gate import Gate, SignalPage, Watchdog
 from kbench.results.stats import median
 
 _perf_counter = time.perf_counter
@@ -54,6 +55,12 @@ class Timer(Protocol):
 
     def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
         """Run fn once; return (timed seconds, host wall seconds over the same window)."""
+
+    def use(self, regime: str) -> None:
+        """Time in `regime` from now on (a CPU timer stays in the host regime)."""
+
+    def decide(self, fn: Callable[[], object], calls: int = 3) -> str:
+        """Choose fn's regime and use it (see CudaEventTimer.decide)."""
 
 
 REGIME_GPU = "gpu"  # the call issued behind a closed gate: the events time its GPU work alone
@@ -102,7 +109,7 @@ class CudaEventTimer:
     event (host regime) or from the gate's opening (GPU regime) to the synchronize.
     """
 
-    def __init__(self, device: object, clock: Clock = _perf_counter, regime: str = REGIME_HOST) -> None:
+    def __init__(self, device: torch.device, clock: Clock = _perf_counter, regime: str = REGIME_HOST) -> None:
         self._device = device
         self._clock = clock
         self.last_issue = 0.0
@@ -116,8 +123,6 @@ class CudaEventTimer:
     def use(self, regime: str) -> None:
         """Time in `regime` from now on (the gate is made on first use of the GPU regime)."""
         if regime == REGIME_GPU and self._gate is None:
-            from kbench.measure.gate import Gate, SignalPage, Watchdog
-
             gate = Gate(SignalPage.private())
             self._gate = (gate, Watchdog(gate, GATE_DEADLINE_S))
         self.regime = regime

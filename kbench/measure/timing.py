@@ -1,4 +1,4 @@
-"""Sampling: warm-up, rounds of samples from several callables, adaptive stopping; the timers are kbench.measure.timers."""
+"""Sampling: warm-up, rounds of samples from several callables, adaptive stopping (timers: kbench.measure.timers)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,31 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from kbench.measure.timers import REGIME_GPU, REGIME_HOST, Clock, Timer, _perf_counter, synchronize
+from kbench.measure.timing_checks import (  # noqa: F401 - re-exported: the protocol's warnings live beside it
+    DISTURBED_P,
+    DISTURBED_RATIO,
+    HOST_EXCESS_ABS_S,
+    HOST_EXCESS_REL,
+    LAUNCH_BOUND_SHARE,
+    STOP_CONVERGED,
+    STOP_MAX_TIME,
+    TIMER_BOUND_ABS_CPU_S,
+    TIMER_BOUND_ABS_S,
+    TIMER_BOUND_P,
+    TIMER_BOUND_REL,
+    Calibration,
+    disturbed_warning,
+    escaped_work_warning,
+    excess,
+    few_samples_warning,
+    issue_bound,
+    launch_bound_warning,
+    level_moved_warning,
+    timer_mismatch_warning,
+    unfinished_warning,
+)
 from kbench.results.records import Measurement, TimingPolicy
 from kbench.results.stats import median_ci_relative
-from kbench.measure.timing_checks import (  # noqa: F401 - re-exported: the protocol's warnings live beside it
-    DISTURBED_P, DISTURBED_RATIO, HOST_EXCESS_ABS_S, HOST_EXCESS_REL, LAUNCH_BOUND_SHARE, STOP_CONVERGED, STOP_MAX_TIME,
-    TIMER_BOUND_ABS_CPU_S, TIMER_BOUND_ABS_S, TIMER_BOUND_P, TIMER_BOUND_REL, Calibration, disturbed_warning,
-    escaped_work_warning, excess, few_samples_warning, issue_bound, launch_bound_warning, level_moved_warning,
-    timer_mismatch_warning, unfinished_warning,
-)
 
 SETTLE_S = 1e-3  # the GPU's pause between a round's input refresh and its first timed call
 
@@ -30,7 +47,7 @@ def settle(device: str, clock: Clock = _perf_counter) -> None:
             pass
 
 
-def primes(device: str, fn: Callable[[], object], timer: Timer) -> bool:
+def needs_priming(device: str, fn: Callable[[], object], timer: Timer) -> bool:
     """Decide fn's regime on `timer` (`CudaEventTimer.decide`) and whether its timed calls go behind an untimed one
     (`local_sampler`): on a GPU, when they are timed in the host regime, whose time is the host's."""
     return timer.decide(fn) == REGIME_HOST and device == "cuda"
@@ -52,7 +69,7 @@ Sampler = Callable[[], Sampled]
 
 def local_sampler(fn: Callable[[], object], timer: Timer, primed: bool = False) -> Sampler:
     """A sampler that times fn in this process; `primed`: each timed call right after an untimed one (for a
-    launch-bound call, whose time is the host's: see the README's "Timing protocol")."""
+    launch-bound call, whose time is the host's: see docs/timing.md)."""
     def sample() -> Sampled:
         if primed:
             fn()
@@ -112,11 +129,22 @@ def measure_rounds(
 ) -> dict[str, Measurement]:
     """Sample several callables in alternating rounds, so that drift (clocks, heat) hits all alike.
 
-    Each round takes one sample of every sampler, in forward order on even rounds and reverse order
-    on odd ones (`alternate=False`: forward order in every round, so each sampler always follows the same one). `before_round(i)` runs before round i (fresh inputs: round -1 before the warm-up) and
-    `after_round(i)` after it (output checks); both lie outside every timed interval. Sampling stops
-    when every sampler has converged (see `converged`) or when the loop has run for `max_time_s`,
-    whichever comes first; at least one round always runs.
+    Args:
+        samplers: name -> a sampler: times one call, returns its Sampled (seconds: the timer's, the host's).
+        policy: the warm-up (calls, seconds), at least `min_samples` and `min_time_s`, the target `rel_ci` (the
+            median's 95% interval as a fraction of it) and the cap `max_time_s` (seconds).
+        clock: the clock of the loop's own time budget, seconds (injected in tests).
+        before_round, after_round: hooks called with the round's index (-1: before the warm-up).
+        alternate: reverse the order on odd rounds.
+
+    Returns:
+        name -> Measurement: each sampler's samples in seconds, in the order taken, and why sampling stopped.
+
+    Each round takes one sample of every sampler, in forward order on even rounds and reverse order on odd ones
+    (`alternate=False`: forward order in every round, so each sampler always follows the same one). `before_round(i)`
+    runs before round i (fresh inputs: round -1 before the warm-up) and `after_round(i)` after it (output checks); both
+    lie outside every timed interval. Sampling stops when every sampler has converged (see `converged`) or when the
+    loop has run for `max_time_s`, whichever comes first; at least one round always runs.
     """
     names = list(samplers)
     before_round(-1)

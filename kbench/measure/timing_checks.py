@@ -1,7 +1,7 @@
 """What a finished measurement says beyond its median: the timing protocol's warnings and the calibration record.
 
-Plain Python over recorded samples (no torch), so the parent can judge rows without importing torch; kbench.measure.timing
-re-exports everything here.
+Plain Python over recorded samples (no torch), so the parent can judge rows without importing torch;
+kbench.measure.timing re-exports everything here.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kbench.results.findings import Finding, FindingCode
 from kbench.results.records import Measurement, TimingPolicy
 from kbench.results.stats import mann_whitney_u, median, quantile
 
@@ -16,11 +17,11 @@ STOP_CONVERGED = "converged"
 STOP_MAX_TIME = "max_time"
 
 
-def few_samples_warning(m: Measurement, policy: TimingPolicy) -> str | None:
+def few_samples_warning(m: Measurement, policy: TimingPolicy) -> Finding | None:
     """A warning when --max-time ended sampling before the minimum sample count: the median is shaky."""
     if m.stop_reason == STOP_MAX_TIME and len(m.samples) < policy.min_samples:
-        return (f"[few_samples] only {len(m.samples)} sample(s) before the {policy.max_time_s:g} s cap "
-                f"(minimum {policy.min_samples}); raise --max-time for a reliable median")
+        return (Finding(FindingCode.FEW_SAMPLES, f"only {len(m.samples)} sample(s) before the "
+                f"{policy.max_time_s:g} s cap (minimum {policy.min_samples}); raise --max-time for a reliable median"))
     return None
 
 
@@ -29,7 +30,7 @@ HOST_EXCESS_ABS_S = 100e-6
 HOST_EXCESS_REL = 0.5
 
 
-def escaped_work_warning(m: Measurement, baseline_s: float = 0.0) -> str | None:
+def escaped_work_warning(m: Measurement, baseline_s: float = 0.0) -> Finding | None:
     """A warning when the host clock saw much more time than the events did (e.g. a side stream). `baseline_s` is the
     excess a call without escaped work shows (for a candidate: its calibration's, which includes the GPU's switch
     between the judge's and the candidate's contexts)."""
@@ -39,13 +40,13 @@ def escaped_work_warning(m: Measurement, baseline_s: float = 0.0) -> str | None:
     excess = wall - timed - baseline_s
     if excess > HOST_EXCESS_ABS_S and excess > HOST_EXCESS_REL * timed:
         return (
-            f"[escaped_timer] host time {wall * 1e3:.3f} ms exceeds event time {timed * 1e3:.3f} ms: "
-            "work may run outside the timed stream, so the event time may be too low"
+            Finding(FindingCode.ESCAPED_TIMER, f"host time {wall * 1e3:.3f} ms exceeds event time "
+            f"{timed * 1e3:.3f} ms: work may run outside the timed stream, so the event time may be too low")
         )
     return None
 
 
-# The judge's own clock bounds a candidate's reported time (README "Timing protocol"): its window over each timed call,
+# The judge's own clock bounds a candidate's reported time (docs/timing.md): its window over each timed call,
 # from the release of the round's inputs to the outputs seen, less the reported time, is what the protocol costs. A
 # median of that excess above the calibration's (the reference itself timed through the same protocol before the
 # solution was imported) by more than these bounds, and significantly, means the reported time is too low.
@@ -96,7 +97,7 @@ def excess(m: Measurement) -> list[float]:
     return [j - t for j, t in zip(m.judge_samples, m.samples)]
 
 
-def timer_mismatch_warning(m: Measurement, calibration: Calibration, cpu: bool = False) -> str | None:
+def timer_mismatch_warning(m: Measurement, calibration: Calibration, cpu: bool = False) -> Finding | None:
     """`[timer_mismatch]` when the judge's clock saw significantly more than the reported time plus what the protocol
     costs in the measurement's regime.
 
@@ -109,9 +110,10 @@ def timer_mismatch_warning(m: Measurement, calibration: Calibration, cpu: bool =
     gap = _beyond(found, base, calibration.bound(m.median, cpu))
     if gap is None:
         return None
-    return (f"[timer_mismatch] the judge's clock saw {median(m.judge_samples) * 1e3:.3f} ms per timed call, the "
-            f"candidate reported {m.median * 1e3:.3f} ms, and the protocol accounts for {median(base) * 1e3:.3f} ms "
-            f"(+{calibration.bound(m.median, cpu) * 1e3:.3f} ms): the reported time is {gap * 1e3:.3f} ms too low")
+    return (Finding(FindingCode.TIMER_MISMATCH, "the judge's clock saw "
+            f"{median(m.judge_samples) * 1e3:.3f} ms per timed call, the candidate reported {m.median * 1e3:.3f} ms, "
+            f"and the protocol accounts for {median(base) * 1e3:.3f} ms "
+            f"(+{calibration.bound(m.median, cpu) * 1e3:.3f} ms): the reported time is {gap * 1e3:.3f} ms too low"))
 
 
 def _beyond(found: Sequence[float], base: Sequence[float], bound: float) -> float | None:
@@ -125,16 +127,16 @@ def _beyond(found: Sequence[float], base: Sequence[float], bound: float) -> floa
 
 
 def unfinished_warning(verify: Sequence[float], timed_median: float, calibration: Calibration,
-                       cpu: bool = False) -> str | None:
+                       cpu: bool = False) -> Finding | None:
     """`[unfinished_work]` when verifying the outputs took the judge significantly longer after the candidate's signal
     than in calibration: the judge's reads wait for the candidate's work still running (the GPU runs one process's
     work at a time), so work ran past the signal that ended the judge's window, and the reported time leaves it out."""
     gap = _beyond(verify, calibration.verify, calibration.bound(timed_median, cpu))
     if gap is None:
         return None
-    return (f"[unfinished_work] after the solution signalled each call done, its outputs took the judge "
-            f"{median(verify) * 1e3:.3f} ms to verify, {gap * 1e3:.3f} ms more than calibrated: work ran past the "
-            "signal, outside the reported time")
+    return (Finding(FindingCode.UNFINISHED_WORK, "after the solution signalled each call done, its outputs took "
+            f"the judge {median(verify) * 1e3:.3f} ms to verify, {gap * 1e3:.3f} ms more than calibrated: work ran "
+            "past the signal, outside the reported time"))
 
 
 # The judge's eager samples beside the solution against those beside the trusted calibration candidate (the
@@ -143,7 +145,7 @@ DISTURBED_RATIO = 1.15
 DISTURBED_P = 0.01
 
 
-def disturbed_warning(beside: Measurement, calibration: Calibration) -> str | None:
+def disturbed_warning(beside: Measurement, calibration: Calibration) -> Finding | None:
     """`[reference_disturbed]` when the eager reference ran much and significantly slower beside the solution than
     beside the calibration candidate, under the same protocol: work of the solution's (GPU work it queued before its
     process was frozen, say) reached the reference's timed calls.
@@ -157,9 +159,9 @@ def disturbed_warning(beside: Measurement, calibration: Calibration) -> str | No
     ratio = beside.median / median(calibration.eager)
     if ratio <= DISTURBED_RATIO or mann_whitney_u(beside.samples, calibration.eager)[1] >= DISTURBED_P:
         return None
-    return (f"[reference_disturbed] the eager reference took {beside.median * 1e3:.3f} ms beside the solution and "
-            f"{median(calibration.eager) * 1e3:.3f} ms beside the reference itself ({ratio:.2f}x): "
-            "something slowed the reference while it was timed")
+    return (Finding(FindingCode.REFERENCE_DISTURBED, f"the eager reference took {beside.median * 1e3:.3f} ms beside "
+            f"the solution and {median(calibration.eager) * 1e3:.3f} ms beside the reference itself ({ratio:.2f}x): "
+            "something slowed the reference while it was timed"))
 
 
 # Two halves of a timing's samples (in the order they were taken) this far apart, and significantly: the level moved.
@@ -168,7 +170,7 @@ LEVEL_MOVED_P = 0.01
 LEVEL_MOVED_MIN_SAMPLES = 20
 
 
-def level_moved_warning(m: Measurement, what: str) -> str | None:
+def level_moved_warning(m: Measurement, what: str) -> Finding | None:
     """`[level_moved]` when the second half of the samples sits at another level than the first: each half may be
     tight (a narrow confidence interval) while the machine's speed changed under the timing (another process
     started, the CPU's clock moved), so the median describes neither."""
@@ -179,9 +181,9 @@ def level_moved_warning(m: Measurement, what: str) -> str | None:
     ratio = median(second) / median(first)
     if max(ratio, 1 / ratio) < LEVEL_MOVED_RATIO or mann_whitney_u(first, second)[1] >= LEVEL_MOVED_P:
         return None
-    return (f"[level_moved] {what}'s time moved from {median(first) * 1e3:.3f} ms in the first half of its samples "
-            f"to {median(second) * 1e3:.3f} ms in the second ({ratio:.2f}x): the machine's speed changed while it "
-            "was timed")
+    return (Finding(FindingCode.LEVEL_MOVED, f"{what}'s time moved from {median(first) * 1e3:.3f} ms in the first "
+            f"half of its samples to {median(second) * 1e3:.3f} ms in the second ({ratio:.2f}x): the machine's speed "
+            "changed while it was timed"))
 
 
 # Issuing a call's work takes the host this share of the GPU time or more: the GPU waits on launches, and the time
@@ -194,7 +196,7 @@ def issue_bound(issue: Sequence[float], timed: Sequence[float]) -> bool:
     return bool(issue) and bool(timed) and median(issue) >= LAUNCH_BOUND_SHARE * median(timed)
 
 
-def launch_bound_warning(m: Measurement) -> str | None:
+def launch_bound_warning(m: Measurement) -> Finding | None:
     """`[launch_bound]` when the host's time to issue a call comes close to the call's GPU time (a time of the host
     regime: one of the GPU regime holds the GPU's work alone)."""
     if not m.issue_samples or not m.samples or m.regime == "gpu":
@@ -202,6 +204,6 @@ def launch_bound_warning(m: Measurement) -> str | None:
     issue = median(m.issue_samples)
     if issue < LAUNCH_BOUND_SHARE * m.median:
         return None
-    return (f"[launch_bound] the host takes {issue * 1e3:.3f} ms to issue a call whose GPU time is {m.median * 1e3:.3f} ms: "
-            "launch overhead dominates, and the time follows the host CPU's speed (fewer, larger kernels or a CUDA "
-            "graph would help)")
+    return (Finding(FindingCode.LAUNCH_BOUND, f"the host takes {issue * 1e3:.3f} ms to issue a call whose GPU time "
+            f"is {m.median * 1e3:.3f} ms: launch overhead dominates, and the time follows the host CPU's speed (fewer, "
+            "larger kernels or a CUDA graph would help)"))

@@ -9,7 +9,11 @@ from pathlib import Path
 from kbench.errors import DiscoveryError
 from kbench.judge.verdicts import NO_MODELNEW, syntax_error
 from kbench.problems.metadata import (
-    META_FILE, MODEL_FILE, load_problem_dir, load_problem_file, read_meta,
+    META_FILE,
+    MODEL_FILE,
+    load_problem_dir,
+    load_problem_file,
+    read_meta,
 )
 from kbench.results.records import ProblemSpec, SolutionSpec
 from kbench.results.tolerances import PRECISIONS
@@ -41,7 +45,8 @@ def _is_package(folder: Path) -> bool:
 def _problem_entries(problems_dir: Path) -> list[Path]:
     """Folders holding a model.py, and flat KernelBench files (e.g. a KernelBench checkout's level1/*.py)."""
     if not problems_dir.is_dir():
-        raise DiscoveryError(f"No problems folder at {problems_dir}. Run kbench from the repository root or pass --problems-dir.")
+        raise DiscoveryError(f"No problems folder at {problems_dir}. "
+                             "Run kbench from the repository root or pass --problems-dir.")
     return [p for p in sorted(problems_dir.iterdir())
             if (p / MODEL_FILE).is_file() or (p.suffix == ".py" and p.is_file() and not p.name.startswith("_"))]
 

@@ -134,7 +134,8 @@ def extract_code(text: str, python_file: bool = False) -> str:
         if error:
             raise ImportFailure(f"the file is not valid Python (line {error[0]}: {error[1]})")
         raise ImportFailure(f"the file defines no class {MODEL_NEW}: add `class {MODEL_NEW}(nn.Module)` whose "
-                            "constructor takes the problem's get_init_inputs() and whose forward takes its get_inputs()")
+                            "constructor takes the problem's get_init_inputs() and whose forward takes its "
+                            "get_inputs()")
     blocks = fenced_blocks(text)
     # An earlier complete block is only a draft when the final answer was cut off, so none is imported.
     if blocks and not blocks[-1].closed:

@@ -11,6 +11,7 @@ problems folder (a KernelBench `levelN/` folder, its parent, or kbench-named `<L
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from collections.abc import Sequence
@@ -120,8 +121,8 @@ def _record(e: Evaluation, hardware: str) -> dict[str, Any]:
         "compiled": e.status not in NOT_COMPILED and e.status != Status.NOT_RUN,
         "correctness": e.status in (Status.CORRECT, Status.SUSPECT),
         "metadata": {"kbench_status": e.status.value, "kbench_solution": e.solution, "message": e.message,
-                     "warnings": list(e.warnings), "precision": e.precision, "device": e.device, "size": e.size,
-                     "median_ms": e.timing.median * 1e3 if e.timing and e.timing.samples else None,
+                     "warnings": [w.text for w in e.warnings], "precision": e.precision, "device": e.device,
+                     "size": e.size, "median_ms": e.timing.median * 1e3 if e.timing and e.timing.samples else None,
                      "speedup_vs_eager": e.speedup_vs_eager},
         "runtime": runtime.get("mean", -1.0),
         "runtime_stats": runtime,
@@ -133,8 +134,9 @@ def _record(e: Evaluation, hardware: str) -> dict[str, Any]:
 def eval_results(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> dict[str, list[dict[str, Any]]]:
     """A kbench run as KernelBench's eval_results.json: per problem id, one record per solution (the eager and
     torch.compile rows are references, not samples). KernelBench writes one file per level; when a run holds two
-    problems of one number from different levels, those two are keyed by their full names. Only `correct` rows carry a runtime: a `suspect` row's outputs
-    pass (`correctness`) but its time is not trusted (-1.0, as KernelBench writes for an untimed sample)."""
+    problems of one number from different levels, those two are keyed by their full names. Only `correct` rows carry
+    a runtime: a `suspect` row's outputs pass (`correctness`) but its time is not trusted (-1.0, as KernelBench
+    writes for an untimed sample)."""
     hardware = (doc.get("environment", {}).get("gpu") or {}).get("name") or doc.get("environment", {}).get("cpu", "")
     samples = [e for e in evaluations if e.solution not in (EAGER, COMPILED)]
     owners: dict[str, set[str]] = {}
@@ -148,8 +150,6 @@ def eval_results(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> dict
 
 
 def write_eval_results(directory: Path, doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> Path:
-    import json
-
     target = directory / "eval_results.json"
     atomic_write(target, json.dumps(eval_results(doc, evaluations), indent=4) + "\n")
     return target

@@ -10,7 +10,7 @@ from typing import Any
 
 from kbench.errors import DiscoveryError
 from kbench.results.records import ProblemSpec
-from kbench.results.tolerances import PRECISIONS
+from kbench.results.tolerances import DEFAULT_TOLERANCE, PRECISIONS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,7 +59,8 @@ def _defines(tree: ast.Module, names: Iterable[str]) -> set[str]:
 def _check_problem_file(path: Path, tree: ast.Module) -> None:
     missing = _defines(tree, ("Model", "get_inputs", "get_init_inputs"))
     if missing:
-        raise DiscoveryError(f"{path} is not a KernelBench-format problem: it does not define {', '.join(sorted(missing))}")
+        raise DiscoveryError(f"{path} is not a KernelBench-format problem: it does not define "
+                             f"{', '.join(sorted(missing))}")
 
 
 def load_problem_file(path: Path, name: str | None = None, meta: dict[str, Any] | None = None) -> ProblemSpec:
@@ -74,7 +75,8 @@ def load_problem_file(path: Path, name: str | None = None, meta: dict[str, Any] 
     small = meta.get("small", {})
     unknown = sorted(set(small) - set(constants))
     if unknown:
-        raise DiscoveryError(f"{path.parent / META_FILE}: [small] names {', '.join(unknown)}, which {path.name} does not define")
+        raise DiscoveryError(f"{path.parent / META_FILE}: [small] names {', '.join(unknown)}, which {path.name} "
+                             "does not define")
     precision = str(meta.get("precision", "fp32"))
     if precision not in PRECISIONS:
         raise DiscoveryError(f"{source}: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
@@ -82,8 +84,8 @@ def load_problem_file(path: Path, name: str | None = None, meta: dict[str, Any] 
         name=name or path.stem,
         path=path.resolve(),
         origin=str(meta.get("origin", "user file")),
-        atol=float(meta.get("atol", 1e-2)),
-        rtol=float(meta.get("rtol", 1e-2)),
+        atol=float(meta.get("atol", DEFAULT_TOLERANCE)),
+        rtol=float(meta.get("rtol", DEFAULT_TOLERANCE)),
         precision=precision,
         constants=tuple(constants.items()),
         small=tuple((k, small[k]) for k in constants if k in small),

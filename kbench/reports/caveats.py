@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from kbench.results.records import COMPILED, EAGER, Evaluation, Status
+from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status
 from kbench.results.stats import median
 
 # Findings on a `correct` row that weaken its verdict or its number (not enough to make it suspect), in words.
@@ -27,8 +27,8 @@ NOT_MEASURED = "not measured"
 
 
 def codes(row: Evaluation) -> list[str]:
-    """The finding codes of a row's warnings, in order (`[code] text`)."""
-    return [w[1:].split("]", 1)[0] for w in row.warnings if w.startswith("[") and "]" in w]
+    """The finding codes of a row's warnings, in order."""
+    return [w.code.value for w in row.warnings]
 
 
 def weakening(row: Evaluation) -> list[str]:
@@ -90,7 +90,7 @@ def headline(evaluations: Sequence[Evaluation], problem: str) -> tuple[Evaluatio
     """A problem's fastest correct solution and whether a warning weakens it (the report marks it)."""
     rows = [e for e in evaluations if e.problem == problem and e.solution not in (EAGER, COMPILED)
             and e.status == Status.CORRECT and e.timing]
-    best = min(rows, key=lambda e: e.timing.median) if rows else None  # type: ignore[union-attr]
+    best = min(rows, key=lambda e: cast(Measurement, e.timing).median) if rows else None  # rows: timed
     return best, best is not None and bool(weakening(best))
 
 
@@ -109,9 +109,9 @@ class Provenance:
     sandbox: str
 
     def lines(self) -> list[tuple[str, str]]:
-        return [("kbench", self.kbench), ("code", self.code), ("device", self.device), ("SM clock while timing", self.clocks),
-                ("timing", self.method), ("precision", self.precision), ("tolerance", self.tolerance),
-                ("sandbox", self.sandbox)]
+        return [("kbench", self.kbench), ("code", self.code), ("device", self.device),
+                ("SM clock while timing", self.clocks), ("timing", self.method), ("precision", self.precision),
+                ("tolerance", self.tolerance), ("sandbox", self.sandbox)]
 
 
 def provenance(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> Provenance:
@@ -120,7 +120,8 @@ def provenance(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> Proven
     device = f"{gpu['name']}, driver {env.get('driver', '?')}" if gpu.get("name") else f"CPU: {env.get('cpu', '?')}"
     device += f"; torch {env.get('torch', '?')}"
     dirty = bool(git.get("dirty"))
-    code = f"{str(git.get('commit', '?'))[:12]}{' with uncommitted changes (dirty)' if dirty else ''}" if git else "unknown"
+    code = (f"{str(git.get('commit', '?'))[:12]}{' with uncommitted changes (dirty)' if dirty else ''}" if git
+            else "unknown")
     return Provenance(kbench=str(env.get("kbench", "unknown (before 0.1.0 recorded it)")), code=code, dirty=dirty,
                       device=device, clocks=_clocks(evaluations), method=_method(evaluations),
                       precision=str(config.get("precision") or "each problem's own (fp32 unless it says)"),
@@ -153,7 +154,7 @@ SANDBOX_WORDS = {"namespaces": "namespaces (own PID, network and mount namespace
 
 
 def _sandbox(evaluations: Sequence[Evaluation]) -> str:
-    """Which sandbox the solutions' candidates had (README "Sandbox"), counted over the solution rows."""
+    """Which sandbox the solutions' candidates had (docs/sandbox.md), counted over the solution rows."""
     levels = Counter(str(e.extra["sandbox"]) for e in evaluations
                      if e.solution not in (EAGER, COMPILED) and e.extra.get("sandbox"))
     if not levels:

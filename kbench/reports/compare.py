@@ -8,17 +8,32 @@ from pathlib import Path
 from typing import Any
 
 from kbench.errors import UsageError
-from kbench.reports.compare_summary import (BROKEN, FAILING, FASTER, FIXED, NEW, NOT_RUN, REMOVED, SAME, SLOWER, UNCLEAR,
-                                            OneRunOnly, Verdict, run_warning, split_one_run_only, verdict)
+from kbench.reports.compare_summary import (
+    BROKEN,
+    FAILING,
+    FASTER,
+    FIXED,
+    NEW,
+    NOT_RUN,
+    REMOVED,
+    SAME,
+    SLOWER,
+    UNCLEAR,
+    OneRunOnly,
+    Verdict,
+    run_warning,
+    split_one_run_only,
+    verdict,
+)
 from kbench.results.records import Evaluation, Status
 from kbench.results.stats import mann_whitney_u, median
-from kbench.results.storage import latest_run, latest_two, load, LoadedRun, resolve
+from kbench.results.storage import LoadedRun, latest_run, latest_two, load, resolve
 
 ALPHA = 0.05  # significance level of the rank test
 
 # asv-style marks: + slower, - faster, ~ not significant, ! newly failing, x failing in both.
-MARKS = {SLOWER: "+", FASTER: "-", UNCLEAR: "~", SAME: "", BROKEN: "!", FAILING: "x", FIXED: "*", NEW: "n", REMOVED: "r",
-         NOT_RUN: ""}
+MARKS = {SLOWER: "+", FASTER: "-", UNCLEAR: "~", SAME: "", BROKEN: "!", FAILING: "x", FIXED: "*", NEW: "n",
+         REMOVED: "r", NOT_RUN: ""}
 
 
 @dataclass(frozen=True)
@@ -63,7 +78,8 @@ def check_environments(before: LoadedRun, after: LoadedRun) -> None:
         )
 
 
-def speed_verdict(before: Sequence[float], after: Sequence[float], threshold: float, alpha: float = ALPHA) -> tuple[str, float, float]:
+def speed_verdict(before: Sequence[float], after: Sequence[float], threshold: float,
+                  alpha: float = ALPHA) -> tuple[str, float, float]:
     """(verdict, after/before median ratio, p-value) from the raw samples of both sides.
 
     A change smaller than `threshold` (relative) is `same` however significant; a larger one is
@@ -88,7 +104,7 @@ def _key(e: Evaluation, run: LoadedRun) -> tuple[str, str, str, str, str]:
 def _row(b: Evaluation | None, a: Evaluation | None, threshold: float) -> Row:
     ref = a or b
     assert ref is not None
-    base = {"problem": ref.problem, "solution": ref.solution, "size": ref.size,
+    base: dict[str, Any] = {"problem": ref.problem, "solution": ref.solution, "size": ref.size,
             "before_status": b.status.value if b else "", "after_status": a.status.value if a else ""}
     if b is None:
         return Row(change=NEW, after_ms=_ms(a), **base)
@@ -171,12 +187,28 @@ class Comparison:
 def compare(a: str | None, b: str | None, baseline: str | None, results_dir: Path, threshold: float,
             ignore_env: bool = False) -> Comparison:
     """`kbench compare`: pick the two runs, match their rows, decide each row's change; set apart the problems only
-    one run has, and warn about a run that did not finish."""
+    one run has, and warn about a run that did not finish.
+
+    Args:
+        a, b: run references (an id, a prefix, a folder or a run.json path); None picks the newest runs.
+        baseline: a saved baseline's name, compared against instead of `a`.
+        results_dir: where runs are looked up.
+        threshold: the fraction of the median (0 <= threshold < 1, e.g. 0.01 for 1%) a change must exceed, with
+            statistical significance, to count as faster or slower.
+        ignore_env: match rows across runs on different GPUs or software (then a warning says so).
+
+    Returns:
+        The Comparison: matched rows with their change, rows of problems only one run has, and warnings.
+
+    Raises:
+        UsageError: a threshold outside [0, 1); ResultsError: a run that cannot be found or read.
+    """
     if not 0 <= threshold < 1:
         raise UsageError(f"--threshold must be a fraction in [0, 1), e.g. 1% or 0.01; got {threshold}")
     warn: list[str] = []
     before, after = select_runs(a, b, baseline, results_dir, warn)
-    rows, only_before, only_after = split_one_run_only(compare_runs(before, after, threshold, ignore_env), before, after)
+    rows, only_before, only_after = split_one_run_only(compare_runs(before, after, threshold, ignore_env), before,
+                                                       after)
     if ignore_env and environment_key(before) != environment_key(after):
         warn.append(f"comparing across environments: {environment_key(before)} vs {environment_key(after)}")
     warn += [w for side, run in (("before", before), ("after", after)) if (w := run_warning(side, run)) is not None]

@@ -47,7 +47,8 @@ class OneRunOnly:
         names = ", ".join(self.problems[:shown])
         if len(self.problems) > shown:
             names += f", ... and {len(self.problems) - shown} more"
-        return f"only in the {self.side} run: {plural(len(self.problems), 'problem')} ({plural(self.rows, 'row')}): {names}"
+        return (f"only in the {self.side} run: {plural(len(self.problems), 'problem')} ({plural(self.rows, 'row')}): "
+                f"{names}")
 
 
 def split_one_run_only(rows: Sequence[RowT], before: LoadedRun,

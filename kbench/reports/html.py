@@ -15,14 +15,14 @@ import jinja2
 import markupsafe
 import pandas as pd
 
-from kbench.system.toolkit import first_compiler_error
 from kbench.errors import ResultsError
-from kbench.reports import caveats, leaderboard, report_text, reproduce, strips, tables
+from kbench.reports import caveats, leaderboard, report_text, reproduce, speedup_chart, strips, tables
 from kbench.reports.compare import MARKS, Comparison, environment_key
-from kbench.results.figures import PeakMemory
 from kbench.results import speedups
+from kbench.results.figures import PeakMemory
 from kbench.results.records import COMPILED, EAGER, Evaluation, Status
 from kbench.results.storage import RUN_FILE, LoadedRun, atomic_write, latest_run, load, resolve, run_state
+from kbench.system.toolkit import first_compiler_error
 
 TEMPLATES = Path(__file__).with_name("templates")
 REPORT_FILE = "report.html"
@@ -63,7 +63,8 @@ NAMES = {"trust_fp64": "fp64 check", "trust_determinism": "determinism check", "
 def _name(key: str) -> str:
     words = []
     for part in key.split("."):
-        base = part[:-2] if part.endswith("_s") and part not in NAMES else part[:-6] if part.endswith("_bytes") else part
+        base = (part[:-2] if part.endswith("_s") and part not in NAMES
+                else part[:-6] if part.endswith("_bytes") else part)
         words.append(NAMES.get(part, NAMES.get(base, base.replace("_", " "))))
     return " / ".join(words)
 
@@ -188,14 +189,10 @@ def problem_view(doc: dict[str, Any], evaluations: Sequence[Evaluation], problem
 
 def speedup_svg(rows: Sequence[dict[str, Any]]) -> markupsafe.Markup | None:
     """The problem's speedups vs eager with their intervals, as an inline SVG (kbench.reports.speedup_chart)."""
-    try:
-        from kbench.reports.speedup_chart import speedup_chart, speedup_svg as draw
-    except ImportError:  # the chart module is optional to the page
-        return None
     found = [(r["solution"], s.value, s.low, s.high, r["kind"]) for r in rows
              if r["solution"] not in leaderboard.BASELINE_ROWS and (s := speedups.of_row(r["e"])) is not None]
-    chart = speedup_chart(found) if found else None
-    return markupsafe.Markup(draw(chart)) if chart is not None else None
+    chart = speedup_chart.speedup_chart(found) if found else None
+    return markupsafe.Markup(speedup_chart.speedup_svg(chart)) if chart is not None else None
 
 
 def report_html(doc: dict[str, Any], evaluations: Sequence[Evaluation], state: str | None = None) -> str:
@@ -268,8 +265,8 @@ def _css(change: str) -> str:
 
 def compare_html(comparison: Comparison) -> str:
     counts = Counter(r.change for r in comparison.rows)
-    return render("compare.html.j2", c=comparison, counts=[(c, counts[c]) for c in MARKS if counts[c]], change_class=_css,
-                  machine=lambda run: "{}, torch {}".format(*environment_key(run)),
+    return render("compare.html.j2", c=comparison, counts=[(c, counts[c]) for c in MARKS if counts[c]],
+                  change_class=_css, machine=lambda run: "{}, torch {}".format(*environment_key(run)),
                   problems=comparison_view(comparison))
 
 

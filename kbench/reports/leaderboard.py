@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
-
-from kbench.results.records import COMPILED, EAGER, Evaluation, Status
+from kbench.problems.kernelbench_runs import write_eval_results
+from kbench.reports.speedup_chart import PAD, png_layout, speedup_ticks, tick_label
+from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status
 from kbench.results.stats import geometric_mean
 from kbench.results.storage import latest_run, load, resolve
 
@@ -32,7 +34,8 @@ def solutions_of(evaluations: Sequence[Evaluation], problem: str) -> list[Evalua
 def ranked(evaluations: Sequence[Evaluation], problem: str) -> list[Evaluation]:
     """Correct solutions by median time, then the others by name."""
     rows = [e for e in evaluations if e.problem == problem]
-    timed = sorted((e for e in rows if e.status == Status.CORRECT and e.timing), key=lambda e: e.timing.median)
+    timed = sorted((e for e in rows if e.status == Status.CORRECT and e.timing),
+                   key=lambda e: cast(Measurement, e.timing).median)  # timed: not None
     return timed + sorted((e for e in rows if e not in timed), key=lambda e: e.solution)
 
 
@@ -76,7 +79,7 @@ def _x(value: float | None) -> str:
 
 
 def noise_line(evaluations: Sequence[Evaluation], problem: str) -> list[str]:
-    """The reference's own error against float64 beside the tolerance (kbench.judge.noise), from the problem's eager row."""
+    """The reference's own error against float64 beside the tolerance (kbench.judge.noise), from its eager row."""
     eager = next((e for e in evaluations if e.problem == problem and e.solution == EAGER), None)
     noise = (eager.extra.get("noise") or {}) if eager is not None else {}
     if "max_abs" not in noise:
@@ -94,14 +97,13 @@ def chart(evaluations: Sequence[Evaluation], path: Path) -> Path | None:
     value. A few problems stand as columns (labels rotated), more lie as rows: the figure is never wider than
     14 inches, 1680 px at dpi 120 (kbench.reports.speedup_chart.png_layout)."""
     try:
-        import matplotlib
+        import matplotlib  # heavy and optional (the plot extra): imported only to draw the chart
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import FixedLocator, NullLocator
+        import matplotlib.pyplot as plt  # heavy and optional, as above
+        from matplotlib.ticker import FixedLocator, NullLocator  # heavy and optional, as above
     except ImportError:
         return None
-    from kbench.reports.speedup_chart import PAD, png_layout, speedup_ticks, tick_label
 
     speed = {(e.problem, e.solution): e.speedup_vs_eager for e in evaluations
              if e.status == Status.CORRECT and e.speedup_vs_eager and e.solution != EAGER}
@@ -134,8 +136,8 @@ def chart(evaluations: Sequence[Evaluation], path: Path) -> Path | None:
     else:  # rows top to bottom in name order
         ax.set_yticks(range(len(problems)), problems, fontsize="small")
         ax.set_ylim(len(problems) - 0.5, -0.5)
-    (ax.set_ylabel if across else ax.set_xlabel)(f"speedup vs eager (log scale; {'higher' if across else 'further right'}"
-                                                  " is faster)")
+    (ax.set_ylabel if across else ax.set_xlabel)("speedup vs eager (log scale; "
+                                                  f"{'higher' if across else 'further right'} is faster)")
     ax.set_title("kbench: speedup per problem and solution")
     ax.legend(fontsize="small", loc="best")
     fig.tight_layout()
@@ -146,7 +148,5 @@ def chart(evaluations: Sequence[Evaluation], path: Path) -> Path | None:
 
 def write_kernelbench(ref: str | None, results_dir: Path) -> Path:
     """Write eval_results.json in KernelBench's field names next to a run's run.json (default: the latest run)."""
-    from kbench.problems.kernelbench_runs import write_eval_results
-
     run = load(resolve(ref, results_dir)) if ref else latest_run(results_dir, [])
     return write_eval_results(run.path if run.path.is_dir() else run.path.parent, run.doc, run.evaluations)

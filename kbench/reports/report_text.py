@@ -62,10 +62,12 @@ def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: 
     eager = next((e for e in rows if e.solution == EAGER), None)
     compiled = next((e for e in rows if e.solution == COMPILED), None)
     best, weakened = headline(evaluations, problem)
-    table, notes = [], []
+    table: list[list[Any]] = []
+    notes: list[str] = []
     for rank, e in enumerate(rows, start=1):
         marks = []
-        for warning in ([e.message.splitlines()[0]] if e.message and e.status != Status.CORRECT else []) + list(e.warnings):
+        for warning in (([e.message.splitlines()[0]] if e.message and e.status != Status.CORRECT else [])
+                        + [w.text for w in e.warnings]):
             notes.append(f"[{len(notes) + 1}] {e.solution}: {warning}")
             marks.append(str(len(notes)))
         name = e.solution + (f" {DAGGER}" if e is best and weakened else "")
@@ -77,7 +79,8 @@ def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: 
         headers, table = headers[:6] + headers[7:], [r[:6] + r[7:] for r in table]
     lines = [tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)]
     if best is not None and weakened:
-        lines += ["", f"{DAGGER} the fastest correct solution carries a warning that weakens its verdict or its number."]
+        lines += ["",
+                  f"{DAGGER} the fastest correct solution carries a warning that weakens its verdict or its number."]
     return lines + ([""] if notes else []) + [wrapped for note in notes for wrapped in _wrap(f"- {note}", "      ")]
 
 
@@ -97,9 +100,10 @@ def suite_table(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> list[
                      tablefmt="github", disable_numparse=True)
     return [table, "", *_wrap(
         f"fast_p: the share of the {len(problems)} problem(s) with a correct solution more than p times faster than "
-        f"the baseline (fast_0: any correct solution). KernelBench's fast_p counts any ratio above p. A significant win: the speedup's 95% interval lies above p and "
-        f"above 1 + {NOISE_BAND:g} (honest copies of the reference measure within 1 ± {NOISE_BAND:g}); a speedup whose "
-        "interval reaches that band reads ≈1x and counts for no one. The geomean is of each problem's best speedup.", "")]
+        "the baseline (fast_0: any correct solution). KernelBench's fast_p counts any ratio above p. A significant "
+        f"win: the speedup's 95% interval lies above p and above 1 + {NOISE_BAND:g} (honest copies of the reference "
+        f"measure within 1 ± {NOISE_BAND:g}); a speedup whose interval reaches that band reads ≈1x and counts for no "
+        "one. The geomean is of each problem's best speedup.", "")]
 
 
 def markdown(doc: dict[str, Any], evaluations: Sequence[Evaluation], state: str | None = None) -> str:

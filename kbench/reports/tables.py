@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 FORMATS = ("table", "md", "csv", "json")
 
 COLUMNS = [
-    "problem", "solution", "status", "size", "precision", "median_ms", "eager_ms", "vs_eager", "vs_compile", "floor_pct",
-    "n", "ci_pct", "max_abs_err", "peak_mib", "compile_s", "notes",
+    "problem", "solution", "status", "size", "precision", "median_ms", "eager_ms", "vs_eager", "vs_compile",
+    "floor_pct", "n", "ci_pct", "max_abs_err", "peak_mib", "compile_s", "notes",
 ]
 WIDTH = 120  # the widest line of a table for the terminal, footnotes included
 NOTE_PARTS = "note_parts"  # results_frame's attrs: each row's message and warnings apart, by index (the footnotes)
@@ -28,25 +28,26 @@ NOTE_PARTS = "note_parts"  # results_frame's attrs: each row's message and warni
 
 def note_parts(e: Evaluation) -> tuple[str, ...]:
     """The row's message and each of its warnings, in full, each on one line."""
-    return tuple(" ".join(p.split()) for p in (e.message, *e.warnings) if p and p.strip())
+    return tuple(" ".join(p.split()) for p in (e.message, *(w.text for w in e.warnings)) if p and p.strip())
 
 
 def _row(e: Evaluation) -> dict[str, object]:
-    row: dict[str, object] = {c: None for c in COLUMNS}
+    row: dict[str, object] = dict.fromkeys(COLUMNS)
     row.update(problem=e.problem, solution=e.solution, status=e.status.value, size=e.size, precision=e.precision,
                notes="; ".join(note_parts(e)))
     if e.timing is not None:
         summary = e.timing.summary()
         row["median_ms"] = summary["median"] * 1e3
         row["n"] = summary["n"]
-        row["ci_pct"] = 100 * max(summary["median"] - summary["ci_low"], summary["ci_high"] - summary["median"]) / summary["median"]
+        row["ci_pct"] = (100 * max(summary["median"] - summary["ci_low"], summary["ci_high"] - summary["median"])
+                         / summary["median"])
     if e.eager_timing is not None:
         row["eager_ms"] = e.eager_timing.median * 1e3
     row["vs_eager"] = e.speedup_vs_eager
     row["vs_compile"] = e.speedup_vs_compile
     row["max_abs_err"] = e.max_abs_err
     row["floor_pct"] = e.percent_of_floor
-    row["peak_mib"] = peak_bytes(e) / 2**20 if peak_bytes(e) is not None else None
+    row["peak_mib"] = peak / 2**20 if (peak := peak_bytes(e)) is not None else None
     if e.compile is not None:
         row["compile_s"] = e.compile.seconds
     return row
@@ -68,7 +69,8 @@ def results_frame(evaluations: Sequence[Evaluation]) -> pd.DataFrame:
 
 RESULT_FORMATS = {
     "median_ms": "{:.3f}", "eager_ms": "{:.3f}", "vs_eager": "{:.2f}x", "vs_compile": "{:.2f}x",
-    "ci_pct": "±{:.1f}%", "floor_pct": "{:.0f}%", "max_abs_err": "{:.1e}", "peak_mib": "{:.0f}", "compile_s": "{:.1f}", "n": "{:.0f}",
+    "ci_pct": "±{:.1f}%", "floor_pct": "{:.0f}%", "max_abs_err": "{:.1e}", "peak_mib": "{:.0f}", "compile_s": "{:.1f}",
+    "n": "{:.0f}",
 }
 COMPARISON_FORMATS = {"before_ms": "{:.3f}", "after_ms": "{:.3f}", "ratio": "{:.3f}", "p_value": "{:.2g}"}
 
@@ -125,7 +127,8 @@ def grid(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[
 
 def _footnotes(shown: pd.DataFrame, parts: dict[object, tuple[str, ...]], width: int) -> tuple[list[str], list[str]]:
     """Each row's footnote numbers ("1, 2") and the footnotes: `[n] problem/solution: text`, wrapped at `width`."""
-    marks, notes = [], []
+    marks: list[str] = []
+    notes: list[str] = []
     for index, row in shown.iterrows():
         texts = parts.get(index, (row["notes"],) if row["notes"] else ())
         numbers = range(len(notes) + 1, len(notes) + 1 + len(texts))
@@ -174,7 +177,7 @@ def to_terminal(frame: pd.DataFrame, width: int = WIDTH) -> str:
     lines.append(text)
     if left_out:
         lines.append(textwrap.fill(f"left out for width: {', '.join(left_out)} (results.csv has every column)", width))
-    return "\n".join(lines + ([""] + footnotes if footnotes else []))
+    return "\n".join(lines + (["", *footnotes] if footnotes else []))
 
 
 def build_table(results: Sequence[BuildResult]) -> str:
@@ -183,7 +186,8 @@ def build_table(results: Sequence[BuildResult]) -> str:
          "yes" if r.compile.cached else "", f"{r.compile.seconds:.1f}", r.message.splitlines()[0] if r.message else ""]
         for r in results
     ]
-    return tabulate(rows, headers=["problem", "solution", "devices", "build", "cached", "seconds", "message"], tablefmt="simple")
+    return tabulate(rows, headers=["problem", "solution", "devices", "build", "cached", "seconds", "message"],
+                    tablefmt="simple")
 
 
 def comparison_frame(rows: Sequence[Row]) -> pd.DataFrame:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, TypeVar
+from collections.abc import Hashable
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
 
 class ProtocolError(ValueError):
-    """Data that is not the record it should be."""
+    """Data that is not the record it should be: a job or result on the pipe, a run file, or a reply the candidate's
+    process sent the judge (kbench.judge.protocol.decode)."""
 
 
 @functools.cache
@@ -35,7 +37,7 @@ def encode(record: Any) -> str:
 def to_wire(record: Any, kind: Any = None) -> Any:
     """A record (of type `kind`, default its own) as plain JSON values (dicts, lists, numbers, strings); a value JSON
     has no type for, in a record's free-form figures (a dtype, say), as its str()."""
-    return _adapter(kind or type(record)).dump_python(record, mode="json", fallback=str)
+    return _adapter(cast(Hashable, kind or type(record))).dump_python(record, mode="json", fallback=str)
 
 
 def decode(kind: type[T], value: Any) -> T:
@@ -49,10 +51,10 @@ def decode_json(kind: type[T], text: str | bytes) -> T:
 
 
 def _checked(kind: type[T], validate: Any) -> T:
-    from pydantic import ValidationError
+    from pydantic import ValidationError  # heavy: pydantic on first use, as in _adapter
 
     try:
-        return validate(_adapter(kind))
+        return validate(_adapter(cast(Hashable, kind)))  # a class is hashable (mypy does not see it for type[T])
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the record"

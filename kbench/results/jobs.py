@@ -1,19 +1,19 @@
 """The parent <-> child protocol: one typed job goes to the child, one typed result comes back.
 
 Both directions are frozen dataclasses, written as JSON and checked field by field where they are read
-(kbench.results.codec): the child refuses a job that is not one of these records, the parent a result that is not the record
-its job asks for (kbench.execution.child). A child that fails before it has a result answers with the result
+(kbench.results.codec): the child refuses a job that is not one of these records, the parent a result that is not the
+record its job asks for (kbench.execution.child). A child that fails before it has a result answers with the result
 record of its job holding only a status and a message, so every field but those two has a default.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
-from kbench.results.records import MathFlags, Measurement, TimingPolicy, TrialResult
-
+from kbench.results.findings import Finding
+from kbench.results.records import MathFlags, Measurement, Status, TimingPolicy, TrialResult
 
 # ---- jobs (parent -> child) -----------------------------------------------------------------------
 
@@ -98,7 +98,7 @@ class ProbeJob:
 
 
 # Told apart by `mode` (each a different Literal), which pydantic reads when it checks an Envelope.
-Job = Union[ReferenceJob, EvaluateJob, CheckJob, BuildJob, ProbeJob]
+Job = ReferenceJob | EvaluateJob | CheckJob | BuildJob | ProbeJob
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class Envelope:
 class CompiledResult:
     """torch.compile of the reference: checked against eager, then timed in the reference's rounds."""
 
-    status: str
+    status: Status
     message: str = ""
     trials: tuple[TrialResult, ...] = ()
     compile_seconds: float = 0.0
@@ -127,10 +127,10 @@ class CompiledResult:
 
 @dataclass(frozen=True)
 class ReferenceResult:
-    status: str
+    status: Status
     message: str = ""
     output: dict[str, Any] = field(default_factory=dict)  # what the reference returns (shapes, dtypes, spread)
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Finding, ...] = ()
     timing: Measurement | None = None
     compiled: CompiledResult | None = None
     floor: Floor | None = None
@@ -141,13 +141,13 @@ class ReferenceResult:
 
 @dataclass(frozen=True)
 class EvaluateResult:
-    status: str
+    status: Status
     message: str = ""
     trials: tuple[TrialResult, ...] = ()
     size_checks: dict[str, tuple[TrialResult, ...]] = field(default_factory=dict)
     timing: Measurement | None = None
     eager_timing: Measurement | None = None
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Finding, ...] = ()
     accuracy: Accuracy | None = None
     kernels: KernelShare | None = None
     peak: PeakMemory | None = None
@@ -159,7 +159,7 @@ class EvaluateResult:
 class CheckResult:
     status: str
     message: str = ""
-    findings: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
     figures: dict[str, Any] = field(default_factory=dict)
 
 
@@ -177,7 +177,7 @@ class ProbeResult:
     environment: dict[str, Any] = field(default_factory=dict)
 
 
-JobResult = Union[ReferenceResult, EvaluateResult, CheckResult, BuildJobResult, ProbeResult]
+JobResult = ReferenceResult | EvaluateResult | CheckResult | BuildJobResult | ProbeResult
 
 RESULT_OF: dict[str, type] = {"reference": ReferenceResult, "evaluate": EvaluateResult, "check": CheckResult,
                               "build": BuildJobResult, "probe": ProbeResult}

@@ -3,6 +3,9 @@
 Version 2 (2026-11-25) gave the figures that version 1 kept in each evaluation's `extra` their own typed fields:
 floor, percent_of_floor, accuracy, kernels, peak (v1: peak_bytes), phases, gpu. A v1 figure that is not the
 record it should be stays in `extra` as it was: a migration never drops what a run measured.
+
+Version 3 (2026-11-26) keeps each warning as a finding, {"code", "message"} (kbench.results.findings), where
+version 2 kept one string, "[code] message".
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 
 from kbench.results.codec import ProtocolError, decode, to_wire
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
+from kbench.results.findings import from_legacy
 
 # v1 `extra` key -> (v2 field, its type)
 V1_FIGURES: dict[str, tuple[str, Any]] = {
@@ -39,7 +43,15 @@ def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "version": 2, "evaluations": [_v1_row(e) for e in doc.get("evaluations", [])]}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
+    def row(e: dict[str, Any]) -> dict[str, Any]:
+        found = [from_legacy(w) for w in e.get("warnings", ()) if isinstance(w, str)]
+        return {**e, "warnings": [{"code": f.code.value, "message": f.message} for f in found]}
+
+    return {**doc, "version": 3, "evaluations": [row(e) for e in doc.get("evaluations", [])]}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def upgrade(doc: dict[str, Any], to: int) -> dict[str, Any]:

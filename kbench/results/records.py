@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from kbench.results import stats
+from kbench.results.codec import decode
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
-from kbench.results.tolerances import PRECISIONS, tolerance
+from kbench.results.findings import Finding, FindingCode
+from kbench.results.tolerances import DEFAULT_TOLERANCE, PRECISIONS, tolerance
 
 
 class Status(str, Enum):
@@ -41,8 +43,8 @@ class ProblemSpec:
     name: str
     path: Path
     origin: str = "user file"
-    atol: float = 1e-2
-    rtol: float = 1e-2
+    atol: float = DEFAULT_TOLERANCE
+    rtol: float = DEFAULT_TOLERANCE
     precision: str = "fp32"  # the precision a run takes when --precision does not say (problem.toml `precision`)
     constants: tuple[tuple[str, Any], ...] = ()  # module-level size constants, read from the AST
     small: tuple[tuple[str, Any], ...] = ()  # overrides of those constants for --size small
@@ -73,7 +75,7 @@ class SolutionSpec:
 
 @dataclass(frozen=True)
 class TimingPolicy:
-    """When to stop sampling; see the README's timing protocol."""
+    """When to stop sampling; see docs/timing.md."""
 
     warmup_calls: int = 3
     warmup_s: float = 0.025
@@ -120,7 +122,7 @@ class RunConfig:
     parallel: int | None = None  # evaluations at once under Ray (default: the cluster's GPUs; 1 on CPU)
     kernel_profile: bool = True  # the own-kernel share check (CUDA; its profiler's start-up costs seconds per child)
     build_unrunnable: bool = False  # also compile solutions this run cannot run (the GPU-less gate's CUDA ones)
-    tolerance: str = "problem"  # problem | kernelbench | kernelbench-v0.1: where atol/rtol come from (TOLERANCE_PROFILES)
+    tolerance: str = "problem"  # problem | kernelbench | kernelbench-v0.1: atol/rtol's source (TOLERANCE_PROFILES)
     precision: str | None = None  # fp32 | fp16 | bf16; None takes each problem's own (fp32 unless problem.toml says)
 
     def precision_for(self, problem: ProblemSpec) -> str:
@@ -153,7 +155,7 @@ class Measurement:
     stop_reason: str = ""
     judge_samples: tuple[float, ...] = ()  # the judge's clock over each round trip, for a call timed in another process
     issue_samples: tuple[float, ...] = ()  # host seconds to issue each call's work (CUDA; see timers.CudaEventTimer)
-    # What the samples include (README "Timing protocol"): "gpu", the call's GPU work alone (issued behind a gate);
+    # What the samples include (docs/timing.md): "gpu", the call's GPU work alone (issued behind a gate);
     # "host", the host's time to issue it too (launch-bound calls, calls that wait for the GPU, the CPU); "" unknown.
     regime: str = ""
 
@@ -226,7 +228,7 @@ class Evaluation:
     eager_timing: Measurement | None = None  # eager reference timed in the same child, interleaved
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Finding, ...] = ()
     seconds: float = 0.0  # wall time of the whole evaluation, child start to result
     floor: Floor | None = None  # the problem's hardware floor on this GPU (on the eager row)
     percent_of_floor: float | None = None  # the floor's time as a percentage of this row's median
@@ -238,9 +240,9 @@ class Evaluation:
     extra: dict[str, Any] = field(default_factory=dict)  # diagnostics without a fixed shape (noise, machine, rounds)
 
     @property
-    def flags(self) -> tuple[str, ...]:
-        """The codes of the warnings, e.g. ('non_deterministic', 'monkey_patch')."""
-        return tuple(w[1 : w.index("]")] for w in self.warnings if w.startswith("[") and "]" in w)
+    def flags(self) -> tuple[FindingCode, ...]:
+        """The codes of the warnings, e.g. (FindingCode.NON_DETERMINISTIC, FindingCode.MONKEY_PATCH)."""
+        return tuple(f.code for f in self.warnings)
 
     @property
     def max_abs_err(self) -> float | None:
@@ -250,6 +252,7 @@ class Evaluation:
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["status"] = self.status.value
+        out["warnings"] = [{"code": f.code.value, "message": f.message} for f in self.warnings]
         out["timing"] = self.timing.to_json() if self.timing else None
         out["eager_timing"] = self.eager_timing.to_json() if self.eager_timing else None
         return out
@@ -272,7 +275,7 @@ class Evaluation:
             eager_timing=Measurement.from_json(data["eager_timing"]) if data.get("eager_timing") else None,
             speedup_vs_eager=data.get("speedup_vs_eager"),
             speedup_vs_compile=data.get("speedup_vs_compile"),
-            warnings=tuple(data.get("warnings", ())),
+            warnings=tuple(Finding(FindingCode(w["code"]), w["message"]) for w in data.get("warnings", ())),
             seconds=data.get("seconds", 0.0),
             floor=_typed(Floor, data.get("floor")),
             percent_of_floor=data.get("percent_of_floor"),
@@ -287,6 +290,4 @@ class Evaluation:
 
 def _typed(kind: type[Any], value: Any) -> Any:
     """A typed figure of a run file, checked (kbench.results.codec.ProtocolError, a ValueError, when it is not one)."""
-    from kbench.results.codec import decode
-
     return None if value is None else decode(kind, value)

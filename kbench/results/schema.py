@@ -37,7 +37,7 @@ class RunFile:
 
 def run_schema() -> dict[str, Any]:
     """The JSON schema of a run file of this version."""
-    from pydantic import TypeAdapter
+    from pydantic import TypeAdapter  # heavy: pydantic on first use; `kbench --help` does not pay for it
 
     schema = TypeAdapter(RunFile).json_schema(mode="serialization")
     schema["$id"] = f"https://kbench.invalid/schema/{FORMAT}-{VERSION}.json"
@@ -47,7 +47,7 @@ def run_schema() -> dict[str, Any]:
 
 def check(doc: dict[str, Any]) -> None:
     """Raise (pydantic's ValidationError) unless `doc` is a run file this version's schema describes."""
-    from pydantic import TypeAdapter
+    from pydantic import TypeAdapter  # heavy: pydantic on first use
 
     TypeAdapter(RunFile).validate_python(doc)
 

@@ -19,7 +19,7 @@ from kbench.results import migrate
 from kbench.results.records import Evaluation
 
 FORMAT = "kbench-run"
-VERSION = 2  # kbench.results.migrate brings older files up to it
+VERSION = 3  # kbench.results.migrate brings older files up to it
 RUN_FILE = "run.json"
 BASELINES = "baselines"  # results/baselines/<name>.json: curated runs kept in git
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # Linux: changes at every boot, so a pid is only meaningful with it
@@ -184,7 +184,8 @@ def process_alive(process: RunProcess) -> bool:
     """Whether the process still runs: it ran on this host, in this boot, and its pid exists. A process on another
     host cannot be checked from here and does not count as alive."""
     here = this_process()
-    return process.host == here.host and process.boot_id == here.boot_id and process.pid > 0 and _pid_exists(process.pid)
+    return (process.host == here.host and process.boot_id == here.boot_id and process.pid > 0
+            and _pid_exists(process.pid))
 
 
 def run_state(doc: Mapping[str, object]) -> str:
@@ -209,7 +210,8 @@ def load_run(path: Path) -> tuple[dict[str, Any], list[Evaluation]]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ResultsError(f"{file} is not a kbench run file")
     if doc.get("version", 0) > VERSION:
-        raise ResultsError(f"{file} has format version {doc['version']}; this kbench reads up to {VERSION}. Upgrade kbench.")
+        raise ResultsError(f"{file} has format version {doc['version']}; this kbench reads up to {VERSION}. "
+                           "Upgrade kbench.")
     try:
         doc = migrate.upgrade(doc, VERSION)
         evaluations = [Evaluation.from_json(e) for e in doc.get("evaluations", [])]
@@ -269,4 +271,5 @@ def latest_two(results_dir: Path, warn: list[str]) -> tuple[LoadedRun, LoadedRun
         runs.append(run)
         if len(runs) == 2:
             return runs[1], runs[0]
-    raise UsageError(f"Need two readable runs under {results_dir} to compare; found {len(runs)}. Name them: kbench compare A B")
+    raise UsageError(f"Need two readable runs under {results_dir} to compare; found {len(runs)}. "
+                     "Name them: kbench compare A B")

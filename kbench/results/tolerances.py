@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-
 # Precisions a run can evaluate in, KernelBench's names: models and floating inputs are cast to the dtype.
 PRECISIONS: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+# A problem's atol and rtol where its problem.toml declares none.
+DEFAULT_TOLERANCE = 1e-2
 # The problem's own tolerance (problem.toml) is for fp32; at a reduced precision it is at least this loose.
 REDUCED_PRECISION_TOLERANCE = 1e-2
 
@@ -20,8 +21,19 @@ TOLERANCE_PROFILES: dict[str, dict[str, tuple[float, float]] | None] = {
 
 def tolerance(profile: str, precision: str, problem: tuple[float, float],
               explicit: tuple[float | None, float | None] = (None, None)) -> tuple[float, float]:
-    """(atol, rtol) for a comparison: explicit --atol/--rtol win, then the profile's value for the precision, then the
-    problem's own."""
+    """The (atol, rtol) a run compares one problem's outputs with.
+
+    Args:
+        profile: a key of TOLERANCE_PROFILES ("problem" uses each problem's own tolerance).
+        precision: the run's precision for the problem, a key of PRECISIONS ("fp32", "tf32", "bf16", "fp16").
+        problem: the problem's declared (atol, rtol) (problem.toml, else the default).
+        explicit: --atol and --rtol; either may be None (not given).
+
+    Returns:
+        (atol, rtol), absolute and relative (an element passes when |out - ref| <= atol + rtol * |ref|). Explicit
+        values win, then the profile's value for the precision, then the problem's own, raised to at least
+        REDUCED_PRECISION_TOLERANCE at a reduced precision.
+    """
     table = TOLERANCE_PROFILES[profile]
     if table is not None:
         base = table[precision]

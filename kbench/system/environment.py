@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from kbench import __version__
 
 GIT_TIMEOUT_S = 5
 
@@ -33,11 +36,7 @@ def _driver_version() -> str | None:
 
 def describe_torch() -> dict[str, Any]:
     """Called inside a child process (worker probe), so the parent never initializes CUDA."""
-    import os
-
-    import torch
-
-    from kbench import __version__
+    import torch  # heavy: only the worker's probe imports torch here, never the parent
 
     info: dict[str, Any] = {
         "kbench": __version__,

@@ -16,7 +16,8 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kbench.system.procfs import Process, processes
+from kbench.results.findings import Finding, FindingCode
+from kbench.system.procfs import descendants, processes
 
 _PR_SET_CHILD_SUBREAPER = 36
 ESCAPED_CPU_ABS_S = 0.05  # more CPU than this, and more than ESCAPED_CPU_REL of the window: the row is suspect
@@ -41,23 +42,10 @@ class TreeCpu:
     gpu: frozenset[int] = frozenset()  # escaped processes with a GPU device open
 
 
-def _descendants(root: int, table: Iterable[Process]) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for p in table:
-        children.setdefault(p.ppid, []).append(p.pid)
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
 def own_helpers() -> set[int]:
     """The judge's own child processes that are not the solution's: multiprocessing's resource tracker, if running."""
     try:
-        from multiprocessing import resource_tracker
+        from multiprocessing import resource_tracker  # optional: a private helper, absent means none is running
 
         pid = getattr(resource_tracker._resource_tracker, "_pid", None)
     except (ImportError, AttributeError):
@@ -89,9 +77,9 @@ def tree_cpu(candidate: int, group: int, judge: int | None = None, own: Iterable
     by_pid = {p.pid: p for p in table}
     judge = os.getpid() if judge is None else judge
     skip = {candidate, *own}
-    tree = _descendants(candidate, table)
+    tree = descendants([candidate], table)
     for orphan in (p.pid for p in table if p.ppid == judge and p.pid not in skip):
-        tree |= {orphan} | _descendants(orphan, table)
+        tree |= {orphan} | descendants([orphan], table)
     escaped = {pid: by_pid[pid].cpu_s for pid in tree if pid in by_pid and by_pid[pid].pgid != group}
     reaped = by_pid[candidate].children_cpu_s if candidate in by_pid else 0.0
     return TreeCpu(escaped, reaped, frozenset(pid for pid in escaped if opens(pid, gpu_prefix)))
@@ -104,17 +92,18 @@ def escaped_cpu(before: TreeCpu, after: TreeCpu) -> tuple[float, int]:
     return sum(busy) + max(0.0, after.reaped - before.reaped), len(busy)
 
 
-def escaped_warning(seconds: float, count: int, window_s: float, gpu_holders: int = 0) -> str | None:
+def escaped_warning(seconds: float, count: int, window_s: float, gpu_holders: int = 0) -> Finding | None:
     """`[escaped_process]` when processes outside the candidate's frozen group took CPU while it was timed, or held
     the GPU then (little CPU is enough to keep a GPU busy: one long kernel)."""
     if gpu_holders:
-        return (f"[escaped_process] {gpu_holders} process(es) the solution started outside its frozen process group "
-                "had the GPU open while it was timed (GPU work they queue runs while the reference is timed)")
+        return (Finding(FindingCode.ESCAPED_PROCESS, f"{gpu_holders} process(es) the solution started outside its "
+                "frozen process group had the GPU open while it was timed (GPU work they queue runs while the "
+                "reference is timed)"))
     if seconds <= max(ESCAPED_CPU_ABS_S, ESCAPED_CPU_REL * window_s):
         return None
-    return (f"[escaped_process] {count or 'finished'} process(es) the solution started outside its frozen process "
-            f"group took {seconds:.2f} s of CPU during the {window_s:.1f} s of timing (they ran while the reference "
-            "was timed, which can make the solution look faster)")
+    return (Finding(FindingCode.ESCAPED_PROCESS, f"{count or 'finished'} process(es) the solution started outside "
+            f"its frozen process group took {seconds:.2f} s of CPU during the {window_s:.1f} s of timing (they ran "
+            "while the reference was timed, which can make the solution look faster)"))
 
 
 def kill_escaped(candidate: int, group: int) -> int:

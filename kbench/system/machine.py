@@ -8,11 +8,14 @@ the figure: the machine's busy time over the window minus the session's own.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+from kbench.results.findings import Finding, FindingCode
 from kbench.system.procfs import CLOCK_TICKS, processes
 
 # Other processes kept at least this many cores busy on average (CPU runs: any of it shares the timed cores), or on
@@ -63,7 +66,7 @@ def others(before: CpuSnapshot | None, after: CpuSnapshot | None) -> dict[str, f
             "window_s": round(window, 3), "cores": float(os.cpu_count() or 1)}
 
 
-def watched(measure: Callable[[], T], device: str, own_processes: int) -> tuple[T, dict[str, Any], list[str]]:
+def watched(measure: Callable[[], T], device: str, own_processes: int) -> tuple[T, dict[str, Any], list[Finding]]:
     """measure(), and what the machine did meanwhile: other processes' CPU time (and on CUDA the GPU as nvidia-smi
     sees it right after, with `own_processes` of kbench's holding contexts on it), as figures and warnings."""
     before = snapshot()
@@ -76,7 +79,7 @@ def watched(measure: Callable[[], T], device: str, own_processes: int) -> tuple[
     return result, figures, found
 
 
-def busy_warning(figures: dict[str, Any], device: str) -> str | None:
+def busy_warning(figures: dict[str, Any], device: str) -> Finding | None:
     """`[machine_busy]` when other processes kept cores busy while this row was timed."""
     if not figures:
         return None
@@ -84,9 +87,9 @@ def busy_warning(figures: dict[str, Any], device: str) -> str | None:
     limit = BUSY_CORES_CPU if device == "cpu" else max(1.0, BUSY_SHARE_GPU * cores)
     if other < limit:
         return None
-    return (f"[machine_busy] other processes kept {other:.1f} of {cores:.0f} CPU cores busy while this was timed "
-            f"(load average {figures['load_average']:.1f} at the start): the times may be slower than on a quiet "
-            "machine")
+    return (Finding(FindingCode.MACHINE_BUSY, f"other processes kept {other:.1f} of {cores:.0f} CPU cores busy "
+            f"while this was timed (load average {figures['load_average']:.1f} at the start): the times may be slower "
+            "than on a quiet machine"))
 
 
 # nvidia-smi's clock-event reasons that mean the GPU ran slower than it could: software power cap, hardware slowdown,
@@ -97,9 +100,6 @@ _GPU_QUERIES = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
 
 
 def _smi(args: list[str]) -> str | None:
-    import shutil
-    import subprocess
-
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
@@ -110,7 +110,7 @@ def _smi(args: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def gpu_state(run: object = _smi) -> dict[str, object]:
+def gpu_state(run: Callable[[list[str]], str | None] = _smi) -> dict[str, object]:
     """The timed GPU as nvidia-smi sees it now: SM clock and its maximum (MHz), the active throttle reasons, and how
     many compute processes hold a context on it. Empty where nvidia-smi is missing or says nothing."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
@@ -132,16 +132,17 @@ def gpu_state(run: object = _smi) -> dict[str, object]:
     return state
 
 
-def gpu_warnings(state: dict[str, object], own_processes: int) -> list[str]:
+def gpu_warnings(state: dict[str, object], own_processes: int) -> list[Finding]:
     """`[gpu_busy]` when other processes hold contexts on the timed GPU, `[gpu_throttled]` when it was slowed (read
     right after the timing, while its clocks still show the work)."""
     found = []
-    others = int(state.get("compute_processes", 0)) - own_processes  # type: ignore[call-overload]
+    others = cast(int, state.get("compute_processes", 0)) - own_processes  # gpu_state's count
     if "compute_processes" in state and others > 0:
-        found.append(f"[gpu_busy] {others} other process(es) held a context on this GPU while this was timed: "
-                     "the times may be slower than on an idle GPU")
-    throttled = state.get("throttled") or []
+        found.append(Finding(FindingCode.GPU_BUSY, f"{others} other process(es) held a context on this GPU while "
+                             "this was timed: the times may be slower than on an idle GPU"))
+    throttled = cast("list[str]", state.get("throttled") or [])  # gpu_state's reason names
     if throttled:
-        found.append(f"[gpu_throttled] the GPU was slowed while this was timed ({', '.join(throttled)}; SM clock "  # type: ignore[arg-type]
-                     f"{state.get('sm_mhz')} of {state.get('max_sm_mhz')} MHz)")
+        found.append(Finding(FindingCode.GPU_THROTTLED, "the GPU was slowed while this was timed "
+                             f"({', '.join(throttled)}; SM clock {state.get('sm_mhz')} of "
+                             f"{state.get('max_sm_mhz')} MHz)"))
     return found

@@ -49,7 +49,8 @@ def _autocast(device: str) -> tuple[Callable[[], object], Callable[[object], Non
 
 
 def _sdp(name: str) -> tuple[Callable[[], object], Callable[[object], None]]:
-    getter, setter = getattr(_cuda_backends, f"{name}_sdp_enabled", None), getattr(_cuda_backends, f"enable_{name}_sdp", None)
+    getter, setter = (getattr(_cuda_backends, f"{name}_sdp_enabled", None),
+                      getattr(_cuda_backends, f"enable_{name}_sdp", None))
     if getter is None or setter is None:
         return (lambda: None), (lambda value: None)
     return getter, setter

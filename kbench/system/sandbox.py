@@ -1,4 +1,4 @@
-"""The candidate's sandbox on Linux (README "Sandbox"): namespaces of its own, a read-only machine, and limits.
+"""The candidate's sandbox on Linux (docs/sandbox.md): namespaces of its own, a read-only machine, and limits.
 
 Two steps, because the candidate starts before its job is known:
 - `enter()`, first thing in the candidate's process (single-threaded, before CUDA): a PID namespace, a network
@@ -22,6 +22,7 @@ import os
 import resource
 import signal
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,8 @@ from kbench.system.lifetime import die_with_parent
 NAMESPACES, LIMITS, NONE = "namespaces", "limits", "none"
 ENV = "KBENCH_SANDBOX"
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 SYS_MOUNT_SETATTR = 442  # the same number on x86-64 and arm64
 PR_SET_NO_NEW_PRIVS = 38
@@ -121,15 +123,12 @@ def restrict(plan: Plan) -> str:
     limit_level = LIMITS
     try:
         tmp = _private_tmp()
-        for folder in plan.writable:
+        for folder in (*plan.writable, *([plan.build_dir] if plan.build_dir else [])):
             os.makedirs(folder, exist_ok=True)
-        keep = [tmp, *plan.writable]
-        _empty_but(Path(plan.solution).parent, [p for p in Path(plan.solution).parent.iterdir()
-                                                if p.is_file() and (p.suffix != ".py" or str(p) == plan.solution)])
-        if plan.build_dir:
-            keep.append(plan.build_dir)
-            _empty_but(Path(plan.build_dir).parent, [Path(plan.build_dir)])
-        _read_only(keep + ["/dev"])
+        keep = [tmp, *plan.writable, *([plan.build_dir] if plan.build_dir else [])]
+        for hidden, kept in _hidden(plan):
+            _empty_but(hidden, kept)
+        _read_only([*keep, "/dev"])
         limit_level = NAMESPACES
     except OSError:
         pass  # not in a mount namespace of its own (or no right to mount): the machine stays as it is
@@ -146,7 +145,7 @@ def limit() -> None:
     for which, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, FILE_SIZE_CAP),
                          (resource.RLIMIT_NPROC, PROCESS_CAP)):
         try:
-            soft, hard = resource.getrlimit(which)
+            _soft, hard = resource.getrlimit(which)
             cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
             resource.setrlimit(which, (cap, cap))
         except (OSError, ValueError):
@@ -195,8 +194,6 @@ def _wait_and_exit(child: int) -> None:
 
 def _private_tmp() -> str:
     """An empty tmpfs of its own as the temporary folder (TMPDIR, tempfile)."""
-    import tempfile
-
     path = Path(tempfile.gettempdir()) / f"kbench-candidate-{os.getpid()}-{os.getppid()}"
     path.mkdir(exist_ok=True)
     _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, TMPFS_SIZE)
@@ -204,6 +201,23 @@ def _private_tmp() -> str:
         os.environ[name] = str(path)
     tempfile.tempdir = str(path)
     return str(path)
+
+
+def _hidden(plan: Plan) -> list[tuple[Path, list[Path]]]:
+    """The folders to empty, shallowest first, each with what it keeps: the solution's folder keeps its file and the
+    files that are not Python, the build cache keeps the job's build folder. Where one lies inside the other (a build
+    folder beside the solution), the outer keeps the path down to the inner, and the inner is emptied after it."""
+    solution = Path(plan.solution)
+    folders: dict[Path, set[Path]] = {solution.parent: {p for p in solution.parent.iterdir() if p.is_file() and (
+        p.suffix != ".py" or p == solution)}}
+    if plan.build_dir:
+        build = Path(plan.build_dir).resolve()
+        folders.setdefault(build.parent, set()).add(build)
+    for folder in folders:
+        for other in folders:
+            if other != folder and folder in other.parents:
+                folders[folder].add(folder / other.relative_to(folder).parts[0])
+    return [(folder, sorted(folders[folder])) for folder in sorted(folders, key=lambda f: len(f.parts))]
 
 
 def _empty_but(folder: Path, keep: list[Path]) -> None:

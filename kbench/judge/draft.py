@@ -1,0 +1,52 @@
+"""The result of an evaluation (or of the reference's child) while it is made: each step adds to it, the verdict
+closes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
+from kbench.results.findings import Finding
+from kbench.results.jobs import CompiledResult, EvaluateResult, ReferenceResult
+from kbench.results.records import Measurement, Status, TrialResult
+
+
+@dataclass
+class Draft:
+    """What the judge has found so far (mutable: one per evaluation, filled in step by step)."""
+
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step (kbench.judge.harness.Phases)
+    warnings: list[Finding] = field(default_factory=list)
+    # free-form diagnostics (run.json's `extra`): the protocol's rounds, the machine, the sandbox, weights copied
+    figures: dict[str, Any] = field(default_factory=dict)
+    trials: list[TrialResult] = field(default_factory=list)
+    size_checks: dict[str, tuple[TrialResult, ...]] = field(default_factory=dict)
+    timing: Measurement | None = None
+    eager_timing: Measurement | None = None
+    accuracy: Accuracy | None = None
+    kernels: KernelShare | None = None
+    peak: PeakMemory | None = None
+
+    def result(self, status: Status, message: str = "") -> EvaluateResult:
+        """The verdict with everything found so far, as the record the parent reads."""
+        return EvaluateResult(status=status, message=message, trials=tuple(self.trials), size_checks=self.size_checks,
+                              timing=self.timing, eager_timing=self.eager_timing, warnings=tuple(self.warnings),
+                              accuracy=self.accuracy, kernels=self.kernels, peak=self.peak, phases=self.phases,
+                              figures=self.figures)
+
+
+@dataclass
+class ReferenceDraft:
+    """What the reference's child has found so far (mutable, filled in step by step)."""
+
+    phases: dict[str, float] = field(default_factory=dict)
+    warnings: list[Finding] = field(default_factory=list)
+    output: dict[str, Any] = field(default_factory=dict)  # what the reference returns: free-form (shapes, dtypes)
+    figures: dict[str, Any] = field(default_factory=dict)  # free-form diagnostics: noise, machine, primed, regimes
+
+    def result(self, timing: Measurement, peak: PeakMemory, floor: Floor | None = None,
+               compiled: CompiledResult | None = None) -> ReferenceResult:
+        """The reference's row: correct, with its time and figures."""
+        return ReferenceResult(status=Status.CORRECT, output=self.output, warnings=tuple(self.warnings), timing=timing,
+                               compiled=compiled, floor=floor, peak=peak, phases=self.phases, figures=self.figures)

@@ -42,7 +42,7 @@ def _model(problem: str, solution: str | None, cache: str):
     on the GPU; a solution's extension loads from kbench's build cache."""
     import torch
 
-    from kbench.judge.loading import import_path
+    from kbench.judge.candidate.loading import import_path
     from kbench.system import toolkit
 
     module = import_path(f"fidelity_{problem}", str(ROOT / "problems" / problem / "model.py"))

@@ -8,9 +8,10 @@ import pytest
 
 from kbench.results.findings import MACHINE as MACHINE_CODES
 from kbench.commands.execute import execute
-from kbench.judge.static_checks import analyze
+from kbench.judge.checks.static_checks import analyze
 from kbench.problems.discovery import select
-from kbench.results.records import EAGER, RunConfig, Status, TimingPolicy
+from kbench.config.run_config import RunConfig, TimingPolicy
+from kbench.results.records import EAGER, Status
 from tests.conftest import FIXTURES
 
 ADVERSARIAL = FIXTURES / "adversarial"
@@ -153,9 +154,9 @@ def test_the_judge_measures_what_the_protocol_costs(timed_run):
     row = next(e for e in timed_run.evaluations if e.solution == "honest_copy")
     protocol = row.extra["protocol"]
     assert protocol["rounds"] == len(row.timing.samples) == len(row.timing.judge_samples)
-    from kbench.judge.rounds import RECHECK_FLOOR
+    from kbench.judge.timing.rounds import RECHECK_FLOOR
 
-    # Every call is spot-checked inside the judge's window; full rechecks follow a budget (kbench.judge.rounds).
+    # Every call is spot-checked inside the judge's window; full rechecks follow a budget (kbench.judge.timing.rounds).
     assert RECHECK_FLOOR * protocol["rounds"] <= protocol["rechecked"] <= protocol["rounds"]
     assert protocol["regime"] == row.timing.regime == "host" and 0 < protocol["calibration_p50_s"]
     assert all(j >= t for j, t in zip(row.timing.judge_samples, row.timing.samples))  # the window holds the call

@@ -3,9 +3,10 @@
 from pathlib import Path
 
 from kbench.commands.execute import execute
-from kbench.judge import comparison
+from kbench.config.run_config import RunConfig, TimingPolicy
+from kbench.judge.checks import comparison
 from kbench.problems.discovery import select
-from kbench.results.records import RunConfig, Status, TimingPolicy
+from kbench.results.records import Status
 from tests.conftest import FIXTURES
 
 BUDGET = 1 << 14  # 16 KiB for an output of 1 MiB

@@ -6,9 +6,9 @@ import pytest
 from torch.profiler import ProfilerActivity, profile
 
 from kbench.results.findings import Finding, FindingCode, from_legacy
-from kbench.judge import comparison
-from kbench.judge.comparison import compare
-from kbench.judge.correctness import inputs_unchanged, on_copies, run_trials
+from kbench.judge.checks import comparison
+from kbench.judge.checks.comparison import compare
+from kbench.judge.checks.correctness import inputs_unchanged, on_copies, run_trials
 
 
 def test_equal_and_close_outputs_pass_with_error_figures():

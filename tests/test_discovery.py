@@ -102,7 +102,7 @@ def test_an_unknown_problem_toml_key_is_an_error_naming_it(tmp_path: Path):
 
 
 def test_tolerance_profiles_explicit_values_win_then_the_profile_then_the_problem():
-    from kbench.results.tolerances import tolerance
+    from kbench.config.tolerances import tolerance
 
     problem = (1e-2, 1e-3)
     assert tolerance("problem", "fp32", problem) == (1e-2, 1e-3)

@@ -8,7 +8,8 @@ import pytest
 from kbench.results.findings import MACHINE as MACHINE_CODES
 from kbench.commands.execute import execute
 from kbench.problems.discovery import select
-from kbench.results.records import COMPILED, EAGER, RunConfig, Status, TimingPolicy
+from kbench.config.run_config import RunConfig, TimingPolicy
+from kbench.results.records import COMPILED, EAGER, Status
 from tests.conftest import FIXTURES, ROOT
 from tests.test_adversarial import HONEST_SPEEDUP, TIMED_CASES
 

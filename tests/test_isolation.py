@@ -12,7 +12,8 @@ from kbench.commands.progress import (
 )
 from kbench.execution import isolation
 from kbench.problems.discovery import select
-from kbench.results.records import COMPILED, EAGER, RunConfig, Status, TimingPolicy
+from kbench.config.run_config import RunConfig, TimingPolicy
+from kbench.results.records import COMPILED, EAGER, Status
 from kbench.results import storage
 from kbench.results.storage import load_run
 from tests.conftest import FIXTURES

@@ -10,11 +10,12 @@ import pytest
 
 from kbench.execution import child, isolation
 from kbench.results.codec import ProtocolError, decode, encode
-from kbench.results.jobs import (
+from kbench.wire.jobs import (
     BuildJob, CheckJob, EvaluateJob, EvaluateResult, Envelope, OtherSize, ProbeJob, ProblemRef, ReferenceJob,
     ReferenceResult, SolutionRef,
 )
-from kbench.results.records import MathFlags, Measurement, Status, TimingPolicy, TrialResult
+from kbench.config.run_config import MathFlags, TimingPolicy
+from kbench.results.records import Measurement, Status, TrialResult
 
 COMMON = {"problem": ProblemRef("p", "/problems/p/model.py", {"N": 64}), "device": "cuda", "precision": "bf16",
           "seed": 7, "trials": 3, "atol": 1e-2, "rtol": 1e-2, "math": MathFlags.from_tf32(False),

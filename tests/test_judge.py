@@ -8,11 +8,13 @@ import pytest
 import torch
 
 from kbench.results.findings import Finding, FindingCode
-from kbench.judge import judge, judge_timing, protocol
+from kbench.judge import judge
+from kbench.judge.candidate import protocol
+from kbench.judge.timing import judge_timing
 from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.judge.verdicts import Verdict
 from kbench.results.codec import ProtocolError
-from kbench.results.jobs import EvaluateJob, ProblemRef, SolutionRef
+from kbench.wire.jobs import EvaluateJob, ProblemRef, SolutionRef
 from kbench.system import procstate
 from tests import judge_targets
 from tests.conftest import FIXTURES

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kbench.judge import kernel_names, static_checks
-from kbench.judge.kernel_names import DeclaredKernel
+from kbench.judge.checks import kernel_names, static_checks
+from kbench.judge.checks.kernel_names import DeclaredKernel
 
 ROOT = Path(__file__).resolve().parent.parent
 

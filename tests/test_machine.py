@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from kbench.commands.execute import execute
+from kbench.config.run_config import RunConfig, TimingPolicy
 from kbench.measure.timing_checks import level_moved_warning
 from kbench.problems.discovery import select
-from kbench.results.records import Measurement, RunConfig, Status, TimingPolicy
+from kbench.results.records import Measurement, Status
 from kbench.system import machine
 from tests.conftest import FIXTURES
 

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from kbench.build.compile import BuildResult
 from kbench.cli import app
 from kbench.commands import evaluation
-from kbench.judge import loading
+from kbench.judge.candidate import loading
 from kbench.judge.verdicts import Verdict
 from kbench.results.records import CompileInfo, SolutionSpec, Status
 from kbench.results.storage import load_run

@@ -1,11 +1,11 @@
-"""A timed call's outputs where they lie (kbench.judge.outputs) and the spot check that ends the judge's window."""
+"""A timed call's outputs where they lie (kbench.judge.candidate.outputs) and the spot check that ends the judge's window."""
 
 import pytest
 import torch
 
-from kbench.judge import protocol
-from kbench.judge.outputs import Locator, OutputViews, check_output
-from kbench.judge.timed_call import spot_check, spots
+from kbench.judge.candidate import protocol
+from kbench.judge.candidate.outputs import Locator, OutputViews, check_output
+from kbench.judge.timing.timed_call import spot_check, spots
 from kbench.judge.verdicts import Verdict
 from kbench.results.codec import ProtocolError
 

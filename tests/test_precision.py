@@ -10,13 +10,13 @@ from typer.testing import CliRunner
 from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.cli import app
 from kbench.errors import DiscoveryError
-from kbench.judge import noise
+from kbench.judge.checks import noise
 from kbench.judge.harness import build_reference, cast, input_maker, load_problem
 from kbench.problems.discovery import find_problem, load_solution_file
 from kbench.reports.compare import _key
-from kbench.results.jobs import ProblemRef
+from kbench.wire.jobs import ProblemRef
 from kbench.results.records import Evaluation, Status
-from kbench.results.tolerances import tolerance
+from kbench.config.tolerances import tolerance
 from tests.conftest import FIXTURES
 
 PROBLEMS, SOLUTIONS = FIXTURES / "problems", FIXTURES / "solutions"

@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 
 from kbench.cli import app
 from kbench.commands.build_and_check import check_problems
-from kbench.judge.degeneracy import degenerate_findings
+from kbench.judge.checks.degeneracy import degenerate_findings
 from tests.conftest import ROOT
 
 

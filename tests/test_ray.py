@@ -6,8 +6,9 @@ import pytest
 
 from kbench.commands.execute import execute
 from kbench.commands.progress import plain
+from kbench.config.run_config import RunConfig, TimingPolicy
 from kbench.problems.discovery import select
-from kbench.results.records import EAGER, RunConfig, Status, TimingPolicy
+from kbench.results.records import EAGER, Status
 from tests.conftest import FIXTURES
 
 ray = pytest.importorskip("ray")

@@ -1,8 +1,8 @@
-"""Which timed calls are compared in full after their round (kbench.judge.rounds.Rechecks): a budget, not a size."""
+"""Which timed calls are compared in full after their round (kbench.judge.timing.rounds.Rechecks): a budget, not a size."""
 
 import random
 
-from kbench.judge.rounds import RECHECK_BUDGET, RECHECK_FLOOR, Rechecks
+from kbench.judge.timing.rounds import RECHECK_BUDGET, RECHECK_FLOOR, Rechecks
 
 
 def _rounds(rechecks, count, cost_s, round_s):

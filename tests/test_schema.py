@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from kbench.results.findings import Finding, FindingCode, from_legacy
-from kbench.results.records import CompileInfo, Evaluation, Measurement, RunConfig, Status, TrialResult
+from kbench.config.run_config import RunConfig
+from kbench.results.records import CompileInfo, Evaluation, Measurement, Status, TrialResult
 from kbench.results.storage import RunStore
 
 from kbench.results import schema

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from kbench.commands.execute import execute
+from kbench.config.run_config import RunConfig, TimingPolicy
 from kbench.problems.discovery import select
-from kbench.results.records import RunConfig, Status, TimingPolicy
+from kbench.results.records import Status
 from tests.conftest import FIXTURES
 from tests.shaves import write_shaves
 

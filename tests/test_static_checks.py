@@ -7,8 +7,8 @@ from textwrap import dedent
 
 import pytest
 
-from kbench.judge import static_checks
-from kbench.judge.static_checks import analyze, SourceFinding as Finding, FINDING_CODES
+from kbench.judge.checks import static_checks
+from kbench.judge.checks.static_checks import analyze, SourceFinding as Finding, FINDING_CODES
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "solutions").glob("*/*.py"))

@@ -10,15 +10,18 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kbench.judge import candidate, correctness, judge, judge_timing, protocol
-from kbench.judge import rounds as round_steps
+from kbench.judge import judge
+from kbench.judge.candidate import candidate, protocol
+from kbench.judge.checks import correctness
+from kbench.judge.timing import judge_timing
+from kbench.judge.timing import rounds as round_steps
 from kbench.execution import isolation
 from kbench.judge import reference as reference_child
 from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.measure import timing
 from kbench.measure.timers import REGIME_HOST
-from kbench.results.jobs import EvaluateJob, ProblemRef, ReferenceJob, SolutionRef
-from kbench.results.records import MathFlags, TimingPolicy
+from kbench.wire.jobs import EvaluateJob, ProblemRef, ReferenceJob, SolutionRef
+from kbench.config.run_config import MathFlags, TimingPolicy
 from tests.conftest import FIXTURES
 
 PROBLEM = FIXTURES / "problems" / "one_op" / "model.py"
@@ -173,7 +176,7 @@ def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_unti
     """Primed rounds: the candidate's untimed call sees the last round's inputs, the timed one this round's, which
     reach the shared buffers only at the release (after the candidate said it is ready); the judge's eager call is
     timed on its second copy of the same values after an untimed call of its own."""
-    from kbench.judge import timed_call
+    from kbench.judge.timing import timed_call
 
     monkeypatch.setattr(judge_timing.timing.Calibration, "reference_launch_bound", property(lambda self: True))
     monkeypatch.setattr(judge_timing.SolutionRounds, "__init__", _primed_anyway(judge_timing.SolutionRounds.__init__))

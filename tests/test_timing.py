@@ -3,7 +3,8 @@
 import pytest
 
 from kbench.measure import timers, timing
-from kbench.results.records import Measurement, TimingPolicy
+from kbench.config.run_config import TimingPolicy
+from kbench.results.records import Measurement
 from kbench.measure.timers import HostTimer
 from kbench.measure.timing import (
     TIMER_BOUND_ABS_CPU_S, TIMER_BOUND_ABS_S, TIMER_BOUND_REL, Calibration, Sampled, converged, escaped_work_warning,

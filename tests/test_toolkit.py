@@ -63,7 +63,7 @@ def test_build_env_points_the_child_at_its_own_cache(tmp_path):
 
 
 def test_the_first_compiler_error_is_the_line_a_person_looks_for_with_its_folder_dropped():
-    from kbench.judge.loading import first_error_line
+    from kbench.judge.candidate.loading import first_error_line
     from kbench.system.toolkit import first_compiler_error
 
     log = "\n".join([

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from kbench.judge.kernel_names import declared_kernels
-from kbench.judge.static_checks import analyze
+from kbench.judge.checks.kernel_names import declared_kernels
+from kbench.judge.checks.static_checks import analyze
 from tests.conftest import ROOT
 
 SHIPPED = ["conv3d_gelu", "conv3d_logsumexp", "convtranspose3d_layernorm", "convtranspose3d_softmax"]
@@ -20,11 +20,11 @@ CHECK = """
 import os, sys
 from pathlib import Path
 import torch
-from kbench.judge.comparison import compare
+from kbench.judge.checks.comparison import compare
 from kbench.judge.harness import build_reference, input_maker, load_problem
-from kbench.judge.loading import import_path
+from kbench.judge.candidate.loading import import_path
 from kbench.problems.discovery import find_problem
-from kbench.results.jobs import ProblemRef
+from kbench.wire.jobs import ProblemRef
 name = sys.argv[1]
 spec = find_problem(name, Path("problems"))
 problem = load_problem(ProblemRef(name, str(spec.path), spec.overrides("small")))
@@ -85,7 +85,7 @@ CUDA = "__global__ void cuda_kernel(float* x) {}"
 
 @pytest.mark.parametrize("module, extra", [("tilelang", "tilelang"), ("cutlass.cute", "cute")])
 def test_a_solution_in_a_missing_kernel_dsl_is_a_load_error_naming_the_extra(tmp_path, module, extra):
-    from kbench.judge.loading import load_solution
+    from kbench.judge.candidate.loading import load_solution
     from kbench.judge.verdicts import Verdict
 
     if importlib.util.find_spec(module.split(".")[0]) is not None:

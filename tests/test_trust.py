@@ -7,7 +7,7 @@ import torch.nn as nn
 
 from kbench.judge.draft import Draft
 from kbench.results.findings import Finding, FindingCode, from_legacy
-from kbench.judge import kernel_names, trust
+from kbench.judge.checks import kernel_names, trust
 
 
 class NoDouble(nn.Module):
@@ -142,7 +142,7 @@ def test_declared_kernels_finds_each_spelling_of_a_kernel_declaration():
 
 
 def _job(device, **settings):
-    from kbench.results.jobs import CheckJob, ProblemRef
+    from kbench.wire.jobs import CheckJob, ProblemRef
 
     return CheckJob(problem=ProblemRef("p", "p.py"), device=device, seed=0, trials=1, atol=1e-4, rtol=1e-4, **settings)
 

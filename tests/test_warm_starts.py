@@ -5,9 +5,10 @@ import time
 from pathlib import Path
 
 from kbench.build.compile import BuildContext, child_env, zygote_env
+from kbench.config.run_config import TimingPolicy
 from kbench.execution import child, isolation, warm_starts
-from kbench.results.jobs import EvaluateJob, ProblemRef, ReferenceJob, SolutionRef
-from kbench.results.records import SolutionSpec, TimingPolicy
+from kbench.results.records import SolutionSpec
+from kbench.wire.jobs import EvaluateJob, ProblemRef, ReferenceJob, SolutionRef
 from tests.conftest import FIXTURES
 
 # Prepended to a correct fixture solution: it then loads only if its child sees the TORCH_EXTENSIONS_DIR of its own

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from kbench.execution import child, isolation
 from kbench.execution.pool import drain
-from kbench.results.jobs import BuildJob, BuildJobResult, SolutionRef
 from kbench.results.records import CompileInfo, SolutionSpec
 from kbench.system import toolkit
+from kbench.wire.jobs import BuildJob, BuildJobResult, SolutionRef
 
 Launch = Callable[[BuildJob, float, dict[str, str]], child.ChildOutcome]
 

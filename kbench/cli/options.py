@@ -1,4 +1,4 @@
-"""Every option more than one command takes, declared once; defaults come from RunConfig (kbench.results.records)."""
+"""Every option more than one command takes, declared once; defaults come from RunConfig (kbench.config.run_config)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
+from kbench.config.run_config import MathFlags, RunConfig, TimingPolicy
 from kbench.problems.discovery import locate
-from kbench.results.records import MathFlags, RunConfig, TimingPolicy
 
 DEFAULT = RunConfig()  # the one place defaults live
 

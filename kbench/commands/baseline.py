@@ -10,8 +10,8 @@ from pathlib import Path
 from kbench.commands.execute import execute
 from kbench.commands.progress import Progress
 from kbench.commands.run import what_to_run
+from kbench.config.run_config import RunConfig
 from kbench.problems.discovery import choose_problems
-from kbench.results.records import RunConfig
 from kbench.results.storage import BASELINES, RUN_FILE, RunStore, resolve
 
 

@@ -11,14 +11,15 @@ from kbench.build.compile import BuildResult, build_all
 from kbench.commands.evaluation import Plan, judging
 from kbench.commands.machine import build_context, probe_environment, resolve_device, resolve_size
 from kbench.commands.progress import Note, Planned, Progress, build_progress, build_started
+from kbench.config.run_config import MathFlags, RunConfig
+from kbench.config.tolerances import PRECISIONS, TOLERANCE_PROFILES
 from kbench.errors import KbenchError, UsageError
 from kbench.execution import isolation
 from kbench.execution.child import answer
 from kbench.problems.discovery import find_problem, list_problems, select
 from kbench.results.findings import Finding
-from kbench.results.jobs import CheckJob, CheckResult
-from kbench.results.records import MathFlags, ProblemSpec, RunConfig
-from kbench.results.tolerances import PRECISIONS, TOLERANCE_PROFILES
+from kbench.results.records import ProblemSpec
+from kbench.wire.jobs import CheckJob, CheckResult
 
 
 def build_only(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path, solutions_dir: Path,

@@ -7,16 +7,27 @@ from collections.abc import Sequence
 from typing import Any
 
 from kbench.build.compile import BuildContext, BuildResult, child_env
+from kbench.config.run_config import RunConfig
 from kbench.execution.child import answer
 from kbench.execution.executors import Executor, local_executor
 from kbench.execution.pool import Slot
-from kbench.judge.loading import load_failure
-from kbench.judge.static_checks import analyze
+from kbench.judge.candidate.loading import load_failure
+from kbench.judge.checks.static_checks import analyze
 from kbench.judge.verdicts import Verdict
 from kbench.measure.timing_checks import escaped_work_warning, few_samples_warning, launch_bound_warning
 from kbench.results.figures import Floor
 from kbench.results.findings import Finding, FindingCode
-from kbench.results.jobs import (
+from kbench.results.records import (
+    COMPILED,
+    EAGER,
+    CompileInfo,
+    Evaluation,
+    Measurement,
+    ProblemSpec,
+    SolutionSpec,
+    Status,
+)
+from kbench.wire.jobs import (
     CompiledResult,
     EvaluateJob,
     EvaluateResult,
@@ -25,17 +36,6 @@ from kbench.results.jobs import (
     ReferenceJob,
     ReferenceResult,
     SolutionRef,
-)
-from kbench.results.records import (
-    COMPILED,
-    EAGER,
-    CompileInfo,
-    Evaluation,
-    Measurement,
-    ProblemSpec,
-    RunConfig,
-    SolutionSpec,
-    Status,
 )
 
 
@@ -50,7 +50,7 @@ class Plan:
 
 
 def judging(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
-    """What every job on `problem` shares in this run (the fields of kbench.results.jobs.Judging)."""
+    """What every job on `problem` shares in this run (the fields of kbench.wire.jobs.Judging)."""
     cfg = plan.config
     atol, rtol = cfg.tolerance_for(problem)
     return {"problem": ProblemRef(problem.name, str(problem.path), problem.overrides(plan.size)),
@@ -172,7 +172,7 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
 
 
 def static_warnings(solution: SolutionSpec) -> list[Finding]:
-    """Findings of the static checks on the solution's source (kbench.judge.static_checks)."""
+    """Findings of the static checks on the solution's source (kbench.judge.checks.static_checks)."""
     try:
         source = solution.path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):

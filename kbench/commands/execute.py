@@ -14,6 +14,8 @@ from kbench.commands.evaluate_all import evaluate_all, is_done
 from kbench.commands.evaluation import Plan
 from kbench.commands.machine import build_context, probe_environment, resolve_device, resolve_size
 from kbench.commands.progress import Note, Progress
+from kbench.config.run_config import RunConfig
+from kbench.config.tolerances import PRECISIONS, TOLERANCE_PROFILES
 from kbench.errors import Interrupted, UsageError
 from kbench.execution import process_tree
 from kbench.execution.executor import Executor
@@ -21,9 +23,8 @@ from kbench.execution.executors import make_executor
 from kbench.execution.zygote import Zygote
 from kbench.reports.compare import machine_key
 from kbench.reports.tables import write_tables
-from kbench.results.records import EAGER, Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status
+from kbench.results.records import EAGER, Evaluation, ProblemSpec, SolutionSpec, Status
 from kbench.results.storage import RunStore
-from kbench.results.tolerances import PRECISIONS, TOLERANCE_PROFILES
 from kbench.system import toolkit
 from kbench.system.environment import git_info, host_info
 

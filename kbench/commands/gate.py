@@ -12,11 +12,12 @@ from typing import Any
 from kbench.commands.execute import execute
 from kbench.commands.machine import probe_environment
 from kbench.commands.progress import Progress
+from kbench.config.run_config import RunConfig
 from kbench.errors import KbenchError, UsageError
 from kbench.problems.discovery import select
 from kbench.reports import compare as comparing
 from kbench.reports import reproduce
-from kbench.results.records import Evaluation, ProblemSpec, RunConfig, SolutionSpec, Status
+from kbench.results.records import Evaluation, ProblemSpec, SolutionSpec, Status
 from kbench.results.storage import LoadedRun, RunStore, atomic_write, load, resolve
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"

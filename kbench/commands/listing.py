@@ -9,10 +9,10 @@ from pathlib import Path
 from tabulate import tabulate
 
 from kbench.commands.build_and_check import ProblemCheck
+from kbench.config.tolerances import PRECISIONS
 from kbench.problems.discovery import list_problems, list_solutions
 from kbench.reports.tables import WIDTH, grid
 from kbench.results.records import SolutionSpec
-from kbench.results.tolerances import PRECISIONS
 
 HEADERS = ("problem", "origin", "tolerance", "sizes (full->small)", "solutions")
 # The columns that may wrap, in the order they give up width, and the narrowest each may get (tolerance: its longest

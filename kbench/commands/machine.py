@@ -10,8 +10,8 @@ from kbench.errors import KbenchError, UsageError
 from kbench.execution import isolation
 from kbench.execution.child import answer
 from kbench.execution.zygote import Zygote
-from kbench.results.jobs import ProbeJob, ProbeResult
 from kbench.system import toolkit
+from kbench.wire.jobs import ProbeJob, ProbeResult
 
 PROBE_TIMEOUT_S = 120
 

@@ -8,9 +8,10 @@ from typing import Any
 
 from kbench.commands.execute import execute
 from kbench.commands.progress import Progress
+from kbench.config.run_config import RunConfig
 from kbench.errors import UsageError
 from kbench.problems.discovery import choose_problems, find_solutions, is_path_ref, select
-from kbench.results.records import Evaluation, RunConfig, Status
+from kbench.results.records import Evaluation, Status
 from kbench.results.storage import RunStore, load_run, resolve
 
 PASSING = (Status.CORRECT, Status.NOT_RUN)

@@ -18,8 +18,8 @@ from kbench.execution.listeners import with_listener
 from kbench.execution.process_tree import _live, _live_lock, kill_tree
 from kbench.execution.zygote import ForkedWorker, Zygote
 from kbench.results.codec import ProtocolError, decode, encode
-from kbench.results.jobs import Envelope, Job, JobResult, result_type
 from kbench.system.lifetime import exit_failure
+from kbench.wire.jobs import Envelope, Job, JobResult, result_type
 
 LOG_TAIL_CHARS = 20_000
 

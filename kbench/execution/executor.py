@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from kbench.execution.child import ChildOutcome
 from kbench.execution.pool import Slot, pinned_env
-from kbench.results.jobs import Job
+from kbench.wire.jobs import Job
 
 Launcher = Callable[[Job, float, dict[str, str]], ChildOutcome]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kbench.execution.child import ChildOutcome, _Child, job_env
 from kbench.execution.zygote import Zygote, ZygoteError
-from kbench.results.jobs import Job
+from kbench.wire.jobs import Job
 
 
 def run_child(job: Job, timeout_s: float, env: dict[str, str] | None = None) -> ChildOutcome:

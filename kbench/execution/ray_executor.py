@@ -15,8 +15,8 @@ from kbench.errors import UsageError
 from kbench.execution import isolation
 from kbench.execution.child import ChildOutcome
 from kbench.execution.executor import Executor
-from kbench.results.jobs import Job
 from kbench.system import toolkit
+from kbench.wire.jobs import Job
 
 # Only these of the driver's variables travel with a task; the rest of a node's environment is its own.
 FORWARDED_ENV = ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "PYTHONUNBUFFERED")

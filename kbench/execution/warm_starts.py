@@ -7,7 +7,7 @@ import threading
 
 from kbench.execution.child import ChildOutcome, _Child, job_env, shared_env
 from kbench.execution.zygote import Zygote, ZygoteError
-from kbench.results.jobs import Job
+from kbench.wire.jobs import Job
 
 
 class WarmStarts:

@@ -20,14 +20,16 @@ from typing import Any
 import torch
 
 from kbench.judge import judge
-from kbench.judge.candidate import warm_cuda
+from kbench.judge.candidate.candidate import warm_cuda
+from kbench.judge.candidate.loading import load_solution
 from kbench.judge.judge import CandidateProcess
-from kbench.judge.loading import load_solution
 from kbench.judge.reference import check_problem, time_reference
 from kbench.judge.verdicts import Verdict, short
 from kbench.results import codec
 from kbench.results.codec import ProtocolError, decode, to_wire
-from kbench.results.jobs import (
+from kbench.system.environment import describe_torch
+from kbench.system.toolkit import BUILT_MARKER
+from kbench.wire.jobs import (
     WIRE_TYPES,
     BuildJob,
     BuildJobResult,
@@ -38,8 +40,6 @@ from kbench.results.jobs import (
     ProbeResult,
     ReferenceJob,
 )
-from kbench.system.environment import describe_torch
-from kbench.system.toolkit import BUILT_MARKER
 
 # serve() points _announce at the result pipe: a progress event for the parent
 _announce: Any = lambda event, **fields: None  # noqa: E731 - a placeholder that serve() replaces

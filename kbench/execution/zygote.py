@@ -26,8 +26,9 @@ import tempfile
 import threading
 from typing import Any
 
-from kbench.results import codec, jobs
+from kbench.results import codec
 from kbench.system.lifetime import die_with_parent
+from kbench.wire import jobs
 
 START_TIMEOUT_S = 120.0  # the zygote's imports; a fork request waits this long for its first answer
 
@@ -143,7 +144,8 @@ def _prepare() -> None:
     """What every worker would otherwise import (no GPU is touched)."""
     # heavy (torch) on purpose: only the zygote imports these, for its forks; the parent that starts it must not
     from kbench.execution import worker  # noqa: F401 - imported for the forks
-    from kbench.judge import candidate, judge, session  # noqa: F401 - imported for the forks
+    from kbench.judge import judge  # noqa: F401 - imported for the forks
+    from kbench.judge.candidate import candidate, session  # noqa: F401 - imported for the forks
 
     codec.prepare(*jobs.WIRE_TYPES)  # each fork checks its job and result without building the checkers
 

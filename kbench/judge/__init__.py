@@ -1,2 +1,2 @@
-"""What decides a verdict, in the worker's processes: the judge and its candidate, inputs, comparisons, trust and
-static checks."""
+"""What decides a verdict, in the worker's processes: the judge, the reference's child and what they share here;
+the candidate's process and its protocol (candidate/), the checks beyond timing (checks/), the timing (timing/)."""

@@ -8,8 +8,8 @@ from typing import Any
 
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
 from kbench.results.findings import Finding
-from kbench.results.jobs import CompiledResult, EvaluateResult, ReferenceResult
 from kbench.results.records import Measurement, Status, TrialResult
+from kbench.wire.jobs import CompiledResult, EvaluateResult, ReferenceResult
 
 
 @dataclass

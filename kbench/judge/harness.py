@@ -13,12 +13,13 @@ from typing import Any
 
 import torch
 
-from kbench.judge.loading import import_path
+from kbench.config.run_config import MathFlags
+from kbench.config.tolerances import PRECISIONS
+from kbench.judge.candidate.loading import import_path
 from kbench.judge.verdicts import Verdict, short
 from kbench.measure import timers, timing
-from kbench.results.jobs import Judging, ProblemRef
-from kbench.results.records import MathFlags, Status
-from kbench.results.tolerances import PRECISIONS
+from kbench.results.records import Status
+from kbench.wire.jobs import Judging, ProblemRef
 
 _perf_counter = time.perf_counter
 _manual_seed = torch.manual_seed

@@ -1,9 +1,9 @@
 """The judge: one evaluation of a solution, decided in a process that never imports it.
 
 The judge builds the reference, makes every input, keeps the reference's outputs and runs every comparison, the
-float64 oracle and the timing (kbench.judge.judge_timing). The solution lives in a candidate process it spawns
-(kbench.judge.candidate) and speaks to through kbench.judge.protocol. See docs/judge.md for the protocol
-and what each step defends.
+float64 oracle and the timing (kbench.judge.timing.judge_timing). The solution lives in a candidate process it spawns
+(kbench.judge.candidate.candidate) and speaks to through kbench.judge.candidate.protocol. See docs/judge.md for the
+protocol and what each step defends.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from typing import Any
 
 import torch
 
-from kbench.judge import correctness, kernel_names, protocol, trust
+from kbench.judge.candidate import protocol
+from kbench.judge.candidate.loading import load_failure
+from kbench.judge.candidate.session import Announce, CandidateProcess, Session
+from kbench.judge.checks import correctness, kernel_names, trust
 from kbench.judge.draft import Draft
 from kbench.judge.harness import (
     Phases,
@@ -26,7 +29,7 @@ from kbench.judge.harness import (
     set_sizes,
     with_peak,
 )
-from kbench.judge.judge_timing import (
+from kbench.judge.timing.judge_timing import (
     calibrate,
     pin_timing_core,
     recalibrate,
@@ -35,15 +38,13 @@ from kbench.judge.judge_timing import (
     time_rounds,
     timing_warnings,
 )
-from kbench.judge.loading import load_failure
-from kbench.judge.session import Announce, CandidateProcess, Session
 from kbench.judge.verdicts import Verdict
 from kbench.measure import timers, timing
 from kbench.results.figures import PeakMemory
 from kbench.results.findings import Finding, FindingCode
-from kbench.results.jobs import EvaluateJob, EvaluateResult
 from kbench.results.records import Status
 from kbench.system import escapes, sandbox
+from kbench.wire.jobs import EvaluateJob, EvaluateResult
 
 TIMING_CLOCKS = ("torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.Event.elapsed_time", "time.perf_counter",
                  "time.time", "time.monotonic")

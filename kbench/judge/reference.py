@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from kbench.judge import correctness, degeneracy, noise, trust
+from kbench.judge.candidate.session import Announce
+from kbench.judge.checks import correctness, degeneracy, noise, trust
 from kbench.judge.draft import ReferenceDraft
 from kbench.judge.harness import (
     Phases,
@@ -29,15 +30,14 @@ from kbench.judge.harness import (
     timing_core,
     with_peak,
 )
-from kbench.judge.session import Announce
 from kbench.judge.verdicts import short
 from kbench.measure import ceilings, timers, timing
 from kbench.results.codec import decode
 from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
-from kbench.results.jobs import CheckJob, CheckResult, CompiledResult, Judging, ReferenceJob, ReferenceResult
 from kbench.results.records import Measurement
 from kbench.system import machine
+from kbench.wire.jobs import CheckJob, CheckResult, CompiledResult, Judging, ReferenceJob, ReferenceResult
 
 _perf_counter = time.perf_counter
 
@@ -139,7 +139,7 @@ def _degenerate_check(job: Judging, reference: Any, make: Any, out: Any, result:
 
 
 def _noise(job: Judging, reference: Any, inputs: list[Any], out: Any) -> tuple[dict[str, Any], list[Finding]]:
-    """The reference's own error against float64 at the run's precision and tolerance (kbench.judge.noise)."""
+    """The reference's own error against float64 at the run's precision and tolerance (kbench.judge.checks.noise)."""
     return noise.reference_noise(reference, inputs, out, job.device, job.precision, job.atol, job.rtol,
                                  job.math.allows_tf32)
 

@@ -17,7 +17,7 @@ class Verdict(Exception):
     """Ends the evaluation early with a status and a message."""
 
     def __init__(self, status: Status | str, message: str) -> None:
-        """`status` as a Status, or its value (a reply's, checked against kbench.judge.protocol.STATUSES)."""
+        """`status` as a Status, or its value (a reply's, checked against kbench.judge.candidate.protocol.STATUSES)."""
         super().__init__(message)
         self.status = Status(status)
         self.message = message

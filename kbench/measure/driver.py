@@ -4,7 +4,7 @@
   and a stream write to one (`cuStreamWriteValue32`): the gate of kbench.measure.gate, which holds a stream until
   the host opens it, and the word a stream writes when its work is done.
 - Sharing device memory between processes by handle (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`): the judge reads a
-  candidate's outputs where they lie (kbench.judge.outputs).
+  candidate's outputs where they lie (kbench.judge.candidate.outputs).
 
 The library is loaded on first use. A solution that replaces a name here changes only its own process, and nothing
 the judge decides rests on what the candidate's process does with these calls. No call needs a compiler or an

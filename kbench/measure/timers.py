@@ -3,7 +3,7 @@
 This module captures the clock and CUDA event functions when it is imported, which the worker does before it imports
 any solution: a solution that later replaces `torch.cuda.Event`, `torch.cuda.synchronize` or `time.perf_counter`
 does not change how the judge and the reference's process time. (The candidate's own timing lives in the solution's
-process, where anything can be replaced: the judge bounds it with its own clock, kbench.judge.timed_call.)
+process, where anything can be replaced: the judge bounds it with its own clock, kbench.judge.timing.timed_call.)
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
+from kbench.config.run_config import TimingPolicy
 from kbench.measure.timers import REGIME_GPU, REGIME_HOST, Clock, Timer, _perf_counter, synchronize
 from kbench.measure.timing_checks import (  # noqa: F401 - re-exported: the protocol's warnings live beside it
     DISTURBED_P,
@@ -29,7 +30,7 @@ from kbench.measure.timing_checks import (  # noqa: F401 - re-exported: the prot
     timer_mismatch_warning,
     unfinished_warning,
 )
-from kbench.results.records import Measurement, TimingPolicy
+from kbench.results.records import Measurement
 from kbench.results.stats import median_ci_relative
 
 SETTLE_S = 1e-3  # the GPU's pause between a round's input refresh and its first timed call

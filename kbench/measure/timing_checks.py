@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kbench.config.run_config import TimingPolicy
 from kbench.results.findings import Finding, FindingCode
-from kbench.results.records import Measurement, TimingPolicy
+from kbench.results.records import Measurement
 from kbench.results.stats import mann_whitney_u, median, quantile
 
 STOP_CONVERGED = "converged"

@@ -6,6 +6,7 @@ import ast
 from collections.abc import Sequence
 from pathlib import Path
 
+from kbench.config.tolerances import PRECISIONS
 from kbench.errors import DiscoveryError
 from kbench.judge.verdicts import NO_MODELNEW, syntax_error
 from kbench.problems.metadata import (
@@ -16,7 +17,6 @@ from kbench.problems.metadata import (
     read_meta,
 )
 from kbench.results.records import ProblemSpec, SolutionSpec
-from kbench.results.tolerances import PRECISIONS
 
 DEVICES_NAME = "DEVICES"
 KNOWN_DEVICES = ("cuda", "cpu")

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from kbench.config.tolerances import DEFAULT_TOLERANCE, PRECISIONS
 from kbench.errors import DiscoveryError
 from kbench.results.records import ProblemSpec
-from kbench.results.tolerances import DEFAULT_TOLERANCE, PRECISIONS
 
 if sys.version_info >= (3, 11):
     import tomllib

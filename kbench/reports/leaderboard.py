@@ -79,7 +79,8 @@ def _x(value: float | None) -> str:
 
 
 def noise_line(evaluations: Sequence[Evaluation], problem: str) -> list[str]:
-    """The reference's own error against float64 beside the tolerance (kbench.judge.noise), from its eager row."""
+    """The reference's own error against float64 beside the tolerance (kbench.judge.checks.noise), from its eager
+    row."""
     eager = next((e for e in evaluations if e.problem == problem and e.solution == EAGER), None)
     noise = (eager.extra.get("noise") or {}) if eager is not None else {}
     if "max_abs" not in noise:

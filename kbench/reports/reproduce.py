@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kbench.results.records import COMPILED, EAGER, Evaluation, RunConfig
+from kbench.config.run_config import RunConfig
+from kbench.results.records import COMPILED, EAGER, Evaluation
 
 DEFAULT = RunConfig()
 # RunConfig fields that say where or how widely a run went (executor, cache, output), not what it measured: a rerun of

@@ -13,7 +13,7 @@ T = TypeVar("T")
 
 class ProtocolError(ValueError):
     """Data that is not the record it should be: a job or result on the pipe, a run file, or a reply the candidate's
-    process sent the judge (kbench.judge.protocol.decode)."""
+    process sent the judge (kbench.judge.candidate.protocol.decode)."""
 
 
 @functools.cache

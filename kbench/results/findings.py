@@ -45,7 +45,7 @@ class FindingCode(str, Enum):
     DEGENERATE_INPUTS = "degenerate_inputs"
     MEMORY = "memory"
     CHECK_SKIPPED = "check_skipped"
-    # the solution's source (kbench.judge.static_checks) and what it changed in its process
+    # the solution's source (kbench.judge.checks.static_checks) and what it changed in its process
     NO_CUSTOM_KERNEL = "no_custom_kernel"
     KERNEL_NEVER_CALLED = "kernel_never_called"
     TRY_EXCEPT_FALLBACK = "try_except_fallback"

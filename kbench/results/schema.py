@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kbench.results.records import Evaluation, RunConfig
+from kbench.config.run_config import RunConfig
+from kbench.results.records import Evaluation
 from kbench.results.storage import FORMAT, VERSION, RunProcess
 
 

@@ -3,7 +3,7 @@
 kbench checks every solution at the problem's full and small size. These kernels also have paths that those sizes
 never take: input channels that are not a multiple of 8, more than 64 output channels (two channel blocks),
 tiles cut by the output edge. This script runs them at such sizes and prints the max abs error and kbench's verdict
-(`kbench.judge.comparison.compare`) at the problem's own tolerance. A development aid, not a benchmark (it times nothing).
+(`kbench.judge.checks.comparison.compare`) at the problem's own tolerance. A development aid, not a benchmark (it times nothing).
 
     python tools/tf32_igemm/check_sizes.py convtranspose3d_softmax conv3d_gelu
     python tools/tf32_igemm/check_sizes.py --file SCRATCH/tf32_variant.py convtranspose3d_softmax
@@ -23,7 +23,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from kbench.judge.comparison import compare  # noqa: E402
+from kbench.judge.checks.comparison import compare  # noqa: E402
 from kbench.problems.discovery import load_problem_dir  # noqa: E402
 
 # problem: [(constructor arguments, input shape[, "nan"])]; None, None: the problem's own sizes. "nan": some inputs

@@ -7,8 +7,8 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
-from kbench.judge.kernel_names import KERNEL_DECORATORS as GPU_KERNEL_DECORATORS
-from kbench.judge.pynames import import_aliases, qualname, undecorate
+from kbench.judge.checks.kernel_names import KERNEL_DECORATORS as GPU_KERNEL_DECORATORS
+from kbench.judge.checks.pynames import import_aliases, qualname, undecorate
 
 EXTENSION_BUILDERS = frozenset({"torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load"})
 KERNEL_FACTORIES = frozenset({"cupy.RawKernel", "cupy.RawModule", "cupy.ElementwiseKernel",

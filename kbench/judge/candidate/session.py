@@ -17,13 +17,14 @@ from typing import Any, cast
 import torch
 import torch.multiprocessing as torch_mp
 
-from kbench.judge import candidate, correctness, protocol, trust
+from kbench.judge.candidate import candidate, protocol
+from kbench.judge.checks import correctness, trust
 from kbench.judge.verdicts import Verdict
 from kbench.measure import gate, timers
 from kbench.results.codec import ProtocolError
-from kbench.results.jobs import Judging
 from kbench.results.records import Status
 from kbench.system.lifetime import exit_failure
+from kbench.wire.jobs import Judging
 
 _perf_counter = time.perf_counter
 _tensor_type = torch.Tensor
@@ -172,7 +173,7 @@ class Session:
     def start_calibration(self, job: Judging, reference: Any, init: list[Any], inputs: list[Any],
                           outputs: Any) -> None:
         """The reference itself, built in the candidate's process before the solution is imported (see
-        kbench.judge.judge_timing.calibrate)."""
+        kbench.judge.timing.judge_timing.calibrate)."""
         self.name = "calibration"
         self.precision = job.precision
         self.buffers[self.name] = self._output_buffers(outputs)

@@ -15,13 +15,13 @@ import torch.profiler
 import torch.testing
 from torch.autograd import DeviceType
 
-from kbench.judge import comparison, kernel_names
+from kbench.judge.checks import comparison, kernel_names
 from kbench.judge.draft import Draft
 from kbench.measure.timers import synchronize
 from kbench.results.codec import decode
 from kbench.results.figures import Accuracy, KernelShare
 from kbench.results.findings import Finding, FindingCode
-from kbench.results.jobs import Judging
+from kbench.wire.jobs import Judging
 
 _where, _isfinite = torch.where, torch.isfinite  # bound before any solution is imported
 
@@ -224,7 +224,7 @@ def _double(x: Any) -> Any:
 
 
 def own_kernel_share(call: Any, arg_sets: list[list[Any]], source: str) -> dict[str, Any]:
-    """GPU time in the solution's own kernels (those its source declares: kbench.judge.kernel_names) vs library
+    """GPU time in the solution's own kernels (those its source declares: kbench.judge.checks.kernel_names) vs library
     kernels, over one call(*args) per entry of arg_sets and nothing else: inputs are prepared before the profile
     starts."""
     kernels = kernel_names.declared(source)

@@ -129,7 +129,8 @@ class Reply:
     issue_s: float = 0.0  # host seconds to issue the timed call (launch-bound when close to timed_s)
     values: tuple[Any, ...] = ()  # non-tensor outputs (numbers), in output order
     figures: dict[str, Any] = field(default_factory=dict)  # load/build details, kernel share, findings
-    outputs: tuple[Any, ...] = ()  # where a timed call's outputs lie (kbench.judge.outputs), checked by the judge
+    # where a timed call's outputs lie (kbench.judge.candidate.outputs), checked by the judge
+    outputs: tuple[Any, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -6,10 +6,10 @@ from typing import Any
 
 import torch
 
-from kbench.judge.comparison import Figures, chunk_elements, chunks, compare, flatten_outputs, memory_budget
+from kbench.judge.checks.comparison import Figures, chunk_elements, chunks, compare, flatten_outputs, memory_budget
 from kbench.results.findings import Finding, FindingCode
 
-# Bound at import, before any solution runs (see kbench.judge.comparison).
+# Bound at import, before any solution runs (see kbench.judge.checks.comparison).
 _eq = torch.eq
 _count_nonzero = torch.count_nonzero
 _stack = torch.stack

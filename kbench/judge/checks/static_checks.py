@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
-from kbench.judge.pynames import undecorate
-from kbench.judge.source_model import (
+from kbench.judge.checks.pynames import undecorate
+from kbench.judge.checks.source_model import (
     KEYWORD_ONLY,
     Function,
     SourceModel,

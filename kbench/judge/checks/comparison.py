@@ -1,8 +1,8 @@
 """Elementwise comparison of outputs in bounded memory: chunking, NaN-equal equality, error figures."""
 
-# The worker imports this module (through kbench.judge.correctness) before any solution, and the torch functions it
-# compares with are bound here at import time, so a solution that later replaces `torch.allclose` and friends cannot
-# change a verdict.
+# The worker imports this module (through kbench.judge.checks.correctness) before any solution, and the torch functions
+# it compares with are bound here at import time, so a solution that later replaces `torch.allclose` and friends
+# cannot change a verdict.
 
 from __future__ import annotations
 

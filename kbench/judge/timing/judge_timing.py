@@ -7,16 +7,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from kbench.config.run_config import TimingPolicy
+from kbench.judge.candidate.session import CandidateProcess, Session
 from kbench.judge.harness import guarded, make_timer, pin, timing_core
-from kbench.judge.rounds import SolutionRounds
-from kbench.judge.session import CandidateProcess, Session
-from kbench.judge.timed_call import Observed, TimedCalls
+from kbench.judge.timing.rounds import SolutionRounds
+from kbench.judge.timing.timed_call import Observed, TimedCalls
 from kbench.measure import timers, timing
 from kbench.results.findings import Finding, FindingCode
-from kbench.results.jobs import Judging
-from kbench.results.records import Measurement, TimingPolicy
+from kbench.results.records import Measurement
 from kbench.results.stats import median
 from kbench.system import escapes, machine
+from kbench.wire.jobs import Judging
 
 Timed = TypeVar("Timed")
 

@@ -8,9 +8,9 @@
 3. **Watch.** GPU regime: the judge waits for the DONE word, which the candidate's stream writes when the call's
    work is over, asking the candidate's process nothing. Host regime: the judge sends `Go` and waits for the answer.
 4. **Verify** (the judge's clock stops). The judge reads a few hundred of the outputs' elements, drawn at random after
-   the call, where they lie (kbench.judge.outputs) and compares them with the reference's output. A stream that
-   wrote DONE before its work was over, or a process that answered early, fails here: either the judge's reads wait
-   for the remaining work (the GPU runs one process's work at a time) or they find it unfinished.
+   the call, where they lie (kbench.judge.candidate.outputs) and compares them with the reference's output. A stream
+   that wrote DONE before its work was over, or a process that answered early, fails here: either the judge's reads
+   wait for the remaining work (the GPU runs one process's work at a time) or they find it unfinished.
 
 The candidate's reported time is then bounded by that window (kbench.measure.timing_checks.timer_mismatch_warning).
 """
@@ -24,9 +24,10 @@ from typing import Any
 
 import torch
 
-from kbench.judge import comparison, protocol
-from kbench.judge.outputs import OutputViews
-from kbench.judge.session import Session
+from kbench.judge.candidate import protocol
+from kbench.judge.candidate.outputs import OutputViews
+from kbench.judge.candidate.session import Session
+from kbench.judge.checks import comparison
 from kbench.judge.verdicts import Verdict
 from kbench.measure import timers
 from kbench.measure.gate import Gate, SignalPage

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kbench.config.run_config import MathFlags, TimingPolicy
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
 from kbench.results.findings import Finding
-from kbench.results.records import MathFlags, Measurement, Status, TimingPolicy, TrialResult
+from kbench.results.records import Measurement, Status, TrialResult
 
 # ---- jobs (parent -> child) -----------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""The steps of the judge's timed rounds of a solution (kbench.judge.judge_timing.time_rounds), and the state they
-share."""
+"""The steps of the judge's timed rounds of a solution (kbench.judge.timing.judge_timing.time_rounds), and the state
+they share."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ from typing import Any
 
 import torch
 
-from kbench.judge import comparison, correctness
+from kbench.config.run_config import TimingPolicy
+from kbench.judge.candidate.session import Session
+from kbench.judge.checks import comparison, correctness
 from kbench.judge.harness import make_timer
-from kbench.judge.session import Session
-from kbench.judge.timed_call import Observed, TimedCalls
+from kbench.judge.timing.timed_call import Observed, TimedCalls
 from kbench.judge.verdicts import Verdict
 from kbench.measure import timers, timing
-from kbench.results.jobs import Judging
-from kbench.results.records import Status, TimingPolicy
+from kbench.results.records import Status
 from kbench.results.stats import median
+from kbench.wire.jobs import Judging
 
 _perf_counter = time.perf_counter
 REGIME_ROUNDS = 5  # gated calls of the solution that decide its regime
@@ -37,7 +38,7 @@ RECHECK_FIRST = 5  # calls compared among the first rounds (one when comparisons
 
 class Rechecks:
     """Which timed calls are compared in full with the reference after their round (every call's outputs are also
-    spot-checked inside the judge's window, kbench.judge.timed_call): every call while a full comparison costs at
+    spot-checked inside the judge's window, kbench.judge.timing.timed_call): every call while a full comparison costs at
     most RECHECK_BUDGET of the round's timed calls; otherwise the last call, random calls among the first rounds, and
     a random share of the rest that keeps the comparisons within that budget on average (at least RECHECK_FLOOR)."""
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from kbench.judge import comparison, trust
+from kbench.judge.checks import comparison, trust
 from kbench.measure.timers import synchronize
 from kbench.results.findings import Finding, FindingCode
 

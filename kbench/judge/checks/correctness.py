@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 
-from kbench.judge.comparison import chunk_elements, compare, memory_budget, same_bits
+from kbench.judge.checks.comparison import chunk_elements, compare, memory_budget, same_bits
 from kbench.results.findings import Finding, FindingCode
 from kbench.results.records import TrialResult
 
-# Bound at import, before any solution runs (see kbench.judge.comparison).
+# Bound at import, before any solution runs (see kbench.judge.checks.comparison).
 _tensor_type = torch.Tensor
 
 

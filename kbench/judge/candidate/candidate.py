@@ -1,9 +1,9 @@
 """The candidate's process: the only one that imports a solution. Hostile territory.
 
-The judge (kbench.judge.judge) spawns it and sends it commands (kbench.judge.protocol). It imports the solution, builds
-ModelNew with the weights the judge hands it, calls it on input buffers the judge shares and fills, and copies
-each output into a buffer the judge allocated. It answers in JSON only. Nothing it says decides a verdict on its
-own: the judge compares the outputs in its own process, bounds every reported time by its own clock, and freezes
+The judge (kbench.judge.judge) spawns it and sends it commands (kbench.judge.candidate.protocol). It imports the
+solution, builds ModelNew with the weights the judge hands it, calls it on input buffers the judge shares and fills,
+and copies each output into a buffer the judge allocated. It answers in JSON only. Nothing it says decides a verdict
+on its own: the judge compares the outputs in its own process, bounds every reported time by its own clock, and freezes
 this process (SIGSTOP to its process group) whenever it is not answering a command.
 
 Before the solution is imported, this process is still kbench's own: the judge uses that window to calibrate the
@@ -19,14 +19,16 @@ from typing import Any
 
 import torch
 
-from kbench.judge import protocol, trust
+from kbench.config.run_config import MathFlags
+from kbench.judge.candidate import protocol
+from kbench.judge.candidate.loading import import_path, load_solution
+from kbench.judge.candidate.outputs import Locator, each_output
+from kbench.judge.checks import trust
 from kbench.judge.harness import apply_math_flags, construct, set_sizes
-from kbench.judge.loading import import_path, load_solution
-from kbench.judge.outputs import Locator, each_output
 from kbench.judge.verdicts import Verdict, short
 from kbench.measure import timers
 from kbench.measure.gate import Gate, SignalPage
-from kbench.results.records import MathFlags, Status
+from kbench.results.records import Status
 from kbench.system import procstate, sandbox
 from kbench.system.lifetime import die_with_parent
 
@@ -226,7 +228,8 @@ class CommandServer:
         return values
 
     def _locate(self, out: Any) -> tuple[list[Any], list[Any]]:
-        """A timed call's outputs: plain numbers, and where each tensor lies (kbench.judge.outputs) for the judge."""
+        """A timed call's outputs: plain numbers, and where each tensor lies for the judge
+        (kbench.judge.candidate.outputs)."""
         return each_output(out, self.outputs, self.locator.locate)
 
 

@@ -12,7 +12,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from kbench.judge.pynames import import_aliases, qualname, undecorate
+from kbench.judge.checks.pynames import import_aliases, qualname, undecorate
 
 # Decorators that make a Python function a GPU kernel, by the DSL they belong to.
 KERNEL_DECORATORS = {"triton.jit": "triton", "tilelang.language.prim_func": "tilelang",

@@ -89,7 +89,7 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
                               "seconds": outcome.seconds,
               "precision": plan.config.precision_for(problem)}
     result = answer(outcome, ReferenceResult)
-    if result.status != "correct" or result.timing is None:
+    if result.status != Status.CORRECT or result.timing is None:
         return [Evaluation(solution=EAGER, status=Status(result.status), message=result.message, **common)]
     eager = result.timing
     rows = [Evaluation(solution=EAGER, status=Status.CORRECT, timing=eager, eager_timing=eager, speedup_vs_eager=1.0,

@@ -18,6 +18,7 @@ from kbench.execution.listeners import with_listener
 from kbench.execution.process_tree import _live, _live_lock, kill_tree
 from kbench.execution.zygote import ForkedWorker, Zygote
 from kbench.results.codec import ProtocolError, decode, encode
+from kbench.results.records import Status
 from kbench.system.lifetime import exit_failure
 from kbench.wire.jobs import Envelope, Job, JobResult, result_type
 
@@ -36,18 +37,18 @@ class ChildOutcome:
     refused: str = ""  # why a result line with the job's token was not the record the job is answered with
 
     @property
-    def failure(self) -> tuple[str, str] | None:
+    def failure(self) -> tuple[Status, str] | None:
         """(status, message) when the child gave no usable result; None when it did."""
         if self.timed_out:
-            return "timeout", f"no result after {self.seconds:.0f} s; the child was killed"
+            return Status.TIMEOUT, f"no result after {self.seconds:.0f} s; the child was killed"
         if self.result is not None:
             return None
         if self.refused:
-            return "crashed", f"the child's result was refused: {self.refused}"
+            return Status.CRASHED, f"the child's result was refused: {self.refused}"
         if self.returncode:  # killed by a signal (negative) or exited with an error
             status, message = exit_failure(self.returncode, "the child", "before reporting")
             return status, message + _last_line(self.log)
-        return "crashed", f"the child exited without reporting a result{_last_line(self.log)}"
+        return Status.CRASHED, f"the child exited without reporting a result{_last_line(self.log)}"
 
 
 R = TypeVar("R")
@@ -58,7 +59,7 @@ def answer(outcome: ChildOutcome, kind: type[R]) -> R:
     holding only how the child ended (`ChildOutcome.failure`): the one place an outcome becomes a status."""
     if outcome.failure is None and isinstance(outcome.result, kind):
         return outcome.result
-    status, message = outcome.failure or ("crashed", "the child answered another job")
+    status, message = outcome.failure or (Status.CRASHED, "the child answered another job")
     return kind(status=status, message=message)  # type: ignore[call-arg]
 
 

@@ -35,7 +35,7 @@ from kbench.measure import ceilings, timers, timing
 from kbench.results.codec import decode
 from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
-from kbench.results.records import Measurement
+from kbench.results.records import Measurement, Status
 from kbench.system import machine
 from kbench.wire.jobs import CheckJob, CheckResult, CompiledResult, Judging, ReferenceJob, ReferenceResult
 
@@ -57,7 +57,7 @@ def time_reference(job: ReferenceJob, announce: Announce) -> ReferenceResult:
         compiled: dict[str, Any] | None = None
         if job.compile_baseline:
             compiled = _check_compiled(job, reference, make, device)
-            if compiled["status"] == "correct":
+            if compiled["status"] == Status.CORRECT:
                 models["compiled"] = compiled.pop("model")
             phases.mark("compile")
         measured = _time_models(job, reference, make, models, result)
@@ -181,8 +181,8 @@ def _check_compiled(job: ReferenceJob, reference: Any, make: Any, device: str) -
                                            sync=lambda: timers.synchronize(device))
         timers.synchronize(device)
     except Exception as exc:  # noqa: BLE001 - inductor needs a compiler toolchain; report, don't fail the problem
-        return {"status": "runtime_error", "message": f"torch.compile raised {short(exc)}"}
+        return {"status": Status.RUNTIME_ERROR, "message": f"torch.compile raised {short(exc)}"}
     info = {"trials": trials, "compile_seconds": _perf_counter() - start}
     if not all(t.passed for t in trials):
-        return {**info, "status": "incorrect", "message": trials[-1].message}
-    return {**info, "status": "correct", "message": "", "model": model}
+        return {**info, "status": Status.INCORRECT, "message": trials[-1].message}
+    return {**info, "status": Status.CORRECT, "message": "", "model": model}

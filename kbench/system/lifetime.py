@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes
 import signal
 
+from kbench.results.records import Status
+
 _PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
@@ -16,13 +18,13 @@ def die_with_parent() -> None:
         pass
 
 
-def exit_failure(code: int, who: str, before: str) -> tuple[str, str]:
-    """("crashed", message) for process `who` that ended with exit `code` before giving its result: killed by signal
+def exit_failure(code: int, who: str, before: str) -> tuple[Status, str]:
+    """(crashed, message) for process `who` that ended with exit `code` before giving its result: killed by signal
     -code when `code` is negative, else exited with `code` (the message then ends with `before`)."""
     if code < 0:
         try:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return "crashed", f"{who} was killed by {name}"
-    return "crashed", f"{who} exited with code {code} {before}"
+        return Status.CRASHED, f"{who} was killed by {name}"
+    return Status.CRASHED, f"{who} exited with code {code} {before}"

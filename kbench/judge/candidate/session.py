@@ -116,10 +116,10 @@ class CandidateProcess:
                 return code
             time.sleep(0.01)
 
-    def _death(self, exc: BaseException) -> tuple[str, str]:
+    def _death(self, exc: BaseException) -> tuple[Status, str]:
         code = self._exitcode(2.0)
         if code is None:
-            return "runtime_error", f"the solution's process broke the protocol ({type(exc).__name__}: {exc})"
+            return Status.RUNTIME_ERROR, f"the solution's process broke the protocol ({type(exc).__name__}: {exc})"
         return exit_failure(code, "the solution's process", "before answering")
 
     def kill(self) -> None:

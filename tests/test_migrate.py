@@ -81,3 +81,13 @@ def test_a_version_2_runs_warnings_become_findings_and_an_unknown_code_keeps_its
                           Finding(FindingCode.OTHER, "[retired_check] something an older kbench said"),
                           Finding(FindingCode.OTHER, "no code at all"))
     assert e.flags == (FindingCode.TIMER_MISMATCH, FindingCode.OTHER, FindingCode.OTHER)
+
+
+def test_a_version_2_warning_that_is_not_a_string_is_not_dropped_but_refused(tmp_path):
+    row = {**_row("fast", {}), "warnings": [["not", "a", "string"]]}
+    doc = {"format": "kbench-run", "version": 2, "run_id": "20261120-000000-abcd", "started": "2026-11-20T00:00:00",
+           "state": "complete", "config": {"device": "cuda"}, "evaluations": [row]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ResultsError):
+        storage.load_run(path)

@@ -39,7 +39,8 @@ def test_it_never_mounts_outside_a_mount_namespace_of_its_own(monkeypatch, tmp_p
 
 def test_a_build_folder_beside_the_solution_is_kept_and_the_folders_are_emptied_outside_in(tmp_path):
     """The solution's folder and the build cache are emptied but for what the job needs; where one holds the other,
-    the outer one keeps the way down, so that neither hides the other's kept files."""
+    every folder on the way down keeps only the next step, so that neither hides the other's kept files and nothing
+    beside that way stays in view."""
     (tmp_path / "s.py").write_text("")
     (tmp_path / "other.py").write_text("")
     (tmp_path / "data.bin").write_text("")
@@ -47,6 +48,7 @@ def test_a_build_folder_beside_the_solution_is_kept_and_the_folders_are_emptied_
     assert sandbox._hidden(beside) == [(tmp_path, [tmp_path / "data.bin", tmp_path / "ext", tmp_path / "s.py"])]
     below = sandbox.Plan(str(tmp_path / "s.py"), str(tmp_path / "cache" / "ext" / "abc"))
     assert sandbox._hidden(below) == [(tmp_path, [tmp_path / "cache", tmp_path / "data.bin", tmp_path / "s.py"]),
+                                      (tmp_path / "cache", [tmp_path / "cache" / "ext"]),
                                       (tmp_path / "cache" / "ext", [tmp_path / "cache" / "ext" / "abc"])]
     apart = sandbox.Plan(str(tmp_path / "s.py"), "/c/ext/abc")
     assert sandbox._hidden(apart) == [(Path("/c/ext"), [Path("/c/ext/abc")]),

@@ -26,13 +26,8 @@ WEAKENING = {
 NOT_MEASURED = "not measured"
 
 
-def codes(row: Evaluation) -> list[str]:
-    """The finding codes of a row's warnings, in order."""
-    return [w.code.value for w in row.warnings]
-
-
 def weakening(row: Evaluation) -> list[str]:
-    return [c for c in dict.fromkeys(codes(row)) if c in WEAKENING]
+    return [c.value for c in dict.fromkeys(row.flags) if c in WEAKENING]
 
 
 @dataclass(frozen=True)

@@ -65,10 +65,6 @@ class FindingCode(str, Enum):
     def suspect(self) -> bool:
         return self in SUSPECT
 
-    @property
-    def machine(self) -> bool:
-        return self in MACHINE
-
 
 SUSPECT = frozenset({FindingCode.ESCAPED_TIMER, FindingCode.TIMER_MISMATCH, FindingCode.BELOW_FLOOR,
                      FindingCode.STATE_CHANGED, FindingCode.CLOCK_PATCHED, FindingCode.REFERENCE_DISTURBED,
@@ -105,8 +101,3 @@ def from_legacy(text: str) -> Finding:
         except ValueError:
             pass
     return Finding(FindingCode.OTHER, text)
-
-
-def codes(findings: tuple[Finding, ...] | list[Finding]) -> tuple[FindingCode, ...]:
-    """The codes of `findings`, in order."""
-    return tuple(f.code for f in findings)

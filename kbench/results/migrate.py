@@ -44,9 +44,14 @@ def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
+    def finding(w: Any) -> Any:  # anything but a string stays as it is: reading the row then says what is wrong
+        if not isinstance(w, str):
+            return w
+        f = from_legacy(w)
+        return {"code": f.code.value, "message": f.message}
+
     def row(e: dict[str, Any]) -> dict[str, Any]:
-        found = [from_legacy(w) for w in e.get("warnings", ()) if isinstance(w, str)]
-        return {**e, "warnings": [{"code": f.code.value, "message": f.message} for f in found]}
+        return {**e, "warnings": [finding(w) for w in e.get("warnings", ())]}
 
     return {**doc, "version": 3, "evaluations": [row(e) for e in doc.get("evaluations", [])]}
 

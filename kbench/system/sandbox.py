@@ -206,17 +206,22 @@ def _private_tmp() -> str:
 def _hidden(plan: Plan) -> list[tuple[Path, list[Path]]]:
     """The folders to empty, shallowest first, each with what it keeps: the solution's folder keeps its file and the
     files that are not Python, the build cache keeps the job's build folder. Where one lies inside the other (a build
-    folder beside the solution), the outer keeps the path down to the inner, and the inner is emptied after it."""
+    folder beside or below the solution), every folder on the way down keeps only the next step of it, and each is
+    emptied after the one above it."""
     solution = Path(plan.solution)
     folders: dict[Path, set[Path]] = {solution.parent: {p for p in solution.parent.iterdir() if p.is_file() and (
         p.suffix != ".py" or p == solution)}}
     if plan.build_dir:
         build = Path(plan.build_dir).resolve()
         folders.setdefault(build.parent, set()).add(build)
-    for folder in folders:
-        for other in folders:
-            if other != folder and folder in other.parents:
-                folders[folder].add(folder / other.relative_to(folder).parts[0])
+    for inner in list(folders):
+        for outer in list(folders):
+            if outer in inner.parents:
+                step = inner
+                while step.parent != outer:
+                    folders.setdefault(step.parent, set()).add(step)
+                    step = step.parent
+                folders[outer].add(step)
     return [(folder, sorted(folders[folder])) for folder in sorted(folders, key=lambda f: len(f.parts))]
 
 

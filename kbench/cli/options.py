@@ -34,6 +34,7 @@ ResultsDir = Annotated[Path, typer.Option(help="Where results/<run-id>/ (and bas
 CacheDir = Annotated[Path | None, typer.Option(help="Extension build cache. Default: ~/.cache/kbench/extensions.")]
 ProblemsDir = Annotated[Path, typer.Option("--problems-dir", callback=_located, help="Folder of problems (one sub-folder each). Default: problems/ here or in the nearest parent folder that has one.")]
 SolutionsDir = Annotated[Path, typer.Option("--solutions-dir", callback=_located, help="Folder of solutions (solutions/<problem>/<name>.py). Default: beside that problems/.")]
+Backward = Annotated[bool | None, typer.Option("--backward/--forward-only", help="Judge and time forward and backward as one call: input and parameter gradients for a fresh upstream gradient, each compared with the reference's. Default: each problem's own (problem.toml `backward = true`), else forward only.")]
 ShowProgress = Annotated[bool | None, typer.Option("--progress/--no-progress", help="Live progress on stderr: bars with counts and ETA, what runs now, a tally of statuses. Default: on when stderr is a terminal (not TERM=dumb); otherwise plain lines, as in a log.")]
 
 PROBLEMS_DIR, SOLUTIONS_DIR = Path("problems"), Path("solutions")

@@ -13,6 +13,7 @@ from kbench.cli.options import (
     DEFAULT,
     PROBLEMS_DIR,
     SOLUTIONS_DIR,
+    Backward,
     CacheDir,
     Device,
     Jobs,
@@ -53,6 +54,7 @@ def run_command(
     precision: Precision = DEFAULT.precision,
     no_tf32: Annotated[bool, typer.Option("--no-tf32", help="Turn TF32 off for cuDNN (and matmul) in reference and solution alike.")] = False,
     no_compile_baseline: NoCompileBaseline = False,
+    backward: Backward = DEFAULT.backward,
     two_sizes: Annotated[bool | None, typer.Option("--two-sizes/--one-size", help="Also check correctness at the other size (full/small). Default: yes on CUDA, no on CPU.")] = DEFAULT.two_sizes,
     timeout: Timeout = DEFAULT.timeout_s,
     jobs: Jobs = DEFAULT.jobs,
@@ -86,6 +88,8 @@ def run_command(
 
       kbench run -p conv3d_gelu --precision bf16 --tolerance kernelbench
 
+      kbench run -p conv3d_gelu -s tf32_igemm --backward
+
       kbench run --executor ray --address ray://head:10001
     """
     from kbench.cli.live import progress_sink  # slow: rich.live and the pipeline; not for --help
@@ -95,7 +99,7 @@ def run_command(
         device=device, size=size, trials=trials, atol=atol, rtol=rtol, tolerance=tolerance, precision=precision,
         no_tf32=no_tf32, no_compile_baseline=no_compile_baseline, two_sizes=two_sizes, timeout=timeout, jobs=jobs,
         max_time=max_time, results_dir=results_dir, cache_dir=cache_dir, seed=seed, executor=executor,
-        address=address, parallel=parallel, kernel_profile=kernel_profile,
+        address=address, parallel=parallel, kernel_profile=kernel_profile, backward=backward,
     )
     with progress_sink(show_progress) as progress:
         store = run(config, problem or [], solution, problems_dir, solutions_dir, progress, resume, retry_crashed)
@@ -166,6 +170,7 @@ def baseline_command(
     device: Device = DEFAULT.device,
     size: Size = DEFAULT.size,
     no_compile_baseline: NoCompileBaseline = False,
+    backward: Backward = DEFAULT.backward,
     precision: Precision = DEFAULT.precision,
     tolerance: ToleranceProfile = DEFAULT.tolerance,
     max_time: MaxTime = DEFAULT.timing.max_time_s,
@@ -186,13 +191,16 @@ def baseline_command(
       kbench baseline --problems-dir ~/KernelBench/level1 --name level1-h100 --resume 20261123-101500-ab12
 
       kbench baseline --problems-dir ~/KernelBench/level1 --precision bf16
+
+      kbench baseline --problems-dir ~/KernelBench/level1 --backward --name level1-h100-backward
     """
     from kbench.cli.live import progress_sink  # slow: rich.live and the pipeline; not for --help
     from kbench.commands.baseline import baseline  # heavy: pandas; not for --help
     from kbench.reports.tables import results_frame, to_terminal  # heavy: pandas; not for --help
 
     config = run_config(device=device, size=size, no_compile_baseline=no_compile_baseline, timeout=timeout,
-                        max_time=max_time, results_dir=results_dir, precision=precision, tolerance=tolerance)
+                        max_time=max_time, results_dir=results_dir, precision=precision, tolerance=tolerance,
+                        backward=backward)
     with progress_sink(show_progress) as progress:
         store, target = baseline(config, problem or [], problems_dir, name, progress, resume)
     typer.echo(to_terminal(results_frame(store.evaluations)))
@@ -209,6 +217,7 @@ def gate_command(
     trials: Trials = DEFAULT.trials,
     precision: Precision = DEFAULT.precision,
     tolerance: ToleranceProfile = DEFAULT.tolerance,
+    backward: Backward = DEFAULT.backward,
     max_time: MaxTime = DEFAULT.timing.max_time_s,
     timeout: Timeout = DEFAULT.timeout_s,
     jobs: Jobs = DEFAULT.jobs,
@@ -232,12 +241,14 @@ def gate_command(
       kbench gate --junit results/gate.xml
 
       kbench gate --baseline h100 --max-regression 5%
+
+      kbench gate --backward
     """
     from kbench.cli.live import progress_sink  # slow: rich.live and the pipeline; not for --help
     from kbench.commands.gate import FAIL, PASS, SKIP, gate, write_junit  # heavy: pandas; not for --help
 
     config = run_config(trials=trials, timeout=timeout, jobs=jobs, max_time=max_time, results_dir=results_dir,
-                        cache_dir=cache_dir, precision=precision, tolerance=tolerance)
+                        cache_dir=cache_dir, precision=precision, tolerance=tolerance, backward=backward)
     with progress_sink(show_progress) as progress:
         result = gate(problem or [], solution, problems_dir, solutions_dir, config, baseline, fraction(max_regression),
                       progress)

@@ -55,7 +55,8 @@ def judging(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
     atol, rtol = cfg.tolerance_for(problem)
     return {"problem": ProblemRef(problem.name, str(problem.path), problem.overrides(plan.size)),
             "device": plan.device, "precision": cfg.precision_for(problem), "seed": cfg.seed, "trials": cfg.trials,
-            "atol": atol, "rtol": rtol, "math": cfg.math, "timing": cfg.timing, "kernel_profile": cfg.kernel_profile}
+            "atol": atol, "rtol": rtol, "math": cfg.math, "timing": cfg.timing, "kernel_profile": cfg.kernel_profile,
+            "backward": cfg.backward_for(problem)}
 
 
 def other_sizes(plan: Plan, problem: ProblemSpec) -> tuple[OtherSize, ...]:
@@ -87,7 +88,7 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
     outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, None, 1), slot))
     common: dict[str, Any] = {"problem": problem.name, "device": plan.device, "size": plan.size,
                               "seconds": outcome.seconds,
-              "precision": plan.config.precision_for(problem)}
+              "precision": plan.config.precision_for(problem), "backward": plan.config.backward_for(problem)}
     result = answer(outcome, ReferenceResult)
     if result.status != Status.CORRECT or result.timing is None:
         return [Evaluation(solution=EAGER, status=Status(result.status), message=result.message, **common)]
@@ -151,7 +152,8 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
     precision = plan.config.precision_for(problem)
     common: dict[str, Any] = {"problem": problem.name, "solution": solution.name, "device": plan.device,
                               "size": plan.size,
-              "precision": precision, "compile": built.compile if built else None}
+              "precision": precision, "compile": built.compile if built else None,
+              "backward": plan.config.backward_for(problem)}
     if (refused := _not_judged(plan, solution, precision, built)) is not None:
         return Evaluation(status=refused[0], message=refused[1], **common)
     job = EvaluateJob(**judging(plan, problem), other_sizes=other_sizes(plan, problem),

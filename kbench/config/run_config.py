@@ -11,7 +11,8 @@ from kbench.config.tolerances import tolerance
 
 
 class ProblemSettings(Protocol):
-    """What the configuration reads of a problem (kbench.results.records.ProblemSpec): its precision and tolerance."""
+    """What the configuration reads of a problem (kbench.results.records.ProblemSpec): its precision, tolerance and
+    whether its calls are judged forward and backward."""
 
     @property
     def precision(self) -> str: ...
@@ -21,6 +22,9 @@ class ProblemSettings(Protocol):
 
     @property
     def rtol(self) -> float: ...
+
+    @property
+    def backward(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -74,10 +78,15 @@ class RunConfig:
     build_unrunnable: bool = False  # also compile solutions this run cannot run (the GPU-less gate's CUDA ones)
     tolerance: str = "problem"  # problem | kernelbench | kernelbench-v0.1: atol/rtol's source (TOLERANCE_PROFILES)
     precision: str | None = None  # fp32 | fp16 | bf16; None takes each problem's own (fp32 unless problem.toml says)
+    backward: bool | None = None  # forward+backward as one call; None takes each problem's own (problem.toml)
 
     def precision_for(self, problem: ProblemSettings) -> str:
         """The precision `problem` is evaluated in: --precision, else the problem's own (problem.toml, fp32)."""
         return self.precision or problem.precision
+
+    def backward_for(self, problem: ProblemSettings) -> bool:
+        """Whether `problem`'s calls are judged forward and backward: --backward/--forward-only, else problem.toml."""
+        return self.backward if self.backward is not None else problem.backward
 
     def tolerance_for(self, problem: ProblemSettings) -> tuple[float, float]:
         """(atol, rtol) for `problem`'s comparisons in this run (see `tolerance`)."""

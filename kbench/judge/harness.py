@@ -15,6 +15,7 @@ import torch
 
 from kbench.config.run_config import MathFlags
 from kbench.config.tolerances import PRECISIONS
+from kbench.judge import backward
 from kbench.judge.candidate.loading import import_path
 from kbench.judge.verdicts import Verdict, short
 from kbench.measure import timers, timing
@@ -94,7 +95,10 @@ def job_reference(problem: ModuleType, job: Judging) -> tuple[Any, list[Any], Ca
     the input maker for the same device and precision."""
     precision = job.precision
     reference, init = build_reference(problem, job.seed, job.device, precision)
-    return reference, init, input_maker(problem, job.device, precision)
+    make = input_maker(problem, job.device, precision)
+    if job.backward:  # forward and backward as one call, the upstream gradient drawn with the inputs
+        return backward.Gradients(reference, reference=True), init, backward.with_upstream(make, reference)
+    return reference, init, make
 
 
 def _to(x: Any, device: str, precision: str = "fp32") -> Any:

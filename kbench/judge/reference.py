@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from kbench.judge import backward
 from kbench.judge.candidate.session import Announce
 from kbench.judge.checks import correctness, degeneracy, noise, trust
 from kbench.judge.draft import ReferenceDraft
@@ -174,7 +175,7 @@ def _check_compiled(job: ReferenceJob, reference: Any, make: Any, device: str) -
     """torch.compile of the reference, checked against eager on the correctness trials' seeds: the draft of a
     CompiledResult, with the compiled `model` when it passed."""
     start = _perf_counter()
-    model = torch.compile(reference)
+    model = backward.compiled(reference)
     seeds = [job.seed + 1 + i for i in range(job.trials)]
     try:
         trials, _ = correctness.run_trials(make, correctness.on_copies(model), reference, seeds, job.atol, job.rtol,

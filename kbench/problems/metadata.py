@@ -19,7 +19,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 MODEL_FILE = "model.py"
 META_FILE = "problem.toml"
-META_KEYS = ("origin", "atol", "rtol", "small", "precision")
+META_KEYS = ("origin", "atol", "rtol", "small", "precision", "backward")
 
 
 def _parse(path: Path) -> ast.Module:
@@ -80,6 +80,9 @@ def load_problem_file(path: Path, name: str | None = None, meta: dict[str, Any] 
     precision = str(meta.get("precision", "fp32"))
     if precision not in PRECISIONS:
         raise DiscoveryError(f"{source}: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    backward = meta.get("backward", False)
+    if not isinstance(backward, bool):
+        raise DiscoveryError(f"{source}: backward is {backward!r}; it takes true or false")
     return ProblemSpec(
         name=name or path.stem,
         path=path.resolve(),
@@ -87,6 +90,7 @@ def load_problem_file(path: Path, name: str | None = None, meta: dict[str, Any] 
         atol=float(meta.get("atol", DEFAULT_TOLERANCE)),
         rtol=float(meta.get("rtol", DEFAULT_TOLERANCE)),
         precision=precision,
+        backward=backward,
         constants=tuple(constants.items()),
         small=tuple((k, small[k]) for k in constants if k in small),
     )

@@ -19,9 +19,10 @@ if TYPE_CHECKING:
 FORMATS = ("table", "md", "csv", "json")
 
 COLUMNS = [
-    "problem", "solution", "status", "size", "precision", "median_ms", "eager_ms", "vs_eager", "vs_compile",
+    "problem", "solution", "status", "size", "precision", "calls", "median_ms", "eager_ms", "vs_eager", "vs_compile",
     "floor_pct", "n", "ci_pct", "max_abs_err", "peak_mib", "compile_s", "notes",
 ]
+CALLS_BACKWARD = "forward+backward"  # the calls column of a --backward row (empty: the forward alone)
 WIDTH = 120  # the widest line of a table for the terminal, footnotes included
 NOTE_PARTS = "note_parts"  # results_frame's attrs: each row's message and warnings apart, by index (the footnotes)
 
@@ -34,7 +35,7 @@ def note_parts(e: Evaluation) -> tuple[str, ...]:
 def _row(e: Evaluation) -> dict[str, object]:
     row: dict[str, object] = dict.fromkeys(COLUMNS)
     row.update(problem=e.problem, solution=e.solution, status=e.status.value, size=e.size, precision=e.precision,
-               notes="; ".join(note_parts(e)))
+               calls=CALLS_BACKWARD if e.backward else "", notes="; ".join(note_parts(e)))
     if e.timing is not None:
         summary = e.timing.summary()
         row["median_ms"] = summary["median"] * 1e3
@@ -99,10 +100,10 @@ def to_markdown(frame: pd.DataFrame) -> str:
 HEADERS = {"precision": "prec", "median_ms": "median\nms", "eager_ms": "eager\nms", "vs_eager": "vs\neager",
            "vs_compile": "vs\ncompile", "floor_pct": "floor", "ci_pct": "ci", "max_abs_err": "max\nerr",
            "peak_mib": "peak\nMiB", "compile_s": "compile\ns"}
-LEAVE_FIRST = ("compile_s", "peak_mib", "n", "eager_ms", "floor_pct", "ci_pct", "size", "precision", "max_abs_err",
+LEAVE_FIRST = ("compile_s", "peak_mib", "n", "eager_ms", "floor_pct", "ci_pct", "size", "precision", "calls", "max_abs_err",
                "vs_compile", "vs_eager", "median_ms", "notes")
-SHARED = ("size", "precision")  # a column on which every row agrees becomes a line above the table
-TEXT = ("problem", "solution", "status", "size", "precision", "notes")  # aligned left; figures align right
+SHARED = ("size", "precision", "calls")  # a column on which every row agrees becomes a line above the table
+TEXT = ("problem", "solution", "status", "size", "precision", "calls", "notes")  # aligned left; figures align right
 
 
 def grid(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool] = ()) -> str:

@@ -46,6 +46,7 @@ class ProblemSpec:
     atol: float = DEFAULT_TOLERANCE
     rtol: float = DEFAULT_TOLERANCE
     precision: str = "fp32"  # the precision a run takes when --precision does not say (problem.toml `precision`)
+    backward: bool = False  # forward and backward judged as one call unless --forward-only (problem.toml `backward`)
     constants: tuple[tuple[str, Any], ...] = ()  # module-level size constants, read from the AST
     small: tuple[tuple[str, Any], ...] = ()  # overrides of those constants for --size small
 
@@ -149,6 +150,7 @@ class Evaluation:
     message: str = ""
     compile: CompileInfo | None = None
     precision: str = "fp32"
+    backward: bool = False  # forward and backward judged and timed as one call (--backward)
     trials: tuple[TrialResult, ...] = ()
     size_checks: dict[str, tuple[TrialResult, ...]] = field(default_factory=dict)  # trials at other sizes
     timing: Measurement | None = None
@@ -195,6 +197,7 @@ class Evaluation:
             size=data.get("size", ""),
             message=data.get("message", ""),
             precision=data.get("precision", "fp32"),
+            backward=bool(data.get("backward", False)),
             compile=CompileInfo(**compile_info) if compile_info else None,
             trials=trials_from_json(data.get("trials", ())),
             size_checks={k: trials_from_json(v) for k, v in data.get("size_checks", {}).items()},

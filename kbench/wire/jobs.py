@@ -56,6 +56,7 @@ class Judging:
     math: MathFlags = MathFlags()
     timing: TimingPolicy = TimingPolicy()
     kernel_profile: bool = True
+    backward: bool = False  # forward and backward judged and timed as one call (kbench.judge.backward)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from kbench.config.run_config import MathFlags
+from kbench.judge import backward
 from kbench.judge.candidate import protocol
 from kbench.judge.candidate.loading import import_path, load_solution
 from kbench.judge.candidate.outputs import Locator, each_output
@@ -91,6 +92,8 @@ class CommandServer:
         set_sizes(problem, cmd.overrides)
         model = construct(lambda: problem.Model(*cmd.init), 0, cmd.device, cmd.precision)  # the judge's weights go in
         model.load_state_dict(cmd.state)
+        if cmd.grads is not None:
+            model = backward.Gradients(model, cmd.grads, reference=True)
         self.model, self.inputs, self.outputs = model, list(cmd.inputs), list(cmd.outputs)
         return {"status": "ok", "figures": {"sandbox": level}}
 
@@ -114,7 +117,7 @@ class CommandServer:
             _synchronize(self.device)
         except BaseException as exc:
             raise Verdict(Status.RUNTIME_ERROR, f"ModelNew(*get_init_inputs()) raised {short(exc)}") from exc
-        self.models[cmd.name] = model
+        self.models[cmd.name] = model if cmd.grads is None else backward.Gradients(model, cmd.grads)
         return {"status": "ok", "figures": {"copied": len(shared)}}
 
     def bind(self, cmd: protocol.Bind) -> dict[str, Any]:
@@ -131,6 +134,8 @@ class CommandServer:
         try:
             out = self.model(*self.inputs)
             _synchronize(self.device)
+        except Verdict:  # a verdict of kbench's own (judge.backward): what the gradients lack
+            raise
         except BaseException as exc:
             raise Verdict(Status.RUNTIME_ERROR, f"the solution raised {short(exc)}") from exc
         figures = {"peak_bytes": max(_max_memory_allocated() - before, 0)} if cuda else {}
@@ -152,6 +157,8 @@ class CommandServer:
             end.record()
         except BaseException as exc:
             self.gate.open(cmd.value)  # nothing may stay queued behind it
+            if isinstance(exc, Verdict):
+                raise
             raise Verdict(Status.RUNTIME_ERROR, f"the solution raised {short(exc)} in a timed call") from exc
         values, where = self._locate(out)  # an output that must be copied is copied before the DONE word
         self.page.write_on(stream, SignalPage.DONE, cmd.value)

@@ -18,6 +18,7 @@ from typing import Any, TypeGuard
 
 import torch
 
+from kbench.judge import backward
 from kbench.judge.verdicts import Verdict
 from kbench.measure import driver
 from kbench.results.records import Status
@@ -56,7 +57,7 @@ def each_output(out: Any, buffers: list[Any], take: Callable[[Any, Any], Any]) -
     values: list[Any] = []
     taken: list[Any] = []
     for i, (o, buf) in enumerate(zip(outs, buffers)):
-        label = f"output {i}" if len(outs) > 1 else "output"
+        label = backward.label(out, i, len(outs))
         if buf is None:
             if isinstance(o, bool) or not isinstance(o, (int, float)):
                 raise Verdict(Status.INCORRECT, f"{label} is a {type(o).__name__}, expected a number")

@@ -39,6 +39,7 @@ class Calibrate:
     precision: str = "fp32"
     page: Any = None  # CUDA: a CPU tensor in shared memory holding the signal page (kbench.measure.gate)
     sandbox: Any = None  # the job's kbench.system.sandbox.Plan: the file system restricted before the solution comes
+    grads: tuple[str, ...] | None = None  # --backward: the parameters whose gradients a call returns (judge.backward)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Build:
     seed: int
     device: str
     precision: str = "fp32"  # ModelNew is cast to it, as the reference is
+    grads: tuple[str, ...] | None = None  # --backward: the reference's parameters whose gradients a call returns
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any, cast
 import torch
 import torch.multiprocessing as torch_mp
 
+from kbench.judge import backward
 from kbench.judge.candidate import candidate, protocol
 from kbench.judge.checks import correctness, trust
 from kbench.judge.verdicts import Verdict
@@ -181,7 +182,7 @@ class Session:
         reply = self.ask(protocol.Calibrate(self.device, dataclasses.asdict(job.math), job.problem.path,
                                             job.problem.overrides, init, self._shared_state(reference), self.inputs,
                                             self.buffers[self.name], self.precision, self.page_tensor,
-                                            self.sandbox_plan))
+                                            self.sandbox_plan, backward.gradient_names(reference)))
         self.sandbox = str(reply.figures.get("sandbox", ""))
 
     def load(self, path: str, env: dict[str, str]) -> dict[str, Any]:
@@ -192,7 +193,8 @@ class Session:
         return {k: self.shared_copy(v.detach()) for k, v in reference.state_dict().items()}
 
     def build(self, name: str, reference: Any, init: list[Any], seed: int) -> int:
-        reply = self.ask(protocol.Build(name, init, self._shared_state(reference), seed, self.device, self.precision))
+        reply = self.ask(protocol.Build(name, init, self._shared_state(reference), seed, self.device, self.precision,
+                                        backward.gradient_names(reference)))
         return int(reply.figures.get("copied", 0))
 
     def _output_buffers(self, outputs: Any) -> list[Any]:

@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from kbench.judge import backward
+
 _isfinite = torch.isfinite
 _isnan = torch.isnan
 _abs = torch.abs
@@ -149,8 +151,9 @@ def compare(candidate: Any, reference: Any, atol: float, rtol: float,
     if len(cands) != len(refs):
         return False, {"message": f"returned {len(cands)} outputs, reference returns {len(refs)}"}
     figures = Figures()
+    wrong: list[str] = []  # the outputs with a mismatched element, by label
     for i, (c, r) in enumerate(zip(cands, refs)):
-        label = f"output {i}" if len(refs) > 1 else "output"
+        label = backward.label(reference, i, len(refs))
         if not isinstance(r, _tensor_type):  # a plain number (a Python scalar the reference returns)
             if isinstance(c, _tensor_type) or not _close_numbers(c, r, atol, rtol):
                 return False, {"message": f"{label} is {c!r}, reference {r!r}"}
@@ -164,12 +167,16 @@ def compare(candidate: Any, reference: Any, atol: float, rtol: float,
         if c.device != r.device:
             return False, {"message": f"{label} is on {c.device}, reference on {r.device}"}
         size = chunk_elements(memory_budget(r.device) if budget_bytes is None else budget_bytes)
+        before = figures.mismatched if len(refs) > 1 else 0  # one host read per output, only to name them
         for cc, rc in zip(chunks(c, size), chunks(r, size)):
             figures.add(cc.to(_float64), rc.to(_float64), atol, rtol)
+        if len(refs) > 1 and figures.mismatched > before:
+            wrong.append(label)
     out = figures.to_dict()
     if out["mismatched"]:
+        where = f"{', '.join(wrong)}: " if len(refs) > 1 else ""
         out["message"] = (
-            f"{out['mismatched']} of {out['numel']} elements outside atol={atol:g}, rtol={rtol:g}"
+            f"{where}{out['mismatched']} of {out['numel']} elements outside atol={atol:g}, rtol={rtol:g}"
             f" (max abs err {out['max_abs_err']:.3g})"
         )
     return out["mismatched"] == 0, out

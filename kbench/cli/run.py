@@ -95,12 +95,11 @@ def run_command(
     from kbench.cli.live import progress_sink  # slow: rich.live and the pipeline; not for --help
     from kbench.commands.run import run  # heavy: pandas; not for --help
 
-    config = run_config(
-        device=device, size=size, trials=trials, atol=atol, rtol=rtol, tolerance=tolerance, precision=precision,
-        no_tf32=no_tf32, no_compile_baseline=no_compile_baseline, two_sizes=two_sizes, timeout=timeout, jobs=jobs,
-        max_time=max_time, results_dir=results_dir, cache_dir=cache_dir, seed=seed, executor=executor,
-        address=address, parallel=parallel, kernel_profile=kernel_profile, backward=backward,
-    )
+    config = run_config(device=device, size=size, trials=trials, atol=atol, rtol=rtol, tolerance=tolerance,
+                        precision=precision, no_tf32=no_tf32, no_compile_baseline=no_compile_baseline,
+                        two_sizes=two_sizes, timeout=timeout, jobs=jobs, max_time=max_time, results_dir=results_dir,
+                        cache_dir=cache_dir, seed=seed, executor=executor, address=address, parallel=parallel,
+                        kernel_profile=kernel_profile, backward=backward)
     with progress_sink(show_progress) as progress:
         store = run(config, problem or [], solution, problems_dir, solutions_dir, progress, resume, retry_crashed)
     _show_run(store)

@@ -47,7 +47,7 @@ class ProblemCheck:
     problem: ProblemSpec
     size: str
     findings: tuple[Finding, ...]
-    figures: dict[str, Any]
+    figures: dict[str, Any]  # free-form diagnostics of the check's child (kbench.wire.jobs.CheckResult.figures)
     error: str = ""
     precision: str = "fp32"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from kbench.build.compile import build_all
 from kbench.commands.evaluation import (
     Plan,
+    RowPlace,
     evaluate_reference,
     evaluate_solution,
     on_gpu,
@@ -118,8 +118,8 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
         reference_rows = rows_of[problem.name]
         floor = reference_rows[0].floor if reference_rows else None
         gain = next((r.speedup_vs_eager for r in reference_rows if r.solution == COMPILED and r.speedup_vs_eager), None)
-        where: dict[str, Any] = {"device": plan.device, "size": plan.size,
-                                 "precision": plan.config.precision_for(problem)}
+        where: RowPlace = {"device": plan.device, "size": plan.size, "precision": plan.config.precision_for(problem),
+                           "backward": plan.config.backward_for(problem)}
         if solution.defect:
             return Evaluation(problem=problem.name, solution=solution.name, status=Status.LOAD_ERROR,
                               message=solution.defect, **where)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from kbench.build.compile import BuildContext, BuildResult, child_env
-from kbench.config.run_config import RunConfig
+from kbench.config.run_config import MathFlags, RunConfig, TimingPolicy
 from kbench.execution.child import answer
 from kbench.execution.executors import Executor, local_executor
 from kbench.execution.pool import Slot
@@ -17,6 +17,7 @@ from kbench.judge.verdicts import Verdict
 from kbench.measure.timing_checks import escaped_work_warning, few_samples_warning, launch_bound_warning
 from kbench.results.figures import Floor
 from kbench.results.findings import Finding, FindingCode
+from kbench.results.header import Environment
 from kbench.results.records import (
     COMPILED,
     EAGER,
@@ -38,18 +39,61 @@ from kbench.wire.jobs import (
     SolutionRef,
 )
 
+if TYPE_CHECKING:
+    from typing import Unpack  # Python 3.11; annotations only (kbench runs on 3.10)
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
     config: RunConfig
     device: str
     size: str
-    env: dict[str, Any]
+    env: Environment
     build: BuildContext
     executor: Executor = dataclasses.field(default_factory=lambda: local_executor("cpu", 0))
 
 
-def judging(plan: Plan, problem: ProblemSpec) -> dict[str, Any]:
+class JudgingFields(TypedDict):
+    """The fields of kbench.wire.jobs.Judging, for the job records that extend it (`Job(**judging(...), ...)`)."""
+
+    problem: ProblemRef
+    device: str
+    precision: str
+    seed: int
+    trials: int
+    atol: float
+    rtol: float
+    math: MathFlags
+    timing: TimingPolicy
+    kernel_profile: bool
+    backward: bool
+
+
+class RowPlace(TypedDict):
+    """Where an evaluation ran: the Evaluation fields every row of a problem shares in a run."""
+
+    device: str
+    size: str
+    precision: str
+    backward: bool
+
+
+class ReferenceRowFields(RowPlace):
+    """The Evaluation fields the eager and torch.compile rows of a problem share."""
+
+    problem: str
+    seconds: float
+
+
+class SolutionRowFields(RowPlace):
+    """The Evaluation fields a solution's row has whether or not it is judged."""
+
+    problem: str
+    solution: str
+    compile: CompileInfo | None
+
+
+def judging(plan: Plan, problem: ProblemSpec) -> JudgingFields:
     """What every job on `problem` shares in this run (the fields of kbench.wire.jobs.Judging)."""
     cfg = plan.config
     atol, rtol = cfg.tolerance_for(problem)
@@ -86,9 +130,9 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
     job = ReferenceJob(**judging(plan, problem), compile_baseline=plan.config.compile_baseline,
                        ceilings_dir=str(plan.build.cache_dir.parent / "ceilings"))
     outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, None, 1), slot))
-    common: dict[str, Any] = {"problem": problem.name, "device": plan.device, "size": plan.size,
-                              "seconds": outcome.seconds,
-              "precision": plan.config.precision_for(problem), "backward": plan.config.backward_for(problem)}
+    common: ReferenceRowFields = {"problem": problem.name, "device": plan.device, "size": plan.size,
+                                  "seconds": outcome.seconds, "precision": plan.config.precision_for(problem),
+                                  "backward": plan.config.backward_for(problem)}
     result = answer(outcome, ReferenceResult)
     if result.status != Status.CORRECT or result.timing is None:
         return [Evaluation(solution=EAGER, status=Status(result.status), message=result.message, **common)]
@@ -97,11 +141,12 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
                        warnings=_warnings(plan, eager, result.warnings), floor=result.floor, peak=result.peak,
                        phases=result.phases, extra={"output": result.output, **result.figures}, **common)]
     if result.compiled is not None:
-        rows.append(_compiled_row(plan, result.compiled, eager, common))
+        rows.append(_compiled_row(plan, result.compiled, eager, **common))
     return rows
 
 
-def _compiled_row(plan: Plan, compiled: CompiledResult, eager: Measurement, common: dict[str, Any]) -> Evaluation:
+def _compiled_row(plan: Plan, compiled: CompiledResult, eager: Measurement,
+                  **common: Unpack[ReferenceRowFields]) -> Evaluation:
     timing = compiled.timing
     return Evaluation(
         solution=COMPILED, status=Status(compiled.status), message=compiled.message, trials=compiled.trials,
@@ -150,10 +195,10 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
                       compile_gain: float | None, slot: Slot = None) -> Evaluation:
     """One solution in its own child; `compile_gain` is eager/compiled time from the reference child."""
     precision = plan.config.precision_for(problem)
-    common: dict[str, Any] = {"problem": problem.name, "solution": solution.name, "device": plan.device,
-                              "size": plan.size,
-              "precision": precision, "compile": built.compile if built else None,
-              "backward": plan.config.backward_for(problem)}
+    common: SolutionRowFields = {"problem": problem.name, "solution": solution.name, "device": plan.device,
+                                 "size": plan.size, "precision": precision,
+                                 "compile": built.compile if built else None,
+                                 "backward": plan.config.backward_for(problem)}
     if (refused := _not_judged(plan, solution, precision, built)) is not None:
         return Evaluation(status=refused[0], message=refused[1], **common)
     job = EvaluateJob(**judging(plan, problem), other_sizes=other_sizes(plan, problem),

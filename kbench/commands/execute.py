@@ -7,7 +7,6 @@ import signal
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from kbench.build.compile import zygote_env
 from kbench.commands.evaluate_all import evaluate_all, is_done
@@ -23,6 +22,7 @@ from kbench.execution.executors import make_executor
 from kbench.execution.zygote import Zygote
 from kbench.reports.compare import machine_key
 from kbench.reports.tables import write_tables
+from kbench.results.header import Environment, GpuInfo, ProblemRecord, RunHeader, Selection
 from kbench.results.records import EAGER, Evaluation, ProblemSpec, SolutionSpec, Status
 from kbench.results.storage import RunStore
 from kbench.system import toolkit
@@ -31,8 +31,8 @@ from kbench.system.environment import git_info, host_info
 
 def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
             repo: Path, progress: Progress = lambda _: None, broken: Sequence[tuple[str, str]] = (),
-            resume: Path | None = None, env: dict[str, Any] | None = None,
-            selection: dict[str, Any] | None = None, retry_crashed: bool = False) -> RunStore:
+            resume: Path | None = None, env: Environment | None = None,
+            selection: Selection | None = None, retry_crashed: bool = False) -> RunStore:
     """Run every problem and its solutions; results are saved after each evaluation.
 
     `broken` problem files (name, reason) get a failed record each and the run goes on. With `resume`,
@@ -51,13 +51,13 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
         config = _resumable_config(resumed, env)
     device = resolve_device(config.device, env)
     size = resolve_size(config.size, device)
-    gpu = env.get("gpu") or {}
+    gpu = env.get("gpu")
     ctx = build_context(env, config.cache_dir, config.timeout_s, config.jobs)
     plan = Plan(config, device, size, env, ctx, _executor(config, device, gpu, early))
     store = _open_store(plan, resumed, _header(plan, repo, problems, selection))
     if resumed is not None:
         _settle_lost(plan, store, problems, retry_crashed, progress)
-    machine = gpu.get("name", env["cpu"]) if device == "cuda" else env["cpu"]
+    machine = gpu["name"] if device == "cuda" and gpu else env["cpu"]
     progress(Note(f"run {store.run_id}: {len(problems)} problem(s) on {device} ({machine}), size {size}"))
     _evaluate(plan, problems, solutions, broken, store, progress)
     store.finish("complete")
@@ -72,7 +72,7 @@ def _check_profiles(config: RunConfig) -> None:
         raise UsageError(f"Unknown precision '{config.precision}'. Use one of: {', '.join(PRECISIONS)}")
 
 
-def _probe(config: RunConfig, progress: Progress) -> tuple[dict[str, Any], Zygote | None]:
+def _probe(config: RunConfig, progress: Progress) -> tuple[Environment, Zygote | None]:
     """The machine's probe, and the run's zygote (local executor): it starts now (its imports overlap the probe)
     and forks the probe's worker."""
     progress(Note("probing the machine ..."))
@@ -85,9 +85,10 @@ def _probe(config: RunConfig, progress: Progress) -> tuple[dict[str, Any], Zygot
         raise
 
 
-def _executor(config: RunConfig, device: str, gpu: dict[str, Any], early: Zygote | None) -> Executor:
+def _executor(config: RunConfig, device: str, gpu: GpuInfo | None, early: Zygote | None) -> Executor:
     try:
-        return make_executor(config.executor, device, gpu.get("count", 0), config.address, config.parallel, early)
+        return make_executor(config.executor, device, gpu["count"] if gpu else 0, config.address, config.parallel,
+                             early)
     except BaseException:
         if early is not None:
             early.close()
@@ -95,7 +96,7 @@ def _executor(config: RunConfig, device: str, gpu: dict[str, Any], early: Zygote
 
 
 def _header(plan: Plan, repo: Path, problems: Sequence[ProblemSpec],
-            selection: dict[str, Any] | None) -> dict[str, Any]:
+            selection: Selection | None) -> RunHeader:
     """What a run records about itself: machine, code, configuration, selection and each problem's settings."""
     config, size, cuda_home = plan.config, plan.size, plan.build.cuda_home
     return {
@@ -104,15 +105,18 @@ def _header(plan: Plan, repo: Path, problems: Sequence[ProblemSpec],
         "git": git_info(repo),
         "config": {**dataclasses.asdict(config), "device": plan.device, "size": size},
         "selection": selection,
-        "problems": {p.name: {"origin": p.origin, "path": str(p.path),
-                              **dict(zip(("atol", "rtol"), config.tolerance_for(p))),  # what its comparisons used
-                              "precision": config.precision_for(p),
-                              "problem_atol": p.atol, "problem_rtol": p.rtol,
-                              "constants": dict(p.constants), "overrides": p.overrides(size)} for p in problems},
+        "problems": {p.name: _settings(config, p, size) for p in problems},
     }
 
 
-def _open_store(plan: Plan, resumed: RunStore | None, header: dict[str, Any]) -> RunStore:
+def _settings(config: RunConfig, problem: ProblemSpec, size: str) -> ProblemRecord:
+    atol, rtol = config.tolerance_for(problem)  # what its comparisons used
+    return {"origin": problem.origin, "path": str(problem.path), "atol": atol, "rtol": rtol,
+            "precision": config.precision_for(problem), "problem_atol": problem.atol, "problem_rtol": problem.rtol,
+            "constants": dict(problem.constants), "overrides": problem.overrides(size)}
+
+
+def _open_store(plan: Plan, resumed: RunStore | None, header: RunHeader) -> RunStore:
     """The resumed run, told about this selection's problems, or a new run with `header`."""
     if resumed is None:
         return RunStore.create(plan.config.results_dir, header)
@@ -180,11 +184,11 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _resumable_config(store: RunStore, env: dict[str, Any]) -> RunConfig:
+def _resumable_config(store: RunStore, env: Environment) -> RunConfig:
     """The resumed run's own configuration; resuming on another kind of machine would mix timings."""
     stored = store.header.get("environment", {})
     if machine_key(env, cpu=False) != machine_key(stored, cpu=False):
-        here, there = (env.get("gpu") or {}).get("name"), (stored.get("gpu") or {}).get("name")
+        here, there = (gpu := env.get("gpu")) and gpu["name"], (stored.get("gpu") or {}).get("name")
         raise UsageError(f"Run {store.run_id} was measured on {there or 'CPU'} with torch {stored.get('torch')}; "
                          f"this machine has {here or 'no GPU'} with torch {env.get('torch')}. Start a new run instead.")
     return RunConfig.from_json(store.header["config"])

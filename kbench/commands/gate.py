@@ -7,7 +7,6 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kbench.commands.execute import execute
 from kbench.commands.machine import probe_environment
@@ -17,6 +16,7 @@ from kbench.errors import KbenchError, UsageError
 from kbench.problems.discovery import select
 from kbench.reports import compare as comparing
 from kbench.reports import reproduce
+from kbench.results.header import Environment
 from kbench.results.records import Evaluation, ProblemSpec, SolutionSpec, Status
 from kbench.results.storage import LoadedRun, RunStore, atomic_write, load, resolve
 
@@ -117,7 +117,7 @@ def speed_checks(run: LoadedRun, baseline: LoadedRun, max_regression: float,
 
 
 def _run(config: RunConfig, problems: list[ProblemSpec], solutions: dict[str, list[SolutionSpec]],
-         progress: Progress, env: dict[str, Any]) -> RunStore:
+         progress: Progress, env: Environment) -> RunStore:
     return execute(config, problems, solutions, Path.cwd(), progress, env=env)
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from kbench.commands.execute import execute
 from kbench.commands.progress import Progress
 from kbench.config.run_config import RunConfig
 from kbench.errors import UsageError
 from kbench.problems.discovery import choose_problems, find_solutions, is_path_ref, select
+from kbench.results.header import Selection
 from kbench.results.records import Evaluation, Status
 from kbench.results.storage import RunStore, load_run, resolve
 
@@ -60,7 +60,7 @@ def run(config: RunConfig, problem_refs: Sequence[str], solution_ref: str | None
 
 
 def what_to_run(previous: Path | None, problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path,
-               solutions_dir: Path) -> tuple[Sequence[str], str | None, Path, Path, dict[str, Any]]:
+               solutions_dir: Path) -> tuple[Sequence[str], str | None, Path, Path, Selection]:
     """What to run, and the record of it that a run keeps: a resumed run's own selection (it records what was asked
     for), else the one given."""
     stored = load_run(previous)[0].get("selection") if previous is not None else None
@@ -70,7 +70,7 @@ def what_to_run(previous: Path | None, problem_refs: Sequence[str], solution_ref
                              "leave out -p/--problem and -s/--solution.")
         problem_refs, solution_ref = stored["problems"], stored["solution"]
         problems_dir, solutions_dir = Path(stored["problems_dir"]), Path(stored["solutions_dir"])
-    selection = {"problems": [as_ref(r) for r in problem_refs],
+    selection: Selection = {"problems": [as_ref(r) for r in problem_refs],
                  "solution": as_ref(solution_ref) if solution_ref else None,
                  "problems_dir": str(problems_dir.resolve()), "solutions_dir": str(solutions_dir.resolve())}
     return problem_refs, solution_ref, problems_dir, solutions_dir, selection

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from kbench.execution.listeners import with_listener
 from kbench.execution.process_tree import _live, _live_lock, kill_tree
 from kbench.execution.zygote import ForkedWorker, Zygote
-from kbench.results.codec import ProtocolError, decode, encode
+from kbench.results.codec import JsonObject, ProtocolError, decode, encode
 from kbench.results.records import Status
 from kbench.system.lifetime import exit_failure
 from kbench.wire.jobs import Envelope, Job, JobResult, result_type
@@ -75,7 +75,7 @@ def _kill_group(proc: subprocess.Popen[bytes] | ForkedWorker) -> None:
     kill_tree(proc.pid, exited=isinstance(proc, ForkedWorker) and proc.returncode is not None)
 
 
-def _parse(data: bytes, token: str) -> dict[str, Any] | None:
+def _parse(data: bytes, token: str) -> JsonObject | None:
     """The one result line that carries this job's token. Lines without it (a solution writing to every
     descriptor it can find) are ignored; two lines with it mean the channel was tampered with: no result.
     """
@@ -90,7 +90,7 @@ def _parse(data: bytes, token: str) -> dict[str, Any] | None:
     return found[0] if len(found) == 1 else None
 
 
-def _checked(job: Job, raw: dict[str, Any] | None) -> tuple[JobResult | None, str]:
+def _checked(job: Job, raw: JsonObject | None) -> tuple[JobResult | None, str]:
     """The result record the job is answered with, checked field by field; or None and why it was refused."""
     if raw is None:
         return None, ""

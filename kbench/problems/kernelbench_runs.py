@@ -16,11 +16,12 @@ import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from kbench.errors import UsageError
 from kbench.problems.discovery import scan_problems
 from kbench.problems.importer import ImportResult
+from kbench.results.codec import JsonObject
 from kbench.results.records import COMPILED, EAGER, Evaluation, ProblemSpec, Status
 from kbench.results.storage import atomic_write
 
@@ -104,18 +105,56 @@ def _key(problem: str) -> str:
     return found.groups()[-1] if found else problem
 
 
-def _stats(samples: Sequence[float], hardware: str) -> dict[str, Any]:
+class RuntimeStats(TypedDict, total=False):
+    """KernelBench's runtime_stats, in milliseconds to 3 significant digits; empty for a sample it did not time."""
+
+    mean: float
+    std: float
+    min: float
+    max: float
+    num_trials: int
+    hardware: str
+
+
+class SampleMetadata(TypedDict):
+    """kbench's own figures of a sample, in KernelBench's free `metadata` field."""
+
+    kbench_status: str
+    kbench_solution: str
+    message: str
+    warnings: list[str]
+    precision: str
+    device: str
+    size: str
+    median_ms: float | None
+    speedup_vs_eager: float | None
+
+
+class SampleRecord(TypedDict):
+    """One sample of KernelBench's eval_results.json (runtime -1.0 where it was not timed)."""
+
+    sample_id: int | str  # S of a sample_<S> solution, else the solution's name
+    compiled: bool
+    correctness: bool
+    metadata: SampleMetadata
+    runtime: float
+    runtime_stats: RuntimeStats
+    ref_runtime: float
+    ref_runtime_stats: RuntimeStats
+
+
+def _stats(samples: Sequence[float], hardware: str) -> RuntimeStats:
     ms = [s * 1e3 for s in samples]
     return {"mean": float(f"{statistics.fmean(ms):.3g}"), "std": float(f"{statistics.pstdev(ms):.3g}"),
             "min": float(f"{min(ms):.3g}"), "max": float(f"{max(ms):.3g}"), "num_trials": len(ms),
             "hardware": hardware}
 
 
-def _record(e: Evaluation, hardware: str) -> dict[str, Any]:
+def _record(e: Evaluation, hardware: str) -> SampleRecord:
     found = _SAMPLE.fullmatch(e.solution)
     trusted = e.status == Status.CORRECT and e.timing is not None and e.timing.samples
-    runtime = _stats(e.timing.samples, hardware) if trusted and e.timing else {}
-    reference = _stats(e.eager_timing.samples, hardware) if trusted and e.eager_timing else {}
+    runtime: RuntimeStats = _stats(e.timing.samples, hardware) if trusted and e.timing else {}
+    reference: RuntimeStats = _stats(e.eager_timing.samples, hardware) if trusted and e.eager_timing else {}
     return {
         "sample_id": int(found[1]) if found else e.solution,
         "compiled": e.status not in NOT_COMPILED and e.status != Status.NOT_RUN,
@@ -131,7 +170,7 @@ def _record(e: Evaluation, hardware: str) -> dict[str, Any]:
     }
 
 
-def eval_results(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> dict[str, list[dict[str, Any]]]:
+def eval_results(doc: JsonObject, evaluations: Sequence[Evaluation]) -> dict[str, list[SampleRecord]]:
     """A kbench run as KernelBench's eval_results.json: per problem id, one record per solution (the eager and
     torch.compile rows are references, not samples). KernelBench writes one file per level; when a run holds two
     problems of one number from different levels, those two are keyed by their full names. Only `correct` rows carry
@@ -142,14 +181,14 @@ def eval_results(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> dict
     owners: dict[str, set[str]] = {}
     for e in samples:
         owners.setdefault(_key(e.problem), set()).add(e.problem)
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[SampleRecord]] = {}
     for e in samples:  # a number two problems share (level 1's 19 and level 3's 19) keeps the full names apart
         key = _key(e.problem)
         out.setdefault(key if len(owners[key]) == 1 else e.problem, []).append(_record(e, hardware))
     return dict(sorted(out.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0, kv[0])))
 
 
-def write_eval_results(directory: Path, doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> Path:
+def write_eval_results(directory: Path, doc: JsonObject, evaluations: Sequence[Evaluation]) -> Path:
     target = directory / "eval_results.json"
     atomic_write(target, json.dumps(eval_results(doc, evaluations), indent=4) + "\n")
     return target

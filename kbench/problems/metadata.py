@@ -6,10 +6,10 @@ import ast
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from kbench.config.tolerances import DEFAULT_TOLERANCE, PRECISIONS
 from kbench.errors import DiscoveryError
+from kbench.results.codec import JsonObject
 from kbench.results.records import ProblemSpec
 
 if sys.version_info >= (3, 11):
@@ -31,9 +31,9 @@ def _parse(path: Path) -> ast.Module:
         raise DiscoveryError(f"{path} is not valid Python (line {exc.lineno}: {exc.msg})") from None
 
 
-def module_constants(tree: ast.Module) -> dict[str, Any]:
+def module_constants(tree: ast.Module) -> dict[str, object]:
     """Module-level `name = literal` and `a, b = 1, 2` assignments: a problem's size constants."""
-    found: dict[str, Any] = {}
+    found: dict[str, object] = {}  # name -> any Python literal (ast.literal_eval)
     for node in tree.body:
         if not isinstance(node, ast.Assign) or len(node.targets) != 1:
             continue
@@ -63,7 +63,7 @@ def _check_problem_file(path: Path, tree: ast.Module) -> None:
                              f"{', '.join(sorted(missing))}")
 
 
-def load_problem_file(path: Path, name: str | None = None, meta: dict[str, Any] | None = None) -> ProblemSpec:
+def load_problem_file(path: Path, name: str | None = None, meta: JsonObject | None = None) -> ProblemSpec:
     tree = _parse(path)
     _check_problem_file(path, tree)
     meta = meta or {}
@@ -96,7 +96,8 @@ def load_problem_file(path: Path, name: str | None = None, meta: dict[str, Any] 
     )
 
 
-def read_meta(path: Path) -> dict[str, Any]:
+def read_meta(path: Path) -> JsonObject:
+    """problem.toml as parsed (TOML's values are JSON's, and dates); load_problem_file checks its keys."""
     if not path.exists():
         return {}
     try:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
+from kbench.results.codec import JsonObject
 from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status
 from kbench.results.stats import median
 
@@ -53,13 +54,13 @@ class Caveats:
         return out
 
 
-def compile_measured(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> bool:
+def compile_measured(doc: JsonObject, evaluations: Sequence[Evaluation]) -> bool:
     """Whether the run timed torch.compile at all."""
     return bool((doc.get("config") or {}).get("compile_baseline", True)) and any(
         e.solution == COMPILED for e in evaluations)
 
 
-def caveats(doc: dict[str, Any], evaluations: Sequence[Evaluation], state: str | None = None) -> Caveats:
+def caveats(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | None = None) -> Caveats:
     """The run's caveats. `state`: the run's state as kbench.results.storage tells it (default: the file's)."""
     solutions = [e for e in evaluations if e.solution not in (EAGER, COMPILED)]
     suspects = tuple((e, e.message.removeprefix("outputs pass, timing not trusted: ")) for e in solutions
@@ -109,7 +110,7 @@ class Provenance:
                 ("tolerance", self.tolerance), ("sandbox", self.sandbox)]
 
 
-def provenance(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> Provenance:
+def provenance(doc: JsonObject, evaluations: Sequence[Evaluation]) -> Provenance:
     env, git, config = doc.get("environment") or {}, doc.get("git") or {}, doc.get("config") or {}
     gpu = env.get("gpu") or {}
     device = f"{gpu['name']}, driver {env.get('driver', '?')}" if gpu.get("name") else f"CPU: {env.get('cpu', '?')}"
@@ -157,7 +158,7 @@ def _sandbox(evaluations: Sequence[Evaluation]) -> str:
     return "; ".join(f"{SANDBOX_WORDS.get(level, level)} on {n} row(s)" for level, n in levels.most_common())
 
 
-def _tolerance(config: dict[str, Any]) -> str:
+def _tolerance(config: JsonObject) -> str:
     atol, rtol = config.get("atol"), config.get("rtol")
     fixed = f", atol={atol:g}, rtol={rtol:g}" if atol is not None and rtol is not None else ""
     return f"profile '{config.get('tolerance', 'problem')}'{fixed}"

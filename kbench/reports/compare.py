@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from kbench.errors import UsageError
 from kbench.reports.compare_summary import (
@@ -101,11 +101,21 @@ def _key(e: Evaluation, run: LoadedRun) -> tuple[str, str, str, str, str]:
     return e.problem, e.solution, e.size, e.precision, repr(sorted(math.items()))
 
 
+class _RowKey(TypedDict):
+    """The Row fields every change has: which row, and its status on each side ("" where it is missing)."""
+
+    problem: str
+    solution: str
+    size: str
+    before_status: str
+    after_status: str
+
+
 def _row(b: Evaluation | None, a: Evaluation | None, threshold: float) -> Row:
     ref = a or b
     assert ref is not None
-    base: dict[str, Any] = {"problem": ref.problem, "solution": ref.solution, "size": ref.size,
-            "before_status": b.status.value if b else "", "after_status": a.status.value if a else ""}
+    base: _RowKey = {"problem": ref.problem, "solution": ref.solution, "size": ref.size,
+                     "before_status": b.status.value if b else "", "after_status": a.status.value if a else ""}
     if b is None:
         return Row(change=NEW, after_ms=_ms(a), **base)
     if a is None:

@@ -9,7 +9,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 import markupsafe
@@ -18,7 +18,9 @@ import pandas as pd
 from kbench.errors import ResultsError
 from kbench.reports import caveats, leaderboard, report_text, reproduce, speedup_chart, strips, tables
 from kbench.reports.compare import MARKS, Comparison, environment_key
+from kbench.reports.html_views import Assets, BoardRow, ComparisonView, CompilerLog, ProblemView, RankedRow, RowFigures
 from kbench.results import speedups
+from kbench.results.codec import JsonObject
 from kbench.results.figures import PeakMemory
 from kbench.results.records import COMPILED, EAGER, Evaluation, Status
 from kbench.results.storage import RUN_FILE, LoadedRun, atomic_write, latest_run, load, resolve, run_state
@@ -40,7 +42,7 @@ MEANING = {  # what each status says, before the row's own message says why
 }
 
 
-def figures(e: Evaluation) -> dict[str, Any]:
+def figures(e: Evaluation) -> RowFigures:
     """What a row keeps in `extra` that the page shows (its typed figures are read off the row itself): the timing
     protocol's figures and a suspect row's withheld speedups."""
     x = e.extra
@@ -110,7 +112,7 @@ def peaks(peak: PeakMemory | None) -> list[tuple[str, str]]:
     return [(f"peak memory, {who}", f"{value / 2**20:.1f} MiB") for who, value in found if value is not None]
 
 
-def compiler_log(log: str) -> dict[str, Any]:
+def compiler_log(log: str) -> CompilerLog:
     """A compiler log as the report shows it: its first error, and its first LOG_HEAD and last LOG_TAIL lines (a
     build's errors come at its end)."""
     lines = log.splitlines()
@@ -136,7 +138,7 @@ def environment() -> jinja2.Environment:
 
 
 @functools.lru_cache(maxsize=1)
-def _assets() -> dict[str, Any]:
+def _assets() -> Assets:
     """The style sheet and the script, inline; the page's content security policy lets only this script run."""
     script = (TEMPLATES / "sort.js").read_text(encoding="utf-8")
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
@@ -158,23 +160,23 @@ def _kind(e: Evaluation) -> str:
     return {Status.CORRECT: "correct", Status.SUSPECT: "suspect"}.get(e.status, "failed")
 
 
-def leaderboard_rows(rows: Sequence[Evaluation]) -> list[dict[str, Any]]:
+def leaderboard_rows(rows: Sequence[Evaluation]) -> list[BoardRow]:
     """The results table's figures (kbench.reports.tables) of ranked rows, missing values as None."""
     frame = tables.results_frame(rows)
     out = []
     for e, record in zip(rows, frame.to_dict("records")):
         clean = {k: None if not isinstance(v, str) and _number(v, "{}") == "" else v for k, v in record.items()}
-        out.append({**clean, "e": e, "kind": _kind(e)})
+        out.append(cast(BoardRow, {**clean, "e": e, "kind": _kind(e)}))  # clean: a row of tables.COLUMNS
     return out
 
 
-def problem_view(doc: dict[str, Any], evaluations: Sequence[Evaluation], problem: str, index: int) -> dict[str, Any]:
+def problem_view(doc: JsonObject, evaluations: Sequence[Evaluation], problem: str, index: int) -> ProblemView:
     ranked = leaderboard.ranked(evaluations, problem)
     eager = next((e for e in ranked if e.solution == EAGER), None)
     compiled = next((e for e in ranked if e.solution == COMPILED), None)
     measured = caveats.compile_measured(doc, evaluations)
     best, weakened = caveats.headline(evaluations, problem)
-    rows = [{**row, "anchor": f"p{index}-{j}", "repro": reproduce.run_command(row["e"], doc),
+    rows: list[RankedRow] = [{**row, "anchor": f"p{index}-{j}", "repro": reproduce.run_command(row["e"], doc),
              "speed": report_text.speedup_cells(row["e"], eager, compiled, measured),
              "headline": row["e"] is best, "weakened": row["e"] is best and weakened}
             for j, row in enumerate(leaderboard_rows(ranked))]
@@ -187,7 +189,7 @@ def problem_view(doc: dict[str, Any], evaluations: Sequence[Evaluation], problem
             "n_correct": sum(r["kind"] == "correct" for r in solutions)}
 
 
-def speedup_svg(rows: Sequence[dict[str, Any]]) -> markupsafe.Markup | None:
+def speedup_svg(rows: Sequence[BoardRow]) -> markupsafe.Markup | None:
     """The problem's speedups vs eager with their intervals, as an inline SVG (kbench.reports.speedup_chart)."""
     found = [(r["solution"], s.value, s.low, s.high, r["kind"]) for r in rows
              if r["solution"] not in leaderboard.BASELINE_ROWS and (s := speedups.of_row(r["e"])) is not None]
@@ -195,7 +197,7 @@ def speedup_svg(rows: Sequence[dict[str, Any]]) -> markupsafe.Markup | None:
     return markupsafe.Markup(speedup_chart.speedup_svg(chart)) if chart is not None else None
 
 
-def report_html(doc: dict[str, Any], evaluations: Sequence[Evaluation], state: str | None = None) -> str:
+def report_html(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | None = None) -> str:
     """The run's page: environment, configuration, suite summary, and per problem a leaderboard, a chart of the
     samples and a section per row."""
     problems = sorted({e.problem for e in evaluations})
@@ -243,10 +245,10 @@ def _samples(run: LoadedRun) -> dict[tuple[str, str, str], tuple[float, ...]]:
     return {(e.problem, e.solution, e.size): e.timing.samples for e in run.evaluations if e.timing is not None}
 
 
-def comparison_view(comparison: Comparison) -> list[dict[str, Any]]:
+def comparison_view(comparison: Comparison) -> list[ComparisonView]:
     """Per problem: its rows, and a chart with both runs' samples of each row (before above after)."""
     before, after = _samples(comparison.before), _samples(comparison.after)
-    out: list[dict[str, Any]] = []
+    out: list[ComparisonView] = []
     for i, problem in enumerate(dict.fromkeys(r.problem for r in comparison.rows)):
         rows = [r for r in comparison.rows if r.problem == problem]
         sized = len({r.size for r in rows}) > 1

@@ -16,6 +16,7 @@ from tabulate import tabulate
 
 from kbench.reports import leaderboard
 from kbench.reports.caveats import NOT_MEASURED, caveats, compile_measured, headline, provenance
+from kbench.results.codec import JsonObject
 from kbench.results.records import COMPILED, EAGER, Evaluation, Status
 from kbench.results.speedups import NOISE_BAND, of_row, over_compile, significant_fast_p
 from kbench.results.storage import atomic_write, latest_run, load, resolve, run_state
@@ -84,7 +85,7 @@ def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: 
     return lines + ([""] if notes else []) + [wrapped for note in notes for wrapped in _wrap(f"- {note}", "      ")]
 
 
-def suite_table(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> list[str]:
+def suite_table(doc: JsonObject, evaluations: Sequence[Evaluation]) -> list[str]:
     problems = sorted({e.problem for e in evaluations})
     strict = leaderboard.summarize(evaluations)
     significant = [significant_fast_p(evaluations, problems, p) for p in leaderboard.FAST_P]
@@ -106,7 +107,7 @@ def suite_table(doc: dict[str, Any], evaluations: Sequence[Evaluation]) -> list[
         "one. The geomean is of each problem's best speedup.", "")]
 
 
-def markdown(doc: dict[str, Any], evaluations: Sequence[Evaluation], state: str | None = None) -> str:
+def markdown(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | None = None) -> str:
     """The whole report: provenance, "before you quote these numbers", the suite, then each problem."""
     lines = [f"# kbench report: run {doc.get('run_id', '?')}", "", "## Provenance", ""]
     lines += [w for k, v in provenance(doc, evaluations).lines() for w in _wrap(f"- {k}: {v}", "  ")]

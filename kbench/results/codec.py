@@ -10,6 +10,10 @@ from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
+# Free-form parsed JSON: a document read as it is, whose keys no record fixes (a run file before its records are
+# checked, a line on the pipe; problem.toml, TOML's values being JSON's). Structured data gets a record or TypedDict.
+JsonObject = dict[str, Any]
+
 
 class ProtocolError(ValueError):
     """Data that is not the record it should be: a job or result on the pipe, a run file, or a reply the candidate's

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kbench.results.codec import ProtocolError, decode, to_wire
+from kbench.results.codec import JsonObject, ProtocolError, decode, to_wire
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
 from kbench.results.findings import from_legacy
 
@@ -25,9 +25,9 @@ V1_FIGURES: dict[str, tuple[str, Any]] = {
 }
 
 
-def _v1_row(row: dict[str, Any]) -> dict[str, Any]:
+def _v1_row(row: JsonObject) -> JsonObject:
     extra = dict(row.get("extra") or {})
-    moved: dict[str, Any] = {}
+    moved: JsonObject = {}
     for old, (new, kind) in V1_FIGURES.items():
         if old not in extra or extra[old] is None:
             continue
@@ -39,27 +39,27 @@ def _v1_row(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, **moved, "extra": extra}
 
 
-def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
+def _v1_to_v2(doc: JsonObject) -> JsonObject:
     return {**doc, "version": 2, "evaluations": [_v1_row(e) for e in doc.get("evaluations", [])]}
 
 
-def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
+def _v2_to_v3(doc: JsonObject) -> JsonObject:
     def finding(w: Any) -> Any:  # anything but a string stays as it is: reading the row then says what is wrong
         if not isinstance(w, str):
             return w
         f = from_legacy(w)
         return {"code": f.code.value, "message": f.message}
 
-    def row(e: dict[str, Any]) -> dict[str, Any]:
+    def row(e: JsonObject) -> JsonObject:
         return {**e, "warnings": [finding(w) for w in e.get("warnings", ())]}
 
     return {**doc, "version": 3, "evaluations": [row(e) for e in doc.get("evaluations", [])]}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[JsonObject], JsonObject]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
-def upgrade(doc: dict[str, Any], to: int) -> dict[str, Any]:
+def upgrade(doc: JsonObject, to: int) -> JsonObject:
     """`doc` (a parsed run file of version `to` or older; no version: 1) as version `to` has it."""
     version = doc.get("version") or 1
     while version < to:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from kbench.config.run_config import RunConfig
+from kbench.results.codec import JsonObject
 from kbench.results.records import Evaluation
 from kbench.results.storage import FORMAT, VERSION, RunProcess
 
@@ -28,16 +29,17 @@ class RunFile:
     config: RunConfig
     evaluations: list[Evaluation]
     finished: str | None = None
-    environment: dict[str, Any] = field(default_factory=dict)  # GPU, driver, torch, CUDA, host (kbench.system)
-    git: dict[str, Any] | None = None  # commit id and whether the tree was dirty
-    selection: dict[str, Any] = field(default_factory=dict)  # the problems and solutions asked for
-    problems: dict[str, Any] = field(default_factory=dict)  # per problem: tolerance, precision, sizes used
+    # Free-form objects in the schema (kbench.results.header gives the shapes kbench writes; older files differ):
+    environment: JsonObject = field(default_factory=dict)  # GPU, driver, torch, CUDA, host (kbench.system)
+    git: JsonObject | None = None  # commit id and whether the tree was dirty
+    selection: JsonObject = field(default_factory=dict)  # the problems and solutions asked for
+    problems: JsonObject = field(default_factory=dict)  # per problem: tolerance, precision, sizes used
     process: RunProcess | None = None  # who writes the run (pid, host, boot id); absent in older files
     in_flight: list[dict[str, str]] = field(default_factory=list)  # a running run's evaluations under way
 
 
-def run_schema() -> dict[str, Any]:
-    """The JSON schema of a run file of this version."""
+def run_schema() -> JsonObject:
+    """The JSON schema of a run file of this version (a JSON document, as pydantic writes it)."""
     from pydantic import TypeAdapter  # heavy: pydantic on first use; `kbench --help` does not pay for it
 
     schema = TypeAdapter(RunFile).json_schema(mode="serialization")
@@ -46,7 +48,7 @@ def run_schema() -> dict[str, Any]:
     return schema
 
 
-def check(doc: dict[str, Any]) -> None:
+def check(doc: JsonObject) -> None:
     """Raise (pydantic's ValidationError) unless `doc` is a run file this version's schema describes."""
     from pydantic import TypeAdapter  # heavy: pydantic on first use
 

@@ -12,10 +12,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from kbench.errors import ResultsError, UsageError
 from kbench.results import migrate
+from kbench.results.codec import JsonObject
+from kbench.results.header import RunHeader
 from kbench.results.records import Evaluation
 
 FORMAT = "kbench-run"
@@ -60,7 +62,7 @@ def atomic_write(path: Path, text: str) -> None:
 class RunStore:
     """The results of one run, rewritten in full after every evaluation so none is ever lost."""
 
-    def __init__(self, directory: Path, header: dict[str, Any]) -> None:
+    def __init__(self, directory: Path, header: RunHeader) -> None:
         self.directory = directory
         self.header = header
         self.evaluations: list[Evaluation] = []
@@ -71,7 +73,7 @@ class RunStore:
         self._lock = threading.Lock()
 
     @classmethod
-    def create(cls, results_dir: Path, header: dict[str, Any]) -> RunStore:
+    def create(cls, results_dir: Path, header: RunHeader) -> RunStore:
         if (results_dir / "__init__.py").is_file():
             raise UsageError(f"{results_dir} is a Python package, not a results folder: run kbench from the "
                              "repository root or pass --results-dir")
@@ -92,7 +94,9 @@ class RunStore:
         """Reopen an earlier run (e.g. an interrupted one) to add the evaluations it did not finish."""
         doc, evaluations = load_run(path)
         directory = path if path.is_dir() else path.parent
-        header = {k: v for k, v in doc.items() if k not in ("evaluations", "state", "finished", "in_flight")}
+        # The header as the run wrote it (kbench.commands.execute): the file's keys but its rows and its state.
+        header = cast(RunHeader, {k: v for k, v in doc.items()
+                                  if k not in ("evaluations", "state", "finished", "in_flight")})
         header["process"] = asdict(this_process())  # the resuming process writes the run from now on
         store = cls(directory, header)
         store.evaluations = list(evaluations)
@@ -117,8 +121,9 @@ class RunStore:
             self.evaluations.append(evaluation)
             self._save("running")
 
-    def document(self, state: str) -> dict[str, Any]:
-        doc = {**self.header, "state": state, "evaluations": [e.to_json() for e in self.evaluations]}
+    def document(self, state: str) -> JsonObject:
+        """run.json's content: the header, the state, the evaluations as JSON, what is under way."""
+        doc: JsonObject = {**self.header, "state": state, "evaluations": [e.to_json() for e in self.evaluations]}
         if state == "running" and self.in_flight:
             doc["in_flight"] = list(self.in_flight)
         if state != "running":
@@ -198,7 +203,7 @@ def run_state(doc: Mapping[str, object]) -> str:
     return "running" if state == "running" and process is not None and process_alive(process) else "incomplete"
 
 
-def load_run(path: Path) -> tuple[dict[str, Any], list[Evaluation]]:
+def load_run(path: Path) -> tuple[JsonObject, list[Evaluation]]:
     """Read a run.json (or a run directory) of any known version."""
     file = path / RUN_FILE if path.is_dir() else path
     try:
@@ -224,7 +229,7 @@ def load_run(path: Path) -> tuple[dict[str, Any], list[Evaluation]]:
 class LoadedRun:
     path: Path
     label: str
-    doc: dict[str, Any]
+    doc: JsonObject  # the run file as read (brought up to this version), its evaluations also as records below
     evaluations: tuple[Evaluation, ...]
 
 

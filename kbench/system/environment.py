@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kbench import __version__
+from kbench.results.header import Environment, GitInfo, HostInfo
 
 GIT_TIMEOUT_S = 5
 
@@ -34,11 +35,11 @@ def _driver_version() -> str | None:
         return None
 
 
-def describe_torch() -> dict[str, Any]:
+def describe_torch() -> dict[str, Any]:  # an Environment: the wire's ProbeResult (kbench.wire.jobs) keeps a plain dict
     """Called inside a child process (worker probe), so the parent never initializes CUDA."""
     import torch  # heavy: only the worker's probe imports torch here, never the parent
 
-    info: dict[str, Any] = {
+    info: Environment = {
         "kbench": __version__,
         "torch": torch.__version__,
         "cuda_runtime": torch.version.cuda,
@@ -60,10 +61,10 @@ def describe_torch() -> dict[str, Any]:
         }
         info["cudnn"] = torch.backends.cudnn.version()
         info["driver"] = _driver_version()
-    return info
+    return dict(info)
 
 
-def git_info(repo: Path) -> dict[str, Any]:
+def git_info(repo: Path) -> GitInfo:
     def git(*args: str) -> str | None:
         try:
             out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
@@ -76,5 +77,5 @@ def git_info(repo: Path) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def host_info() -> dict[str, Any]:
+def host_info() -> HostInfo:
     return {"hostname": platform.node(), "platform": platform.platform()}

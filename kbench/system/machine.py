@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -66,12 +66,13 @@ def others(before: CpuSnapshot | None, after: CpuSnapshot | None) -> dict[str, f
             "window_s": round(window, 3), "cores": float(os.cpu_count() or 1)}
 
 
+# The figures are free-form (others' and gpu_state's, side by side): judge_timing.TimedRounds.machine keeps them so.
 def watched(measure: Callable[[], T], device: str, own_processes: int) -> tuple[T, dict[str, Any], list[Finding]]:
     """measure(), and what the machine did meanwhile: other processes' CPU time (and on CUDA the GPU as nvidia-smi
     sees it right after, with `own_processes` of kbench's holding contexts on it), as figures and warnings."""
     before = snapshot()
     result = measure()
-    figures: dict[str, Any] = dict(others(before, snapshot()))
+    figures: dict[str, Any] = dict(others(before, snapshot()))  # free-form: see above
     found = [w for w in (busy_warning(figures, device),) if w is not None]
     if device == "cuda":
         figures["gpu"] = gpu_state()
@@ -79,7 +80,7 @@ def watched(measure: Callable[[], T], device: str, own_processes: int) -> tuple[
     return result, figures, found
 
 
-def busy_warning(figures: dict[str, Any], device: str) -> Finding | None:
+def busy_warning(figures: Mapping[str, float], device: str) -> Finding | None:
     """`[machine_busy]` when other processes kept cores busy while this row was timed."""
     if not figures:
         return None

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -83,6 +83,18 @@ def chunks(t: torch.Tensor, size: int) -> Any:
         yield flat[start:start + size]
 
 
+class ErrorFigures(TypedDict, total=False):
+    """A comparison's figures: its errors over the elements compared, or a `message` saying what differs (and, where
+    elements are outside the tolerance, how many)."""
+
+    max_abs_err: float
+    max_rel_err: float
+    mismatched: int
+    numel: int
+    chunks: int
+    message: str
+
+
 class Figures:
     """Running totals of an elementwise comparison, accumulated chunk by chunk on the chunks' device: the host reads
     them once, when the comparison is done (`to_dict`), not once per chunk."""
@@ -117,7 +129,7 @@ class Figures:
     def mismatched(self) -> int:
         return self.to_dict()["mismatched"]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ErrorFigures:
         if not self._parts:
             return {"max_abs_err": 0.0, "max_rel_err": 0.0, "mismatched": 0, "numel": self.numel, "chunks": self.chunks}
         parts = _stack(self._parts)
@@ -131,7 +143,7 @@ class Figures:
 
 
 def compare(candidate: Any, reference: Any, atol: float, rtol: float,
-            budget_bytes: int | None = None) -> tuple[bool, dict[str, Any]]:
+            budget_bytes: int | None = None) -> tuple[bool, ErrorFigures]:
     """allclose-style comparison of candidate against reference outputs, with error figures.
 
     Args:

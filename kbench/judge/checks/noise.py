@@ -45,7 +45,7 @@ def _without_tf32(reference: Any, inputs: list[Any], device: str) -> Any:
 
 
 def reference_noise(reference: Any, inputs: list[Any], out: Any, device: str, precision: str, atol: float,
-                    rtol: float, tf32: bool) -> tuple[dict[str, Any], list[Finding]]:
+                    rtol: float, tf32: bool) -> tuple[dict[str, Any], list[Finding]]:  # free-form: run.json extra
     """(figures, warnings): the reference's max error against float64, whether an exact implementation passes at
     (atol, rtol), and the cause when it does not; `[tolerance_below_noise]` or `[check_skipped]` as warnings."""
     if (no_room := trust.fp64_no_room("the reference-noise check", reference, inputs, out, device)) is not None:

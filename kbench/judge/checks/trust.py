@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypedDict
 
 import torch
 import torch.profiler
@@ -39,11 +39,11 @@ def guarded_attributes() -> list[tuple[str, Any, str]]:
     ]
 
 
-def snapshot_attributes() -> dict[str, Any]:
+def snapshot_attributes() -> dict[str, object]:  # label -> the object there now, compared by identity
     return {label: owner.__dict__.get(name, getattr(owner, name, None)) for label, owner, name in guarded_attributes()}
 
 
-def replaced_attributes(before: dict[str, Any]) -> list[str]:
+def replaced_attributes(before: Mapping[str, object]) -> list[str]:
     after = snapshot_attributes()
     return [label for label, value in before.items() if after.get(label) is not value]
 
@@ -157,7 +157,7 @@ def wants_kernel_profile(job: Judging) -> bool:
     return job.device == "cuda" and job.kernel_profile
 
 
-def kernel_profile(kernel_share: Callable[[], dict[str, Any]], draft: Draft) -> None:
+def kernel_profile(kernel_share: Callable[[], object], draft: Draft) -> None:
     """`draft.kernels` from the candidate's profile, `[no_custom_kernel]` when none of its GPU time is its own."""
     try:
         share = decode(KernelShare, kernel_share())  # the candidate's figures: checked field by field
@@ -223,7 +223,17 @@ def _double(x: Any) -> Any:
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
 
-def own_kernel_share(call: Any, arg_sets: list[list[Any]], source: str) -> dict[str, Any]:
+class OwnKernelShare(TypedDict):
+    """The candidate's profile as it sends it (the judge reads it as a kbench.results.figures.KernelShare)."""
+
+    own_s: float  # per call
+    library_s: float  # per call
+    own_share: float
+    kernels_declared: list[str]
+    top: list[tuple[str, float]]  # the five busiest kernels: (name, microseconds over the profile)
+
+
+def own_kernel_share(call: Any, arg_sets: list[list[Any]], source: str) -> OwnKernelShare:
     """GPU time in the solution's own kernels (those its source declares: kbench.judge.checks.kernel_names) vs library
     kernels, over one call(*args) per entry of arg_sets and nothing else: inputs are prepared before the profile
     starts."""

@@ -78,7 +78,7 @@ def run_command(
 
       kbench run --problem conv3d_logsumexp
 
-      kbench run -p conv3d_gelu -s cuda_fused --max-time 5
+      kbench run -p conv3d_gelu -s triton_backward --backward --max-time 5
 
       kbench run -p ~/KernelBench/level2/43_Conv3d_Max_LogSumExp_ReLU.py -s my_solution.py
 
@@ -87,8 +87,6 @@ def run_command(
       kbench run --resume 20261122-074644-be41 --retry-crashed
 
       kbench run -p conv3d_gelu --precision bf16 --tolerance kernelbench
-
-      kbench run -p conv3d_gelu -s tf32_igemm --backward
 
       kbench run --executor ray --address ray://head:10001
     """

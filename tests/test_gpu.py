@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from kbench.results.findings import MACHINE as MACHINE_CODES
+from kbench.results.findings import SUSPECT as SUSPECT_CODES
 from kbench.commands.execute import execute
 from kbench.problems.discovery import select
 from kbench.config.run_config import RunConfig, TimingPolicy
@@ -232,3 +233,25 @@ def test_every_shave_is_suspect_on_cuda_and_the_honest_copy_is_not(tmp_path):
     honest = rows["honest_copy"]
     assert honest.status == Status.CORRECT and "timer_mismatch" not in honest.flags, honest.warnings
     assert abs(honest.speedup_vs_eager - 1) <= 0.03, honest.speedup_vs_eager
+
+
+def test_backward_fixtures_get_their_verdicts_on_cuda(tmp_path):
+    """--backward on the GPU: honest copies (autograd's and a custom Function's) correct; a wrong backward, a backward
+    that caches its first gradient and a detached output incorrect."""
+    problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "backward")
+    store = execute(_config(tmp_path, compile_baseline=False, backward=True), problems, solutions, Path.cwd())
+    rows = {e.solution: e for e in store.evaluations}
+    for name in (EAGER, "honest_copy", "honest_function"):
+        assert rows[name].status == Status.CORRECT and rows[name].backward, (name, rows[name].message)
+    for name in ("wrong_backward", "caches_gradients", "detached", "wrong_gradient_shape"):
+        assert rows[name].status == Status.INCORRECT, (name, rows[name].status, rows[name].message)
+
+
+def test_the_shipped_backward_solution_is_correct_and_faster_forward_and_backward(tmp_path, build_cache):
+    problems, solutions = select(["conv3d_gelu"], "triton_backward", ROOT / "problems", ROOT / "solutions")
+    store = execute(_config(tmp_path, build_cache, compile_baseline=False, backward=True), problems, solutions,
+                    Path.cwd())
+    row = next(e for e in store.evaluations if e.solution == "triton_backward")
+    assert row.status == Status.CORRECT and row.backward and row.size == "full", row.message
+    assert row.speedup_vs_eager > 1.0, row.speedup_vs_eager
+    assert not set(row.flags) & SUSPECT_CODES, row.warnings

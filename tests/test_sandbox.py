@@ -15,10 +15,11 @@ def test_the_plan_names_the_solution_its_build_folder_and_the_caches(tmp_path):
 
 
 @pytest.mark.parametrize("asked, gpu, expected", [
-    ("none", False, False), ("on", True, True), ("auto", False, True), ("auto", True, False), ("", False, True)])
-def test_it_is_on_unless_switched_off_and_waits_for_its_gpu_check_where_a_driver_is(monkeypatch, asked, gpu, expected):
+    ("none", False, False), ("none", True, False), ("on", True, True), ("auto", False, True), ("auto", True, True),
+    ("", False, True)])
+def test_it_is_on_unless_switched_off_with_or_without_a_gpu(monkeypatch, asked, gpu, expected):
     monkeypatch.setenv(sandbox.ENV, asked)
-    monkeypatch.setattr(sandbox.os.path, "exists", lambda path: gpu and path == sandbox.GPU_DEVICE)
+    monkeypatch.setattr(sandbox.os.path, "exists", lambda path: gpu and path == "/dev/nvidiactl")
     monkeypatch.setattr(sandbox.sys, "platform", "linux")
     assert sandbox.wanted() is expected
 

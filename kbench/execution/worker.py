@@ -22,6 +22,7 @@ import torch
 from kbench.judge import judge
 from kbench.judge.candidate.candidate import warm_cuda
 from kbench.judge.candidate.loading import load_solution
+from kbench.judge.harness import out_of_memory
 from kbench.judge.judge import CandidateProcess
 from kbench.judge.reference import check_problem, time_reference
 from kbench.judge.verdicts import Verdict, short
@@ -146,6 +147,9 @@ def _run(envelope: Envelope) -> Any:
         return {"status": v.status, "message": v.message}
     except BaseException as exc:  # noqa: BLE001 - any failure must still produce one result
         traceback.print_exc()
+        if out_of_memory(exc):  # the judge's own process (the candidate's failures arrive as Verdicts)
+            return {"status": "not_run", "message": f"[check_skipped] the judge ran out of memory ({short(exc)}); "
+                    "the solution was not judged"}
         return {"status": "runtime_error", "message": f"harness error: {short(exc)}"}
 
 

@@ -166,6 +166,8 @@ def hardware_floor(job: ReferenceJob, reference: Any, inputs: list[Any]) -> Floo
     """The problem's floor on this GPU: minimal bytes over measured bandwidth, FLOPs over measured peak."""
     from kbench.measure import roofline  # heavy: the FLOP counter's imports take seconds (triton among them)
 
+    if isinstance(reference, backward.Gradients):  # the forward's floor: a lower bound of forward and backward
+        reference, inputs = reference.model, inputs[:-1]
     work = roofline.problem_work(reference, inputs, device="meta")
     peaks = ceilings.cached_ceilings(Path(str(job.ceilings_dir)), torch.device("cuda"), job.math.allows_tf32)
     return roofline.floor(work, peaks)

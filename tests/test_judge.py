@@ -238,3 +238,30 @@ def test_flush_denormal_has_a_getter_that_sees_the_switch():
             assert procstate.SETTINGS["flush_denormal"][0]() is True
         finally:
             torch.set_flush_denormal(False)
+
+
+def test_unfinished_work_has_the_rounds_timed_again_and_is_settled_against_a_fresh_calibration():
+    """A gap between the signal and the outputs verified that one burst opened clears in the second rounds; a
+    solution that leaves work running past its signal does it again, and a fresh calibration does not explain it."""
+    from kbench.measure.timing import Calibration, unfinished_warning
+
+    then = Calibration((0.5e-3,) * 10, verify=(0.40e-3,) * 10)
+    honest = _measured(1.0e-3, 1.5e-3)
+
+    def check(verify):
+        return lambda measured: [w for w in (unfinished_warning(verify.pop(0), measured.median, then),) if w]
+
+    once = [(0.60e-3,) * 10, (0.40e-3,) * 10]
+    measured, found, first = judge_timing.retime_mismatch(lambda: honest, check(once))
+    assert found == [] and first.code == FindingCode.UNFINISHED_WORK
+    always = [(0.90e-3,) * 10, (0.90e-3,) * 10]
+    measured, found, first = judge_timing.retime_mismatch(lambda: honest, check(always))
+    assert [w.code for w in found] == [FindingCode.UNFINISHED_WORK] and first is not None
+    kept, figures = judge_timing.settle_mismatch(found, honest, "cuda",
+                                                 lambda: Calibration((0.5e-3,) * 10, verify=(0.41e-3,) * 10),
+                                                 verify=(0.90e-3,) * 10)
+    assert [w.code for w in kept] == [FindingCode.UNFINISHED_WORK] and figures["cleared"] is False
+    kept, figures = judge_timing.settle_mismatch(found, honest, "cuda",
+                                                 lambda: Calibration((0.5e-3,) * 10, verify=(0.89e-3,) * 10),
+                                                 verify=(0.90e-3,) * 10)
+    assert kept == [] and figures["cleared"] is True  # the verification itself got slower since: not the solution

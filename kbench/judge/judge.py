@@ -123,7 +123,8 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     draft.timing, draft.eager_timing = timed.solution, timed.eager
     draft.figures["protocol"], draft.figures["machine"] = timed.figures, timed.machine
     found, timed.figures["recalibration"] = settle_mismatch(
-        found, timed.solution, device, lambda: recalibrate(job, reference, init, make))
+        found, timed.solution, device, lambda: recalibrate(job, reference, init, make),
+        timed.figures.get("verify_s", ()))
     draft.warnings += found + timed.findings
     draft.warnings += [w for w in (timing.level_moved_warning(timed.solution, "the solution"),
                                        timing.level_moved_warning(timed.eager, "the eager reference"))

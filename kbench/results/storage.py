@@ -16,6 +16,7 @@ from typing import Any
 
 from kbench.errors import ResultsError, UsageError
 from kbench.results import migrate
+from kbench.results.profiles import ModelProfile, profiles_of, profiles_to_json
 from kbench.results.records import Evaluation
 
 FORMAT = "kbench-run"
@@ -68,6 +69,7 @@ class RunStore:
         # file, and a resume records each as crashed (`lost`) instead of running it again first.
         self.in_flight: list[dict[str, str]] = []
         self.lost: list[dict[str, str]] = []  # what the run was evaluating when its process died (on resume)
+        self.profiles: list[ModelProfile] = []  # kbench profile's (run.json's optional `profiles`)
         self._lock = threading.Lock()
 
     @classmethod
@@ -92,10 +94,12 @@ class RunStore:
         """Reopen an earlier run (e.g. an interrupted one) to add the evaluations it did not finish."""
         doc, evaluations = load_run(path)
         directory = path if path.is_dir() else path.parent
-        header = {k: v for k, v in doc.items() if k not in ("evaluations", "state", "finished", "in_flight")}
+        header = {k: v for k, v in doc.items()
+                  if k not in ("evaluations", "state", "finished", "in_flight", "profiles")}
         header["process"] = asdict(this_process())  # the resuming process writes the run from now on
         store = cls(directory, header)
         store.evaluations = list(evaluations)
+        store.profiles = profiles_of(doc)
         store.lost = [dict(x) for x in doc.get("in_flight") or [] if isinstance(x, dict)]
         return store  # nothing is written until the caller has accepted it (same machine, same torch)
 
@@ -119,6 +123,8 @@ class RunStore:
 
     def document(self, state: str) -> dict[str, Any]:
         doc = {**self.header, "state": state, "evaluations": [e.to_json() for e in self.evaluations]}
+        if self.profiles:
+            doc["profiles"] = profiles_to_json(self.profiles)
         if state == "running" and self.in_flight:
             doc["in_flight"] = list(self.in_flight)
         if state != "running":

@@ -27,5 +27,9 @@ class Interrupted(KbenchError):
     exit_code = 130
 
 
+class ProfileError(KbenchError):
+    """Nsight Compute (ncu) failed, or its output is not what kbench profile reads."""
+
+
 class ImportFailure(KbenchError):
     """An LLM response holds no importable ModelNew: no code, cut off, or not valid Python."""

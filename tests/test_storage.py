@@ -86,3 +86,24 @@ def test_a_python_package_is_never_taken_for_a_results_folder(tmp_path):
     with pytest.raises(UsageError, match="is a Python package, not a results folder"):
         RunStore.create(package, {})
     assert [p.name for p in package.iterdir()] == ["__init__.py"]
+
+
+def test_compare_without_arguments_skips_profile_runs(tmp_path):
+    """A `kbench profile` run has kernels and no rows: the two latest runs to compare are the two before it."""
+    import time
+
+    from kbench.results.profiles import ModelProfile
+    from kbench.results.storage import latest_two
+
+    ids = []
+    for kind in ("rows", "rows", "profile"):
+        store = RunStore.create(tmp_path, {"run_id": ""})
+        if kind == "rows":
+            store.add(_evaluation())
+        else:
+            store.profiles = [ModelProfile("p", "eager", ())]
+        store.finish()
+        ids.append(store.directory.name)
+        time.sleep(1.1)  # run ids sort by the second they start
+    before, latest = latest_two(tmp_path, [])
+    assert (before.path.name, latest.path.name) == (ids[0], ids[1])

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 # Highest first: a module may import its own package and any package below its own, never one above.
-LAYERS = ["cli", "commands", "reports", "problems", "build", "execution", "judge", "measure", "system", "wire",
+LAYERS = ["cli", "commands", "reports", "problems", "profile", "build", "execution", "judge", "measure", "system", "wire",
           "results", "config", "errors"]
 OUTSIDE_LAYERS = ("kbench", "kbench.__main__")
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 60

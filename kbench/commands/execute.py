@@ -105,11 +105,12 @@ def _header(plan: Plan, repo: Path, problems: Sequence[ProblemSpec],
         "git": git_info(repo),
         "config": {**dataclasses.asdict(config), "device": plan.device, "size": size},
         "selection": selection,
-        "problems": {p.name: _settings(config, p, size) for p in problems},
+        "problems": {p.name: problem_record(config, p, size) for p in problems},
     }
 
 
-def _settings(config: RunConfig, problem: ProblemSpec, size: str) -> ProblemRecord:
+def problem_record(config: RunConfig, problem: ProblemSpec, size: str) -> ProblemRecord:
+    """One problem's settings as a run file records them (run.json's `problems`)."""
     atol, rtol = config.tolerance_for(problem)  # what its comparisons used
     return {"origin": problem.origin, "path": str(problem.path), "atol": atol, "rtol": rtol,
             "precision": config.precision_for(problem), "problem_atol": problem.atol, "problem_rtol": problem.rtol,

@@ -16,7 +16,7 @@ import markupsafe
 import pandas as pd
 
 from kbench.errors import ResultsError
-from kbench.reports import caveats, leaderboard, report_text, reproduce, speedup_chart, strips, tables
+from kbench.reports import caveats, leaderboard, profile_view, report_text, reproduce, speedup_chart, strips, tables
 from kbench.reports.compare import MARKS, Comparison, environment_key
 from kbench.reports.html_views import Assets, BoardRow, ComparisonView, CompilerLog, ProblemView, RankedRow, RowFigures
 from kbench.results import speedups
@@ -216,7 +216,7 @@ def report_html(doc: JsonObject, evaluations: Sequence[Evaluation], state: str |
         references=[e for e in evaluations if e.solution in leaderboard.BASELINE_ROWS and e.status != Status.CORRECT],
         environment=flatten(doc.get("environment") or {}), git=flatten(doc.get("git") or {}),
         config=flatten(doc.get("config") or {}), selection=flatten(doc.get("selection") or {}),
-        problems=views, anchors=anchors)
+        problems=views, anchors=anchors, profiles=profile_view.section(doc))
 
 
 def _directory(run: LoadedRun) -> Path:

@@ -13,6 +13,7 @@ from typing import Literal
 
 from kbench.config.run_config import RunConfig
 from kbench.results.codec import JsonObject
+from kbench.results.profiles import ModelProfile
 from kbench.results.records import Evaluation
 from kbench.results.storage import FORMAT, VERSION, RunProcess
 
@@ -36,6 +37,7 @@ class RunFile:
     problems: JsonObject = field(default_factory=dict)  # per problem: tolerance, precision, sizes used
     process: RunProcess | None = None  # who writes the run (pid, host, boot id); absent in older files
     in_flight: list[dict[str, str]] = field(default_factory=list)  # a running run's evaluations under way
+    profiles: list[ModelProfile] = field(default_factory=list)  # kbench profile's kernels per model; absent otherwise
 
 
 def run_schema() -> JsonObject:

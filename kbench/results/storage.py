@@ -18,6 +18,7 @@ from kbench.errors import ResultsError, UsageError
 from kbench.results import migrate
 from kbench.results.codec import JsonObject
 from kbench.results.header import RunHeader
+from kbench.results.profiles import ModelProfile, profiles_of, profiles_to_json
 from kbench.results.records import Evaluation
 
 FORMAT = "kbench-run"
@@ -70,6 +71,7 @@ class RunStore:
         # file, and a resume records each as crashed (`lost`) instead of running it again first.
         self.in_flight: list[dict[str, str]] = []
         self.lost: list[dict[str, str]] = []  # what the run was evaluating when its process died (on resume)
+        self.profiles: list[ModelProfile] = []  # kbench profile's (run.json's optional `profiles`)
         self._lock = threading.Lock()
 
     @classmethod
@@ -96,10 +98,11 @@ class RunStore:
         directory = path if path.is_dir() else path.parent
         # The header as the run wrote it (kbench.commands.execute): the file's keys but its rows and its state.
         header = cast(RunHeader, {k: v for k, v in doc.items()
-                                  if k not in ("evaluations", "state", "finished", "in_flight")})
+                                  if k not in ("evaluations", "state", "finished", "in_flight", "profiles")})
         header["process"] = asdict(this_process())  # the resuming process writes the run from now on
         store = cls(directory, header)
         store.evaluations = list(evaluations)
+        store.profiles = profiles_of(doc)
         store.lost = [dict(x) for x in doc.get("in_flight") or [] if isinstance(x, dict)]
         return store  # nothing is written until the caller has accepted it (same machine, same torch)
 
@@ -124,6 +127,8 @@ class RunStore:
     def document(self, state: str) -> JsonObject:
         """run.json's content: the header, the state, the evaluations as JSON, what is under way."""
         doc: JsonObject = {**self.header, "state": state, "evaluations": [e.to_json() for e in self.evaluations]}
+        if self.profiles:
+            doc["profiles"] = profiles_to_json(self.profiles)
         if state == "running" and self.in_flight:
             doc["in_flight"] = list(self.in_flight)
         if state != "running":
@@ -273,6 +278,8 @@ def latest_two(results_dir: Path, warn: list[str]) -> tuple[LoadedRun, LoadedRun
     """(the run before the latest, the latest), both readable."""
     runs = []
     for run in _readable(results_dir, warn):
+        if not run.evaluations and run.doc.get("profiles"):  # a `kbench profile` run: kernels, no rows to compare
+            continue
         runs.append(run)
         if len(runs) == 2:
             return runs[1], runs[0]

@@ -108,8 +108,8 @@ def test_a_timer_mismatch_has_the_rounds_timed_again_and_only_the_second_count()
 
     then = Calibration((0.5e-3,) * 10)
 
-    def check(measured):
-        return [w for w in (timer_mismatch_warning(measured, then), THREADS) if w is not None]
+    def check(measured, p):
+        return [w for w in (timer_mismatch_warning(measured, then, p=p), THREADS) if w is not None]
 
     def sequence(*measured):
         left = list(measured)
@@ -249,7 +249,7 @@ def test_unfinished_work_has_the_rounds_timed_again_and_is_settled_against_a_fre
     honest = _measured(1.0e-3, 1.5e-3)
 
     def check(verify):
-        return lambda measured: [w for w in (unfinished_warning(verify.pop(0), measured.median, then),) if w]
+        return lambda measured, p: [w for w in (unfinished_warning(verify.pop(0), measured.median, then, p=p),) if w]
 
     once = [(0.60e-3,) * 10, (0.40e-3,) * 10]
     measured, found, first = judge_timing.retime_mismatch(lambda: honest, check(once))
@@ -265,3 +265,21 @@ def test_unfinished_work_has_the_rounds_timed_again_and_is_settled_against_a_fre
                                                  lambda: Calibration((0.5e-3,) * 10, verify=(0.89e-3,) * 10),
                                                  verify=(0.90e-3,) * 10)
     assert kept == [] and figures["cleared"] is True  # the verification itself got slower since: not the solution
+
+
+def test_a_flag_is_confirmed_in_the_rounds_timed_again_at_a_lower_significance():
+    """The first timing flags at p < 1e-3; the second confirms at p < 0.05. A 10% shave whose second timing was
+    significant only at p = 0.017 got through on the H100 when the second timing asked for 1e-3 again."""
+    from kbench.measure.timing import CONFIRM_P, TIMER_BOUND_P, Calibration, timer_mismatch_warning
+    from kbench.results.records import Measurement
+
+    asked: list[float] = []
+    flag = Finding(FindingCode.TIMER_MISMATCH, "x")
+    judge_timing.retime_mismatch(lambda: _measured(1e-3, 1.5e-3), lambda m, p: asked.append(p) or [flag])
+    assert asked == [TIMER_BOUND_P, CONFIRM_P]
+    base = [0.50e-3 + i * 0.01e-3 for i in range(10)]  # the protocol's cost at calibration
+    then = Calibration(tuple(base))
+    shaved = Measurement(samples=(0.3e-3,) * 10, judge_samples=tuple(0.3e-3 + b + 0.04e-3 for b in base))
+    assert timer_mismatch_warning(shaved, then) is None  # p = 0.017: not enough for a first flag
+    confirmed = timer_mismatch_warning(shaved, then, p=CONFIRM_P)
+    assert confirmed is not None and confirmed.code == FindingCode.TIMER_MISMATCH

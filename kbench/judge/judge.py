@@ -117,7 +117,7 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
         _finish(session, draft)
         return draft.result(Status.INCORRECT, failure)
     timed, found, first = retime_mismatch(lambda: time_rounds(job, session, reference, make, calibration),
-                                          lambda timed: timing_warnings(device, timed, calibration))
+                                          lambda timed, p: timing_warnings(device, timed, calibration, p))
     if first is not None:
         timed.figures["retimed"] = {"first": first.text}
     draft.timing, draft.eager_timing = timed.solution, timed.eager

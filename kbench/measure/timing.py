@@ -8,6 +8,7 @@ from typing import NamedTuple
 from kbench.config.run_config import TimingPolicy
 from kbench.measure.timers import REGIME_GPU, REGIME_HOST, Clock, Timer, _perf_counter, synchronize
 from kbench.measure.timing_checks import (  # noqa: F401 - re-exported: the protocol's warnings live beside it
+    CONFIRM_P,
     DISTURBED_P,
     DISTURBED_RATIO,
     HOST_EXCESS_ABS_S,

@@ -55,6 +55,10 @@ TIMER_BOUND_REL = 0.05  # of the reported median: a shave of 10% or more stands 
 TIMER_BOUND_ABS_S = 20e-6  # the least excess that counts on a GPU (the protocol's jitter there, measured on the H100)
 TIMER_BOUND_ABS_CPU_S = 250e-6  # the least on the CPU, where the host's scheduling moves more
 TIMER_BOUND_P = 1e-3  # Mann-Whitney: the excess must differ from the calibration's this significantly
+# After a first timing flagged at TIMER_BOUND_P, the rounds timed again confirm the flag at this level: a burst that
+# opened the gap once does not reopen it beyond the bound in the same direction more than 1 time in 20, while a 10%
+# shave that passed its second timing at 1e-3 was let through on the H100 (2026-11-26, two of three such fixtures).
+CONFIRM_P = 0.05
 
 
 @dataclass(frozen=True)
@@ -98,17 +102,19 @@ def excess(m: Measurement) -> list[float]:
     return [j - t for j, t in zip(m.judge_samples, m.samples)]
 
 
-def timer_mismatch_warning(m: Measurement, calibration: Calibration, cpu: bool = False) -> Finding | None:
+def timer_mismatch_warning(m: Measurement, calibration: Calibration, cpu: bool = False,
+                           p: float = TIMER_BOUND_P) -> Finding | None:
     """`[timer_mismatch]` when the judge's clock saw significantly more than the reported time plus what the protocol
     costs in the measurement's regime.
 
     The candidate reports its time from the solution's process, where anything can be replaced; the judge's window
     over each call cannot be. A call cannot take less than it reports plus the protocol's cost, so an excess beyond
-    the calibrated one by more than `Calibration.bound` (Mann-Whitney p < TIMER_BOUND_P) means the reported time is
-    too low: a shadowed timer, a made-up number, or work the events missed.
+    the calibrated one by more than `Calibration.bound` (Mann-Whitney p below `p`: TIMER_BOUND_P, or CONFIRM_P when
+    the rounds are timed again after a first flag) means the reported time is too low: a shadowed timer, a made-up
+    number, or work the events missed.
     """
     found, base = excess(m), calibration.excess(m.regime)
-    gap = _beyond(found, base, calibration.bound(m.median, cpu))
+    gap = _beyond(found, base, calibration.bound(m.median, cpu), p)
     if gap is None:
         return None
     return (Finding(FindingCode.TIMER_MISMATCH, "the judge's clock saw "
@@ -117,22 +123,23 @@ def timer_mismatch_warning(m: Measurement, calibration: Calibration, cpu: bool =
             f"(+{calibration.bound(m.median, cpu) * 1e3:.3f} ms): the reported time is {gap * 1e3:.3f} ms too low"))
 
 
-def _beyond(found: Sequence[float], base: Sequence[float], bound: float) -> float | None:
-    """How far the median of `found` lies above `base`'s, if by more than `bound` and significantly (else None)."""
+def _beyond(found: Sequence[float], base: Sequence[float], bound: float, p: float = TIMER_BOUND_P) -> float | None:
+    """How far the median of `found` lies above `base`'s, if by more than `bound` and significantly (Mann-Whitney p
+    below `p`), else None."""
     if not found or not base:
         return None
     gap = median(found) - median(base)
-    if gap <= bound or mann_whitney_u(found, base)[1] >= TIMER_BOUND_P:
+    if gap <= bound or mann_whitney_u(found, base)[1] >= p:
         return None
     return gap
 
 
 def unfinished_warning(verify: Sequence[float], timed_median: float, calibration: Calibration,
-                       cpu: bool = False) -> Finding | None:
+                       cpu: bool = False, p: float = TIMER_BOUND_P) -> Finding | None:
     """`[unfinished_work]` when verifying the outputs took the judge significantly longer after the candidate's signal
     than in calibration: the judge's reads wait for the candidate's work still running (the GPU runs one process's
     work at a time), so work ran past the signal that ended the judge's window, and the reported time leaves it out."""
-    gap = _beyond(verify, calibration.verify, calibration.bound(timed_median, cpu))
+    gap = _beyond(verify, calibration.verify, calibration.bound(timed_median, cpu), p)
     if gap is None:
         return None
     return (Finding(FindingCode.UNFINISHED_WORK, "after the solution signalled each call done, its outputs took "

@@ -165,12 +165,14 @@ def _measure(session: Session, device: str, policy: TimingPolicy, rounds: Soluti
     return _Window(found, *escapes.escaped_cpu(tree, end), _perf_counter() - start, len(tree.gpu | end.gpu))
 
 
-def timing_warnings(device: str, timed: TimedRounds, calibration: timing.Calibration) -> list[Finding]:
+def timing_warnings(device: str, timed: TimedRounds, calibration: timing.Calibration,
+                    p: float = timing.TIMER_BOUND_P) -> list[Finding]:
     """What the timing's figures flag: a timer mismatch, a GPU-regime call that was launch-bound after all, and on
-    CUDA a disturbed reference."""
-    found = [timing.timer_mismatch_warning(timed.solution, calibration, cpu=device == "cpu"),
+    CUDA a disturbed reference. `p`: the significance the judge's clock checks ask for (CONFIRM_P when the rounds
+    are timed again after a first flag)."""
+    found = [timing.timer_mismatch_warning(timed.solution, calibration, cpu=device == "cpu", p=p),
              timing.unfinished_warning(timed.figures.get("verify_s", ()), timed.solution.median, calibration,
-                                       cpu=device == "cpu")]
+                                       cpu=device == "cpu", p=p)]
     if device == "cuda":  # on the CPU the freeze covers a disturbed reference, and the noise there is larger
         found += [timing.disturbed_warning(timed.eager, calibration), regime_warning(timed.figures)]
     return [w for w in found if w is not None]
@@ -194,19 +196,21 @@ def regime_warning(figures: dict[str, Any]) -> Finding | None:
 RETIMED = (FindingCode.TIMER_MISMATCH, FindingCode.UNFINISHED_WORK)
 
 
-def retime_mismatch(timed: Callable[[], Timed], check: Callable[[Timed], list[Finding]]
+def retime_mismatch(timed: Callable[[], Timed], check: Callable[[Timed, float], list[Finding]]
                     ) -> tuple[Timed, list[Finding], Finding | None]:
     """The timing, its warnings, and the first `[timer_mismatch]` or `[unfinished_work]` when there was one: then the
     rounds are timed again and only the second count. A burst of load over the first rounds is gone by then, while a
     solution that under-reports, or leaves work running past its signal, does so again (or behaves honestly this
-    time: either way the row's time is one it cannot have shaved unseen)."""
+    time: either way the row's time is one it cannot have shaved unseen). `check(timing, p)` asks for significance
+    `p`: TIMER_BOUND_P first, then CONFIRM_P, since the first flag already stands (a first flag thrown away would give a
+    shaver two tries)."""
     measured = timed()
-    found = check(measured)
+    found = check(measured, timing.TIMER_BOUND_P)
     first = next((w for w in found if w.code in RETIMED), None)
     if first is None:
         return measured, found, None
     measured = timed()
-    return measured, check(measured), first
+    return measured, check(measured, timing.CONFIRM_P), first
 
 
 def settle_mismatch(found: list[Finding], solution: Any, device: str,
@@ -223,9 +227,10 @@ def settle_mismatch(found: list[Finding], solution: Any, device: str,
     if fresh is None:
         return found, {"ran": False}
     cpu = device == "cpu"
-    again = [timing.timer_mismatch_warning(solution, fresh, cpu=cpu) if _has(found, FindingCode.TIMER_MISMATCH)
+    p = timing.CONFIRM_P  # after a first flag (retime_mismatch)
+    again = [timing.timer_mismatch_warning(solution, fresh, cpu=cpu, p=p) if _has(found, FindingCode.TIMER_MISMATCH)
              else None,
-             timing.unfinished_warning(verify, solution.median, fresh, cpu=cpu)
+             timing.unfinished_warning(verify, solution.median, fresh, cpu=cpu, p=p)
              if _has(found, FindingCode.UNFINISHED_WORK) else None]
     kept = [w for w in found if w.code not in RETIMED] + [w for w in again if w is not None]
     base = fresh.excess(solution.regime)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -38,6 +40,28 @@ Backward = Annotated[bool | None, typer.Option("--backward/--forward-only", help
 ShowProgress = Annotated[bool | None, typer.Option("--progress/--no-progress", help="Live progress on stderr: bars with counts and ETA, what runs now, a tally of statuses. Default: on when stderr is a terminal (not TERM=dumb); otherwise plain lines, as in a log.")]
 
 PROBLEMS_DIR, SOLUTIONS_DIR = Path("problems"), Path("solutions")
+
+# The settings run, baseline and gate all take, each declared once: name -> (its option, its default). `with_settings`
+# adds them to a command's signature, so no command repeats the list.
+RUN_SETTINGS: dict[str, tuple[object, object]] = {
+    "precision": (Precision, DEFAULT.precision),
+    "tolerance": (ToleranceProfile, DEFAULT.tolerance),
+    "backward": (Backward, DEFAULT.backward),
+    "max_time": (MaxTime, DEFAULT.timing.max_time_s),
+    "timeout": (Timeout, DEFAULT.timeout_s),
+    "results_dir": (ResultsDir, DEFAULT.results_dir),
+}
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def with_settings(func: F) -> F:
+    """`func` (which takes **settings) with RUN_SETTINGS's options added to the signature Typer reads, after its own."""
+    signature = inspect.signature(func, eval_str=True)  # the options themselves, not their names as strings
+    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=option)
+             for name, (option, default) in RUN_SETTINGS.items()]
+    func.__signature__ = signature.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
+    return func
 
 
 def run_config(*, no_tf32: bool = False, no_compile_baseline: bool = False, max_time: float = DEFAULT.timing.max_time_s,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,16 +13,12 @@ from kbench.cli.options import (
     DEFAULT,
     PROBLEMS_DIR,
     SOLUTIONS_DIR,
-    Backward,
     CacheDir,
     Device,
     Jobs,
-    MaxTime,
     NoCompileBaseline,
-    Precision,
     Problems,
     ProblemsDir,
-    ResultsDir,
     Resume,
     RetryCrashed,
     ShowProgress,
@@ -30,10 +26,10 @@ from kbench.cli.options import (
     Solution,
     SolutionsDir,
     Timeout,
-    ToleranceProfile,
     Trials,
     fraction,
     run_config,
+    with_settings,
 )
 
 if TYPE_CHECKING:
@@ -42,6 +38,7 @@ if TYPE_CHECKING:
 
 
 @command("run")
+@with_settings
 def run_command(
     problem: Problems = None,
     solution: Solution = None,
@@ -50,15 +47,10 @@ def run_command(
     trials: Trials = DEFAULT.trials,
     atol: Annotated[float | None, typer.Option(help="Absolute tolerance. Default: the problem's own (1e-2 unless it declares one).")] = None,
     rtol: Annotated[float | None, typer.Option(help="Relative tolerance. Default: the problem's own.")] = None,
-    tolerance: ToleranceProfile = DEFAULT.tolerance,
-    precision: Precision = DEFAULT.precision,
     no_tf32: Annotated[bool, typer.Option("--no-tf32", help="Turn TF32 off for cuDNN (and matmul) in reference and solution alike.")] = False,
     no_compile_baseline: NoCompileBaseline = False,
-    backward: Backward = DEFAULT.backward,
     two_sizes: Annotated[bool | None, typer.Option("--two-sizes/--one-size", help="Also check correctness at the other size (full/small). Default: yes on CUDA, no on CPU.")] = DEFAULT.two_sizes,
-    timeout: Timeout = DEFAULT.timeout_s,
     jobs: Jobs = DEFAULT.jobs,
-    max_time: MaxTime = DEFAULT.timing.max_time_s,
     seed: Annotated[int, typer.Option(help="Seed for weights; trial i uses seed + 1 + i for inputs.")] = DEFAULT.seed,
     executor: Annotated[str, typer.Option(help="local (one evaluation per visible GPU) or ray (Ray tasks, one GPU each).")] = DEFAULT.executor,
     address: Annotated[str | None, typer.Option(help="Ray cluster address (with --executor ray). Default: a local Ray instance.")] = DEFAULT.address,
@@ -66,11 +58,11 @@ def run_command(
     kernel_profile: Annotated[bool, typer.Option("--kernel-profile/--no-kernel-profile", help="Profile each CUDA solution for the share of GPU time in its own kernels (the no_custom_kernel check). Off saves about 4 s per evaluation (the profiler's start-up).")] = DEFAULT.kernel_profile,
     resume: Resume = None,
     retry_crashed: RetryCrashed = False,
-    results_dir: ResultsDir = DEFAULT.results_dir,
     cache_dir: CacheDir = DEFAULT.cache_dir,
     problems_dir: ProblemsDir = PROBLEMS_DIR,
     solutions_dir: SolutionsDir = SOLUTIONS_DIR,
     show_progress: ShowProgress = None,
+    **settings: Any,
 ) -> None:
     """Compile, validate and time solutions against their reference; write results/<run-id>/.
 
@@ -93,11 +85,10 @@ def run_command(
     from kbench.cli.live import progress_sink  # slow: rich.live and the pipeline; not for --help
     from kbench.commands.run import run  # heavy: pandas; not for --help
 
-    config = run_config(device=device, size=size, trials=trials, atol=atol, rtol=rtol, tolerance=tolerance,
-                        precision=precision, no_tf32=no_tf32, no_compile_baseline=no_compile_baseline,
-                        two_sizes=two_sizes, timeout=timeout, jobs=jobs, max_time=max_time, results_dir=results_dir,
-                        cache_dir=cache_dir, seed=seed, executor=executor, address=address, parallel=parallel,
-                        kernel_profile=kernel_profile, backward=backward)
+    config = run_config(device=device, size=size, trials=trials, atol=atol, rtol=rtol, no_tf32=no_tf32,
+                        no_compile_baseline=no_compile_baseline, two_sizes=two_sizes, jobs=jobs, cache_dir=cache_dir,
+                        seed=seed, executor=executor, address=address, parallel=parallel,
+                        kernel_profile=kernel_profile, **settings)
     with progress_sink(show_progress) as progress:
         store = run(config, problem or [], solution, problems_dir, solutions_dir, progress, resume, retry_crashed)
     _show_run(store)
@@ -161,21 +152,17 @@ def build_command(
 
 
 @command("baseline")
+@with_settings
 def baseline_command(
     problem: Problems = None,
     name: Annotated[str | None, typer.Option(help="Baseline name: results/baselines/<name>.json. Default: the GPU's name (and -fp16/-bf16 at those precisions).")] = None,
     device: Device = DEFAULT.device,
     size: Size = DEFAULT.size,
     no_compile_baseline: NoCompileBaseline = False,
-    backward: Backward = DEFAULT.backward,
-    precision: Precision = DEFAULT.precision,
-    tolerance: ToleranceProfile = DEFAULT.tolerance,
-    max_time: MaxTime = DEFAULT.timing.max_time_s,
-    timeout: Timeout = DEFAULT.timeout_s,
-    results_dir: ResultsDir = DEFAULT.results_dir,
     resume: Resume = None,
     problems_dir: ProblemsDir = PROBLEMS_DIR,
     show_progress: ShowProgress = None,
+    **settings: Any,
 ) -> None:
     """Time only the references (eager and torch.compile) of a problem suite and store them as a baseline.
 
@@ -195,9 +182,7 @@ def baseline_command(
     from kbench.commands.baseline import baseline  # heavy: pandas; not for --help
     from kbench.reports.tables import results_frame, to_terminal  # heavy: pandas; not for --help
 
-    config = run_config(device=device, size=size, no_compile_baseline=no_compile_baseline, timeout=timeout,
-                        max_time=max_time, results_dir=results_dir, precision=precision, tolerance=tolerance,
-                        backward=backward)
+    config = run_config(device=device, size=size, no_compile_baseline=no_compile_baseline, **settings)
     with progress_sink(show_progress) as progress:
         store, target = baseline(config, problem or [], problems_dir, name, progress, resume)
     typer.echo(to_terminal(results_frame(store.evaluations)))
@@ -205,6 +190,7 @@ def baseline_command(
 
 
 @command("gate")
+@with_settings
 def gate_command(
     problem: Problems = None,
     solution: Solution = None,
@@ -212,17 +198,12 @@ def gate_command(
     max_regression: Annotated[str, typer.Option(help="Slowdown allowed against --baseline before a solution fails.")] = "5%",
     junit: Annotated[Path | None, typer.Option(help="Also write a JUnit XML report here.")] = None,
     trials: Trials = DEFAULT.trials,
-    precision: Precision = DEFAULT.precision,
-    tolerance: ToleranceProfile = DEFAULT.tolerance,
-    backward: Backward = DEFAULT.backward,
-    max_time: MaxTime = DEFAULT.timing.max_time_s,
-    timeout: Timeout = DEFAULT.timeout_s,
     jobs: Jobs = DEFAULT.jobs,
-    results_dir: ResultsDir = DEFAULT.results_dir,
     cache_dir: CacheDir = DEFAULT.cache_dir,
     problems_dir: ProblemsDir = PROBLEMS_DIR,
     solutions_dir: SolutionsDir = SOLUTIONS_DIR,
     show_progress: ShowProgress = None,
+    **settings: Any,
 ) -> None:
     """The CI correctness gate: exit 0 only when every selected solution passes every check run here.
 
@@ -244,8 +225,7 @@ def gate_command(
     from kbench.cli.live import progress_sink  # slow: rich.live and the pipeline; not for --help
     from kbench.commands.gate import FAIL, PASS, SKIP, gate, write_junit  # heavy: pandas; not for --help
 
-    config = run_config(trials=trials, timeout=timeout, jobs=jobs, max_time=max_time, results_dir=results_dir,
-                        cache_dir=cache_dir, precision=precision, tolerance=tolerance, backward=backward)
+    config = run_config(trials=trials, jobs=jobs, cache_dir=cache_dir, **settings)
     with progress_sink(show_progress) as progress:
         result = gate(problem or [], solution, problems_dir, solutions_dir, config, baseline, fraction(max_regression),
                       progress)

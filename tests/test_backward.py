@@ -150,3 +150,17 @@ def test_a_backward_run_gives_each_fixture_its_verdict(tmp_path: Path):
     assert "no gradient path" in wrong["detached"].message
     assert "invalid gradient" in wrong["wrong_gradient_shape"].message
     assert result.exit_code == 1
+
+
+def test_the_provenance_says_what_a_timed_call_holds():
+    from kbench.reports.caveats import provenance
+    from kbench.results.records import Evaluation
+
+    def rows(*backward):
+        return [Evaluation(problem="p", solution=f"s{i}", status=Status.CORRECT, device="cpu", size="small",
+                           backward=b) for i, b in enumerate(backward)]
+
+    assert provenance({}, rows(False, False)).calls == "the forward"
+    assert provenance({}, rows(True, True)).calls.startswith("forward and backward as one call")
+    assert provenance({}, rows(True, False)).calls.startswith("forward and backward on 1 of 2 row(s)")
+    assert ("calls", "the forward") in provenance({}, rows(False)).lines()

@@ -103,11 +103,12 @@ class Provenance:
     precision: str
     tolerance: str
     sandbox: str
+    calls: str = "the forward"  # what one timed call holds: the forward, or forward and backward (--backward)
 
     def lines(self) -> list[tuple[str, str]]:
         return [("kbench", self.kbench), ("code", self.code), ("device", self.device),
-                ("SM clock while timing", self.clocks), ("timing", self.method), ("precision", self.precision),
-                ("tolerance", self.tolerance), ("sandbox", self.sandbox)]
+                ("SM clock while timing", self.clocks), ("timing", self.method), ("calls", self.calls),
+                ("precision", self.precision), ("tolerance", self.tolerance), ("sandbox", self.sandbox)]
 
 
 def provenance(doc: JsonObject, evaluations: Sequence[Evaluation]) -> Provenance:
@@ -121,7 +122,17 @@ def provenance(doc: JsonObject, evaluations: Sequence[Evaluation]) -> Provenance
     return Provenance(kbench=str(env.get("kbench", "unknown (before 0.1.0 recorded it)")), code=code, dirty=dirty,
                       device=device, clocks=_clocks(evaluations), method=_method(evaluations),
                       precision=str(config.get("precision") or "each problem's own (fp32 unless it says)"),
-                      tolerance=_tolerance(config), sandbox=_sandbox(evaluations))
+                      tolerance=_tolerance(config), sandbox=_sandbox(evaluations), calls=_calls(evaluations))
+
+
+def _calls(evaluations: Sequence[Evaluation]) -> str:
+    """What a timed call holds, over the run's rows."""
+    both = sum(e.backward for e in evaluations)
+    if both == 0:
+        return "the forward"
+    if both == len(evaluations):
+        return "forward and backward as one call (--backward): output, input and parameter gradients compared"
+    return f"forward and backward on {both} of {len(evaluations)} row(s) (--backward), the forward on the rest"
 
 
 def _clocks(evaluations: Sequence[Evaluation]) -> str:

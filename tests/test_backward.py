@@ -164,3 +164,28 @@ def test_the_provenance_says_what_a_timed_call_holds():
     assert provenance({}, rows(True, True)).calls.startswith("forward and backward as one call")
     assert provenance({}, rows(True, False)).calls.startswith("forward and backward on 1 of 2 row(s)")
     assert ("calls", "the forward") in provenance({}, rows(False)).lines()
+
+
+def test_the_floor_of_a_backward_row_is_the_forwards(monkeypatch, tmp_path):
+    """The FLOP counter's module hooks refuse autograd.grad (every eager row failed on the H100): the floor counts the
+    wrapped model's forward on the inputs without the upstream gradient, a lower bound of forward and backward."""
+    from kbench.judge import reference as reference_child
+    from kbench.measure import ceilings, roofline
+    from kbench.wire.jobs import ProblemRef, ReferenceJob
+
+    seen = {}
+
+    def work(model, inputs, device):
+        seen["model"], seen["inputs"] = model, inputs
+        return "work"
+
+    monkeypatch.setattr(roofline, "problem_work", work)
+    monkeypatch.setattr(roofline, "floor", lambda work, peaks: (work, peaks))
+    monkeypatch.setattr(ceilings, "cached_ceilings", lambda *args: "peaks")
+    model = Tiny()
+    job = ReferenceJob(problem=ProblemRef("p", "p.py"), device="cuda", seed=0, trials=1, atol=1e-2, rtol=1e-2,
+                       backward=True, ceilings_dir=str(tmp_path))
+    x, upstream = torch.randn(5, 4), torch.randn(5, 3)
+    assert reference_child.hardware_floor(job, backward.Gradients(model, reference=True), [x, upstream]) == (
+        "work", "peaks")
+    assert seen["model"] is model and len(seen["inputs"]) == 1 and seen["inputs"][0] is x

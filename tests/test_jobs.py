@@ -90,3 +90,25 @@ def test_every_outcome_becomes_a_result_of_its_jobs_kind():
     assert isinstance(killed, ReferenceResult) and killed.status == "crashed" and "SIGKILL" in killed.message
     foreign = child.answer(child.ChildOutcome(ReferenceResult("correct"), 0, False, 1.0, ""), EvaluateResult)
     assert isinstance(foreign, EvaluateResult) and foreign.status == "crashed"
+
+
+def test_a_judge_that_runs_out_of_memory_outside_a_guarded_step_is_not_run_not_the_solutions_failure(monkeypatch):
+    """On the H100 a judge holding a multi-GB problem's forward and backward ran out of memory outside the steps that
+    say so themselves: the row is not_run with [check_skipped], never a runtime_error of the solution's."""
+    import torch
+
+    from kbench.execution import worker
+    from kbench.wire.jobs import Envelope, ProbeJob
+
+    def exhausted(job):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB")
+
+    monkeypatch.setitem(worker.MODES, "probe", exhausted)
+    result = worker._run(Envelope(ProbeJob()))
+    assert result["status"] == "not_run" and result["message"].startswith("[check_skipped] the judge ran out of memory")
+
+    def broken(job):
+        raise RuntimeError("something else")
+
+    monkeypatch.setitem(worker.MODES, "probe", broken)
+    assert worker._run(Envelope(ProbeJob()))["status"] == "runtime_error"

@@ -1,7 +1,8 @@
 """Does kbench's median agree with the field's timers? kbench's rows beside the same call timed in one plain process.
 
     python bench/fidelity.py compare --out OUT [--problem P ...] [--solution S ...] [--cache-dir C]
-    python bench/fidelity.py hypotheses --out OUT [--problem P] [--solution S] [--cache-dir C]
+    python bench/fidelity.py hypotheses --out OUT [--problem P] [--solution S|eager] [--cache-dir C] [--backward]
+                                        [--problems-dir D]
     python bench/fidelity.py protocol --out RUN.json      # per row: regime, median, the judge's excess, warnings
 
 `compare` runs `kbench run` (docs/timing.md's protocol, torch.compile off) on the shipped problems, then times every
@@ -37,15 +38,18 @@ SOLUTIONS = ("tf32_igemm", "cuda_fused", "triton_fused")
 SAMPLES = 80
 
 
-def _model(problem: str, solution: str | None, cache: str):
+def _model(problem: str, solution: str | None, cache: str, backward: bool = False, problems: str = ""):
     """The problem's reference (solution None) or the solution's ModelNew with the reference's weights, its inputs,
-    on the GPU; a solution's extension loads from kbench's build cache."""
+    on the GPU; a solution's extension loads from kbench's build cache. With `backward`, the model wrapped as
+    `--backward` wraps it (kbench.judge.backward: forward and backward as one call) and an upstream gradient after
+    the inputs. `problems`: the problems folder (default problems/)."""
     import torch
 
     from kbench.judge.candidate.loading import import_path
     from kbench.system import toolkit
 
-    module = import_path(f"fidelity_{problem}", str(ROOT / "problems" / problem / "model.py"))
+    folder = Path(problems) if problems else ROOT / "problems"
+    module = import_path(f"fidelity_{problem}", str(folder / problem / "model.py"))
     init = module.get_init_inputs()
     torch.manual_seed(0)
     with torch.device("cuda"):
@@ -65,6 +69,13 @@ def _model(problem: str, solution: str | None, cache: str):
     torch.manual_seed(1)
     with torch.device("cuda"):
         inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+    if backward:
+        from kbench.judge.backward import Gradients
+
+        with torch.no_grad():
+            out = reference(*inputs)
+        inputs.append(torch.randn(out.shape, dtype=out.dtype, device=out.device))
+        model = Gradients(model, reference=solution is None)
     return model, inputs
 
 
@@ -132,7 +143,8 @@ def compare(args: argparse.Namespace) -> None:
 INGREDIENTS = ("gap", "switch", "freeze", "ipc", "python", "pinned")
 
 
-def _timed_child(conn, problem: str, solution: str | None, cache: str, pinned: int | None) -> None:
+def _timed_child(conn, problem: str, solution: str | None, cache: str, pinned: int | None, backward: bool = False,
+                 problems: str = "") -> None:
     """The child of `hypotheses`: one sample per request, in the regime the request names, on its own inputs or on
     the inputs the parent shared."""
     import torch
@@ -143,7 +155,7 @@ def _timed_child(conn, problem: str, solution: str | None, cache: str, pinned: i
     os.setpgid(0, 0)
     if pinned is not None:
         os.sched_setaffinity(0, {pinned})
-    model, own_inputs = _model(problem, solution or None, cache)
+    model, own_inputs = _model(problem, solution or None, cache, backward, problems)
     shared = conn.recv()
     timers = {r: CudaEventTimer(torch.device("cuda"), regime=r) for r in ("host", "gpu")}
     expected = procstate.snapshot()
@@ -162,7 +174,8 @@ def _timed_child(conn, problem: str, solution: str | None, cache: str, pinned: i
             conn.send(timers[regime].sample(lambda: model(*inputs))[0])
 
 
-def _drive(problem: str, solution: str, cache: str, used: set[str], regime: str) -> float:
+def _drive(problem: str, solution: str, cache: str, used: set[str], regime: str, backward: bool = False,
+           problems: str = "") -> float:
     """Median ms of SAMPLES samples of the child with the ingredients `used`."""
     import torch
     import torch.multiprocessing as mp
@@ -170,9 +183,10 @@ def _drive(problem: str, solution: str, cache: str, used: set[str], regime: str)
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
     core = sorted(os.sched_getaffinity(0))[-1]
-    proc = ctx.Process(target=_timed_child, args=(child, problem, solution, cache, core if "pinned" in used else None))
+    proc = ctx.Process(target=_timed_child, args=(child, problem, solution, cache, core if "pinned" in used else None,
+                                                  backward, problems))
     proc.start()
-    reference, inputs = _model(problem, None, cache)
+    reference, inputs = _model(problem, None, cache, backward, problems)
     parent.send([x.clone() for x in inputs])
     assert parent.recv() == "ready"
     if "pinned" in used:
@@ -204,11 +218,12 @@ def hypotheses(args: argparse.Namespace) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     problem, solution = args.problem[0], (args.solution or ["tf32_igemm"])[0]
+    solution = "" if solution == "eager" else solution  # the reference itself in the child
     plans = [("plain", set(), "host")] + [(f"+ {i}", {i}, "host") for i in INGREDIENTS] + [
         ("all", set(INGREDIENTS), "host"), ("all, GPU regime", set(INGREDIENTS), "gpu"), ("plain, GPU regime", set(), "gpu")]
     results = {}
     for name, used, regime in plans:
-        results[name] = _drive(problem, solution, args.cache_dir, used, regime)
+        results[name] = _drive(problem, solution, args.cache_dir, used, regime, args.backward, args.problems_dir)
         base = results["plain"]
         print(f"{problem}/{solution} {name:22s} {results[name]:8.4f} ms  x{results[name] / base:.3f}", flush=True)
     (out / "hypotheses.json").write_text(json.dumps({"problem": problem, "solution": solution, "ms": results}, indent=1))
@@ -237,6 +252,8 @@ def main() -> None:
     parser.add_argument("-p", "--problem", action="append", default=[])
     parser.add_argument("-s", "--solution", action="append", default=[])
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "kbench" / "extensions"))
+    parser.add_argument("--backward", action="store_true", help="hypotheses: forward and backward as one call")
+    parser.add_argument("--problems-dir", default="", help="hypotheses: the problems folder (default problems/)")
     args = parser.parse_args()
     if not args.problem:
         args.problem = list(PROBLEMS) if args.what == "compare" else ["convtranspose3d_softmax"]

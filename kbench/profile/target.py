@@ -26,7 +26,7 @@ from kbench.system.lifetime import die_with_parent
 # ncu's injected library reports to ncu over a local TCP port (ncu --port), which the sandbox's network namespace
 # (no interface) would cut, and its PID namespace forks the process ncu follows: under ncu only the limits apply.
 UNDER_NCU = "namespaces not entered under ncu, whose injected library talks to ncu over a local socket"
-SANDBOX_OFF = "the sandbox is off here (KBENCH_SANDBOX, or an NVIDIA driver: KBENCH_SANDBOX=on applies its limits)"
+SANDBOX_OFF = "the sandbox is switched off here (KBENCH_SANDBOX=none, or not Linux)"
 
 
 def sandbox_limits() -> str:

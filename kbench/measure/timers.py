@@ -130,15 +130,9 @@ class CudaEventTimer:
     def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
         if self.regime == REGIME_GPU:
             return self._gated(fn)
-        start, end = _cuda_event(enable_timing=True), _cuda_event(enable_timing=True)
-        _cuda_synchronize(self._device)
-        self._flush.fill_(1.0)
+        start, end = self._prepare()
         with no_collection():
-            host_start = self._clock()
-            start.record()
-            fn()
-            end.record()
-            issued = self._clock()
+            host_start, issued = self._issue(fn, start, end)
         _cuda_synchronize(self._device)
         host = self._clock() - host_start
         self.last_issue, self.last_forced = issued - host_start, False
@@ -147,17 +141,11 @@ class CudaEventTimer:
     def _gated(self, fn: Callable[[], object]) -> tuple[float, float]:
         assert self._gate is not None
         gate, watchdog = self._gate
-        start, end = _cuda_event(enable_timing=True), _cuda_event(enable_timing=True)
-        _cuda_synchronize(self._device)
-        self._flush.fill_(1.0)
+        start, end = self._prepare()
         value = gate.close(_current_stream().cuda_stream)
         watchdog.arm(value)
         with no_collection():
-            host_start = self._clock()
-            start.record()
-            fn()
-            end.record()
-            issued = self._clock()
+            host_start, issued = self._issue(fn, start, end)
             gate.open(value)
             watchdog.disarm()
         _cuda_synchronize(self._device)
@@ -166,6 +154,22 @@ class CudaEventTimer:
         if gate.forced:
             self.regime = REGIME_HOST
         return _elapsed_time(start, end) / 1e3, host
+
+    def _prepare(self) -> tuple[Any, Any]:
+        """Two fresh timing events, after the GPU has finished all earlier work and the L2 flush is queued."""
+        events = _cuda_event(enable_timing=True), _cuda_event(enable_timing=True)
+        _cuda_synchronize(self._device)
+        self._flush.fill_(1.0)
+        return events
+
+    def _issue(self, fn: Callable[[], object], start: Any, end: Any) -> tuple[float, float]:
+        """Issue the timed interval: the call between the two events. Returns the host clock before the start event
+        and after the end event is recorded, in seconds."""
+        host_start = self._clock()
+        start.record()
+        fn()
+        end.record()
+        return host_start, self._clock()
 
     def decide(self, fn: Callable[[], object], calls: int = 3) -> str:
         """Choose the regime for fn (and use it): the GPU regime when its calls' work is queued faster than the GPU runs

@@ -242,7 +242,13 @@ def protocol(args: argparse.Namespace) -> None:
         print(f"{e['problem']:26s} {e['solution']:14s} {e['status']:8s} {t.get('regime', ''):4s} "
               f"median {statistics.median(samples) * 1e3 if samples else float('nan'):8.4f} ms  excess {excess:7.4f} "
               f"cal {cal * 1e3 if cal else float('nan'):7.4f}  n {len(samples):3d}  "
-              f"{' '.join(w.split(']')[0] + ']' for w in e.get('warnings', []))} {parts or ''}")
+              f"{' '.join(_code(w) for w in e.get('warnings', []))} {parts or ''} "
+              f"witness {figures.get('witness')} retimed {bool(figures.get('retimed'))}")
+
+
+def _code(warning) -> str:
+    """A warning's code: run.json holds {code, message} records (older files: "[code] text" strings)."""
+    return f"[{warning['code']}]" if isinstance(warning, dict) else warning.split("]")[0] + "]"
 
 
 def main() -> None:

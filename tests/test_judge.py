@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from kbench.results.findings import Finding, FindingCode
 from kbench.judge import judge
 from kbench.judge.candidate import protocol
-from kbench.judge.timing import judge_timing
 from kbench.judge.harness import build_reference, input_maker, load_problem
+from kbench.judge.timing import judge_timing
 from kbench.judge.verdicts import Verdict
 from kbench.results.codec import ProtocolError
-from kbench.wire.jobs import EvaluateJob, ProblemRef, SolutionRef
+from kbench.results.findings import Finding, FindingCode
 from kbench.system import procstate
+from kbench.wire.jobs import EvaluateJob, ProblemRef, SolutionRef
 from tests import judge_targets
 from tests.conftest import FIXTURES
 
@@ -85,11 +85,62 @@ def test_calibration_measures_the_round_trip_beyond_the_reported_time():
     assert calibration.gpu_overhead == () and calibration.eager_regime == "host"  # the CPU has one regime
 
 
-def test_a_fresh_calibration_can_be_taken_after_timing():
-    """What settles a [timer_mismatch]: calibration rounds now, in a new candidate holding only the reference."""
+def test_rounds_timed_beside_a_witness_carry_the_protocol_cost_of_those_rounds(session):
+    """What settles a first [timer_mismatch] or [unfinished_work]: the rounds timed again with a witness (a fresh
+    process holding only the reference) timed through the same protocol in every round."""
+    import dataclasses
+
+    from kbench.config.run_config import TimingPolicy
+
     problem, reference, init, make = _reference()
-    calibration = judge_timing.recalibrate(_job(), reference, init, make)
-    assert calibration is not None and calibration.overhead and all(gap > 0 for gap in calibration.overhead)
+    job = dataclasses.replace(_job(), timing=TimingPolicy(min_samples=12, min_time_s=0.05, max_time_s=0.5))
+    inputs = make(1)
+    calibration = judge_timing.calibrate(job, session, reference, init, make, inputs, reference(*inputs))
+    witness = judge_timing.start_witness(job, session, reference, init, make)
+    assert witness is not None and witness.cand.pid != session.cand.pid
+    try:
+        timed = judge_timing.time_rounds(job, session, reference, make, calibration, witness)
+    finally:
+        witness.cand.kill()
+    rounds, figures = len(timed.solution.samples), timed.figures["witness"]
+    assert figures["failure"] is None and figures["rounds"] == rounds  # one witness call per timed round
+    assert timed.witness is not None and len(timed.witness.overhead) == rounds and len(timed.witness.verify) == rounds
+    assert all(gap > 0 for gap in timed.witness.overhead)  # its window holds more than its call, as the solution's
+    assert timed.witness.eager == calibration.eager and timed.witness.eager_regime == calibration.eager_regime
+    assert figures["p50_s"] == pytest.approx(sorted(timed.witness.overhead)[rounds // 2], rel=0.5)
+
+
+def test_a_witness_that_fails_is_the_harness_problem_and_the_rounds_go_on(session):
+    import dataclasses
+
+    from kbench.config.run_config import TimingPolicy
+
+    problem, reference, init, make = _reference()
+    job = dataclasses.replace(_job(), timing=TimingPolicy(min_samples=10, min_time_s=0.02, max_time_s=0.3))
+    inputs = make(1)
+    calibration = judge_timing.calibrate(job, session, reference, init, make, inputs, reference(*inputs))
+    witness = judge_timing.start_witness(job, session, reference, init, make)
+    assert witness is not None
+    witness.cand.kill()  # dies before the rounds: its first call fails
+    timed = judge_timing.time_rounds(job, session, reference, make, calibration, witness)
+    assert timed.solution.samples and timed.witness is None  # too few witness calls to calibrate anything
+    assert timed.figures["witness"]["rounds"] == 0 and timed.figures["witness"]["failure"]
+
+
+def test_the_witness_calls_become_a_calibration_per_regime():
+    from kbench.judge.timing.timed_call import Observed
+    from kbench.measure.timing import Calibration
+
+    base = Calibration((1.0,), eager=(2e-3,) * 3, eager_regime="gpu", arm_overhead=(5e-6,))
+    host = [Observed(1e-3, 2e-3, 0.1e-3, 0.05e-3, "host", done=1.5e-3) for _ in range(6)]
+    gpu = [Observed(1e-3, 1.8e-3, 0.3e-3, 0.2e-3, "gpu", done=1.2e-3) for _ in range(6)]
+    cal = judge_timing.witnessed_calibration(host + gpu, base)
+    assert cal.overhead == pytest.approx((0.5e-3,) * 6) and cal.gpu_overhead == pytest.approx((0.2e-3,) * 6)
+    assert cal.verify == pytest.approx((0.5e-3,) * 6 + (0.6e-3,) * 6)
+    assert cal.arm_overhead == pytest.approx((0.1e-3,) * 6)  # the witness's own, where it had gated calls
+    assert cal.eager == base.eager and cal.eager_regime == "gpu"
+    low = judge_timing.CALIBRATION_ROUNDS[0]
+    assert judge_timing.witnessed_calibration(host[: low - 1], base) is None  # too few to calibrate
 
 
 THREADS = Finding(FindingCode.THREADS, "x")
@@ -116,30 +167,51 @@ def test_a_timer_mismatch_has_the_rounds_timed_again_and_only_the_second_count()
         return lambda: left.pop(0)
 
     shaved, honest = _measured(0.1e-3, 1.5e-3), _measured(1.0e-3, 1.5e-3)
-    assert judge_timing.retime_mismatch(sequence(honest), check) == (honest, [THREADS], None)
-    measured, found, first = judge_timing.retime_mismatch(sequence(shaved, honest), check)
+    def twice(*measured):
+        left = sequence(*measured)
+        return left, left
+
+    assert judge_timing.retime_mismatch(*twice(honest), check) == (honest, [THREADS], None)
+    measured, found, first = judge_timing.retime_mismatch(*twice(shaved, honest), check)
     assert measured is honest and found == [THREADS] and first.code == FindingCode.TIMER_MISMATCH
-    measured, found, first = judge_timing.retime_mismatch(sequence(shaved, shaved), check)
+    measured, found, first = judge_timing.retime_mismatch(*twice(shaved, shaved), check)
     assert measured is shaved and found[0].code == FindingCode.TIMER_MISMATCH and first == found[0]
 
 
-def test_a_timer_mismatch_stays_only_when_a_fresh_calibration_cannot_explain_it_either():
-    from kbench.measure.timing import Calibration, timer_mismatch_warning
+def test_a_timer_mismatch_stays_only_when_the_witness_of_the_same_rounds_cannot_explain_it_either():
+    """The second rounds are checked against the witness's calls of those rounds: a host that got slower since
+    calibration slows the witness's protocol as much (cleared); a shave shows against the witness as against the
+    calibration (kept)."""
+    from kbench.judge.timing.timed_call import Observed
+    from kbench.measure.timing import CONFIRM_P, Calibration, timer_mismatch_warning
 
     then = Calibration((0.5e-3,) * 10)  # the protocol's cost at calibration
-    honest = _measured(0.4e-3, 1.5e-3)  # 1.1 ms beyond the call: the host got slower since
-    found = [timer_mismatch_warning(honest, then), THREADS]
-    assert found[0] is not None and found[0].code == FindingCode.TIMER_MISMATCH
-    kept, figures = judge_timing.settle_mismatch(found, honest, "cuda", lambda: Calibration((1.1e-3,) * 10))
-    assert kept == [THREADS] and figures["cleared"] is True and figures["p50_s"] == pytest.approx(1.1e-3)
-    liar = _measured(0.1e-3, 1.5e-3)  # reports 0.1 ms of a call that took 1 ms: no calibration of today explains it
-    kept, figures = judge_timing.settle_mismatch([timer_mismatch_warning(liar, then)], liar, "cuda",
-                                                 lambda: Calibration((0.55e-3,) * 10))
-    assert len(kept) == 1 and kept[0].code == FindingCode.TIMER_MISMATCH and figures["cleared"] is False
-    assert judge_timing.settle_mismatch([THREADS], liar, "cuda", lambda: pytest.fail("not needed")) == (
-        [THREADS], None)
-    kept, figures = judge_timing.settle_mismatch([timer_mismatch_warning(liar, then)], liar, "cuda", lambda: None)
-    assert len(kept) == 1 and figures == {"ran": False}  # could not recalibrate: the first verdict stands
+    slower = [Observed(1.0e-3, 2.5e-3, 0, 0, "host", done=(2.05 + 0.01 * i) * 1e-3) for i in range(20)]
+    witness = judge_timing.witnessed_calibration(slower, then)  # the protocol costs ~1.1 ms in these rounds
+    honest = _measured(0.4e-3, 1.5e-3)  # 1.1 ms beyond the call
+    assert timer_mismatch_warning(honest, then, p=CONFIRM_P) is not None  # against the old calibration: flagged
+    assert timer_mismatch_warning(honest, witness, p=CONFIRM_P) is None  # against the witness: cleared
+    liar = _measured(0.1e-3, 1.5e-3)  # reports 0.1 ms of a call that took 0.4 ms
+    kept = timer_mismatch_warning(liar, witness, p=CONFIRM_P)
+    assert kept is not None and kept.code == FindingCode.TIMER_MISMATCH
+
+
+def test_the_judge_checks_the_first_rounds_against_calibration_and_the_second_against_their_witness():
+    """The check the judge hands retime_mismatch (judge_timing.mismatch_check): an honest row on a host that got
+    slower after calibration is flagged by its first rounds, and cleared by its second, whose witness slowed too."""
+    from kbench.judge.timing.timed_call import Observed
+    from kbench.measure.timing import CONFIRM_P, Calibration
+
+    then = Calibration((0.5e-3,) * 10)
+    honest = _measured(0.4e-3, 1.5e-3)  # 1.1 ms beyond the call: the protocol got slower since calibration
+    slower = [Observed(1.0e-3, 2.5e-3, 0, 0, "host", done=(2.05 + 0.01 * i) * 1e-3) for i in range(20)]
+    first = judge_timing.TimedRounds(honest, honest, {}, {}, [])
+    second = judge_timing.TimedRounds(honest, honest, {}, {}, [], judge_timing.witnessed_calibration(slower, then))
+    check = judge_timing.mismatch_check("cpu", then)
+    measured, found, flag = judge_timing.retime_mismatch(lambda: first, lambda: second, check)
+    assert measured is second and found == [] and flag is not None and flag.code == FindingCode.TIMER_MISMATCH
+    assert [w.code for w in check(first, CONFIRM_P)] == [
+        FindingCode.TIMER_MISMATCH]  # the same rounds without their witness: still flagged
 
 
 def test_a_load_error_is_the_candidates_verdict(session):
@@ -240,10 +312,12 @@ def test_flush_denormal_has_a_getter_that_sees_the_switch():
             torch.set_flush_denormal(False)
 
 
-def test_unfinished_work_has_the_rounds_timed_again_and_is_settled_against_a_fresh_calibration():
+def test_unfinished_work_has_the_rounds_timed_again_and_is_settled_against_the_witness():
     """A gap between the signal and the outputs verified that one burst opened clears in the second rounds; a
-    solution that leaves work running past its signal does it again, and a fresh calibration does not explain it."""
-    from kbench.measure.timing import Calibration, unfinished_warning
+    solution that leaves work running past its signal does it again, and the witness's verification of the same
+    rounds does not explain it; a verification that got slower for everyone does."""
+    from kbench.judge.timing.timed_call import Observed
+    from kbench.measure.timing import CONFIRM_P, Calibration, unfinished_warning
 
     then = Calibration((0.5e-3,) * 10, verify=(0.40e-3,) * 10)
     honest = _measured(1.0e-3, 1.5e-3)
@@ -252,19 +326,17 @@ def test_unfinished_work_has_the_rounds_timed_again_and_is_settled_against_a_fre
         return lambda measured, p: [w for w in (unfinished_warning(verify.pop(0), measured.median, then, p=p),) if w]
 
     once = [(0.60e-3,) * 10, (0.40e-3,) * 10]
-    measured, found, first = judge_timing.retime_mismatch(lambda: honest, check(once))
+    measured, found, first = judge_timing.retime_mismatch(lambda: honest, lambda: honest, check(once))
     assert found == [] and first.code == FindingCode.UNFINISHED_WORK
-    always = [(0.90e-3,) * 10, (0.90e-3,) * 10]
-    measured, found, first = judge_timing.retime_mismatch(lambda: honest, check(always))
-    assert [w.code for w in found] == [FindingCode.UNFINISHED_WORK] and first is not None
-    kept, figures = judge_timing.settle_mismatch(found, honest, "cuda",
-                                                 lambda: Calibration((0.5e-3,) * 10, verify=(0.41e-3,) * 10),
-                                                 verify=(0.90e-3,) * 10)
-    assert [w.code for w in kept] == [FindingCode.UNFINISHED_WORK] and figures["cleared"] is False
-    kept, figures = judge_timing.settle_mismatch(found, honest, "cuda",
-                                                 lambda: Calibration((0.5e-3,) * 10, verify=(0.89e-3,) * 10),
-                                                 verify=(0.90e-3,) * 10)
-    assert kept == [] and figures["cleared"] is True  # the verification itself got slower since: not the solution
+
+    def witness(verify_s):
+        return judge_timing.witnessed_calibration(
+            [Observed(1e-3, 1.5e-3 + verify_s + i * 1e-6, 0, 0, "host", done=1.5e-3) for i in range(12)], then)
+
+    left_running = (0.90e-3,) * 10
+    kept = unfinished_warning(left_running, honest.median, witness(0.41e-3), p=CONFIRM_P)
+    assert kept is not None and kept.code == FindingCode.UNFINISHED_WORK
+    assert unfinished_warning(left_running, honest.median, witness(0.89e-3), p=CONFIRM_P) is None
 
 
 def test_a_flag_is_confirmed_in_the_rounds_timed_again_at_a_lower_significance():
@@ -275,7 +347,8 @@ def test_a_flag_is_confirmed_in_the_rounds_timed_again_at_a_lower_significance()
 
     asked: list[float] = []
     flag = Finding(FindingCode.TIMER_MISMATCH, "x")
-    judge_timing.retime_mismatch(lambda: _measured(1e-3, 1.5e-3), lambda m, p: asked.append(p) or [flag])
+    judge_timing.retime_mismatch(lambda: _measured(1e-3, 1.5e-3), lambda: _measured(1e-3, 1.5e-3),
+                                 lambda m, p: asked.append(p) or [flag])
     assert asked == [TIMER_BOUND_P, CONFIRM_P]
     base = [0.50e-3 + i * 0.01e-3 for i in range(10)]  # the protocol's cost at calibration
     then = Calibration(tuple(base))

@@ -31,12 +31,11 @@ from kbench.judge.harness import (
 )
 from kbench.judge.timing.judge_timing import (
     calibrate,
+    mismatch_check,
     pin_timing_core,
-    recalibrate,
     retime_mismatch,
-    settle_mismatch,
+    time_beside_witness,
     time_rounds,
-    timing_warnings,
 )
 from kbench.judge.verdicts import Verdict
 from kbench.measure import timers, timing
@@ -116,15 +115,14 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     if failure:
         _finish(session, draft)
         return draft.result(Status.INCORRECT, failure)
-    timed, found, first = retime_mismatch(lambda: time_rounds(job, session, reference, make, calibration),
-                                          lambda timed, p: timing_warnings(device, timed, calibration, p))
+    timed, found, first = retime_mismatch(
+        lambda: time_rounds(job, session, reference, make, calibration),
+        lambda: time_beside_witness(job, session, reference, init, make, calibration),
+        mismatch_check(device, calibration))
     if first is not None:
         timed.figures["retimed"] = {"first": first.text}
     draft.timing, draft.eager_timing = timed.solution, timed.eager
     draft.figures["protocol"], draft.figures["machine"] = timed.figures, timed.machine
-    found, timed.figures["recalibration"] = settle_mismatch(
-        found, timed.solution, device, lambda: recalibrate(job, reference, init, make),
-        timed.figures.get("verify_s", ()))
     draft.warnings += found + timed.findings
     draft.warnings += [w for w in (timing.level_moved_warning(timed.solution, "the solution"),
                                        timing.level_moved_warning(timed.eager, "the eager reference"))

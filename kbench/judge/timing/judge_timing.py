@@ -92,6 +92,7 @@ class TimedRounds:
     figures: dict[str, Any]  # the protocol's figures (free-form diagnostics: run.json's extra.protocol)
     machine: dict[str, Any]  # what the machine did meanwhile (free-form: kbench.system.machine.watched)
     findings: list[Finding]  # about the machine and the solution's escaped processes while it was timed
+    witness: timing.Calibration | None = None  # what the protocol cost the witness in these rounds (`witnessed`)
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class _Window:
 
 
 def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
-                calibration: timing.Calibration) -> TimedRounds:
+                calibration: timing.Calibration, witness: Session | None = None) -> TimedRounds:
     """Candidate and eager reference in rounds: fresh inputs before each round (they reach the candidate at the
     release of its timed call), the candidate's outputs checked against the reference's on the same values after it
     (every round, or a random subset for big outputs).
@@ -114,9 +115,13 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
     Primed rounds, for a launch-bound reference (its time is the host's, and a call right after a call of the same
     code in the same process ran several percent faster on the H100): each side's timed call follows an untimed call
     of its own. The judge calls the reference on the fresh inputs, copies them into its own second set and times its
-    call there; the candidate calls on the last round's inputs, and this round's reach it at the release."""
+    call there; the candidate calls on the last round's inputs, and this round's reach it at the release.
+
+    With a `witness` (a process of the judge's holding only the reference, `start_witness`), every round also times
+    the witness's call on the same inputs, before or after the solution's in turn: the rounds then carry their own
+    calibration (`TimedRounds.witness`)."""
     device, policy = job.device, job.timing
-    rounds = SolutionRounds(job, session, reference, make, calibration)
+    rounds = SolutionRounds(job, session, reference, make, calibration, witness)
     try:
         regime = guarded(device, "timing", rounds.decide, judge_work="deciding the solution's regime")
 
@@ -136,6 +141,8 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
             rounds.check(count - 1)
     finally:
         rounds.calls.close()
+        if rounds.witness is not None:
+            rounds.witness.close()
     figures = {"rounds": count, "rechecked": rounds.count, "recheck_every_call": rounds.rechecks.every_call,
                "primed": rounds.primed,
                "regime": regime, "regime_decision": rounds.decision, "eager_regime": rounds.timer.regime,
@@ -146,7 +153,29 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
         figures["calibration_verify_p50_s"] = median(calibration.verify) if calibration.verify else None
     if regime == timers.REGIME_GPU and rounds.seen:
         figures["judged_issue_s"], figures["judged_gpu_s"] = rounds.judged(rounds.seen)
-    return TimedRounds(measured["solution"], measured["eager"], figures, machine_figures, busy)
+    witnessed = None
+    if rounds.witness is not None:
+        witnessed = witnessed_calibration(rounds.witnessed, calibration)
+        base = witnessed.excess(regime) if witnessed is not None else ()
+        figures["witness"] = {"rounds": len(rounds.witnessed), "failure": rounds.witness_failure or None,
+                              "p50_s": median(base) if base else None,
+                              "verify_p50_s": median(witnessed.verify) if witnessed and witnessed.verify else None}
+    return TimedRounds(measured["solution"], measured["eager"], figures, machine_figures, busy, witnessed)
+
+
+def witnessed_calibration(seen: Sequence[Observed], base: timing.Calibration) -> timing.Calibration | None:
+    """The witness's calls of the timed rounds as a calibration: per regime, the judge's window up to the signal less
+    the reported time, and the time from the signal to the outputs verified; the judge's eager figures stay `base`'s.
+    None with fewer calls than a calibration's least (CALIBRATION_ROUNDS)."""
+    if len(seen) < CALIBRATION_ROUNDS[0]:
+        return None
+    host = [o for o in seen if o.regime == timers.REGIME_HOST]
+    gpu = [o for o in seen if o.regime == timers.REGIME_GPU]
+    return timing.Calibration(
+        overhead=tuple(o.done - o.timed for o in host), eager=base.eager,
+        gpu_overhead=tuple(o.done - o.timed for o in gpu), eager_issue=base.eager_issue,
+        arm_overhead=tuple(o.arm - o.issue for o in gpu) or base.arm_overhead, eager_regime=base.eager_regime,
+        verify=tuple(o.verify for o in seen))
 
 
 # Eager first in every round, as in calibration: the judge's sample follows its own input refresh and the
@@ -178,6 +207,12 @@ def timing_warnings(device: str, timed: TimedRounds, calibration: timing.Calibra
     return [w for w in found if w is not None]
 
 
+def mismatch_check(device: str, calibration: timing.Calibration) -> Callable[[TimedRounds, float], list[Finding]]:
+    """The check `retime_mismatch` applies to each timing: its warnings (`timing_warnings`) against the calls of its
+    witness when it had one (the second rounds), else against the calibration."""
+    return lambda timed, p: timing_warnings(device, timed, timed.witness or calibration, p)
+
+
 def regime_warning(figures: dict[str, Any]) -> Finding | None:
     """`[regime_changed]` when a call timed in the GPU regime took the host longer to issue, by the judge's clock,
     than REGIME_SLACK times its GPU time: it was launch-bound, whose time includes the host's (it behaved otherwise
@@ -190,70 +225,63 @@ def regime_warning(figures: dict[str, Any]) -> Finding | None:
             "a launch-bound call's time includes the host's"))
 
 
-# The timing findings that have the rounds timed again: each compares the judge's clock with the calibration's, and a
-# burst of load on the host or the GPU can open that gap once (on the H100, `[unfinished_work]` by 0.12-0.15 ms on one
-# honest row in 15, in two of three runs of bench/fidelity.py compare, 2026-11-26).
+# The timing findings that have the rounds timed again: each compares the judge's clock with the calibration's, and
+# the protocol's cost follows the host's speed, which moves between calibration and timing. On the H100 a burst of load
+# gave `[unfinished_work]` by 0.12-0.15 ms on one honest row in 15, in two of three runs of bench/fidelity.py compare;
+# a launch-bound forward+backward (about 0.5 ms) drifted by 0.1-0.2 ms within its rounds, and a calibration taken right
+# after them in a fresh process did not match them either (2026-11-26).
 RETIMED = (FindingCode.TIMER_MISMATCH, FindingCode.UNFINISHED_WORK)
 
 
-def retime_mismatch(timed: Callable[[], Timed], check: Callable[[Timed, float], list[Finding]]
-                    ) -> tuple[Timed, list[Finding], Finding | None]:
+def retime_mismatch(timed: Callable[[], Timed], again: Callable[[], Timed],
+                    check: Callable[[Timed, float], list[Finding]]) -> tuple[Timed, list[Finding], Finding | None]:
     """The timing, its warnings, and the first `[timer_mismatch]` or `[unfinished_work]` when there was one: then the
-    rounds are timed again and only the second count. A burst of load over the first rounds is gone by then, while a
-    solution that under-reports, or leaves work running past its signal, does so again (or behaves honestly this
-    time: either way the row's time is one it cannot have shaved unseen). `check(timing, p)` asks for significance
-    `p`: TIMER_BOUND_P first, then CONFIRM_P, since the first flag already stands (a first flag thrown away would give a
-    shaver two tries)."""
+    rounds are timed again (`again`: beside a witness, whose calls give the protocol's cost in the same rounds) and
+    only the second count. A burst of load or a drift of the host's speed reaches the witness's calls as much as the
+    solution's, while a solution that under-reports, or leaves work running past its signal, does so again (or
+    behaves honestly this time: either way the row's time is one it cannot have shaved unseen). `check(timing, p)`
+    asks for significance `p`: TIMER_BOUND_P first, then CONFIRM_P, since the first flag already stands (a first flag
+    thrown away would give a shaver two tries)."""
     measured = timed()
     found = check(measured, timing.TIMER_BOUND_P)
     first = next((w for w in found if w.code in RETIMED), None)
     if first is None:
         return measured, found, None
-    measured = timed()
+    measured = again()
     return measured, check(measured, timing.CONFIRM_P), first
 
 
-def settle_mismatch(found: list[Finding], solution: Any, device: str,
-                    recalibrate: Callable[[], timing.Calibration | None], verify: Sequence[float] = (),
-                    ) -> tuple[list[Finding], dict[str, Any] | None]:
-    """A `[timer_mismatch]` or `[unfinished_work]` that the second rounds kept is checked once more against a
-    calibration taken now (`recalibrate`): the protocol's own cost follows the host's speed, which can move between
-    calibration and timing. It stays only when the fresh calibration cannot explain the excess either (`verify`: the
-    second rounds' times from the signal to the outputs verified). The figures of the fresh calibration, or None when
-    there was nothing to settle."""
-    if not any(w.code in RETIMED for w in found):
-        return found, None
-    fresh = recalibrate()
-    if fresh is None:
-        return found, {"ran": False}
-    cpu = device == "cpu"
-    p = timing.CONFIRM_P  # after a first flag (retime_mismatch)
-    again = [timing.timer_mismatch_warning(solution, fresh, cpu=cpu, p=p) if _has(found, FindingCode.TIMER_MISMATCH)
-             else None,
-             timing.unfinished_warning(verify, solution.median, fresh, cpu=cpu, p=p)
-             if _has(found, FindingCode.UNFINISHED_WORK) else None]
-    kept = [w for w in found if w.code not in RETIMED] + [w for w in again if w is not None]
-    base = fresh.excess(solution.regime)
-    return kept, {"ran": True, "p50_s": median(base) if base else None,
-                  "cleared": all(w is None for w in again)}
-
-
-def _has(found: list[Finding], code: FindingCode) -> bool:
-    return any(w.code == code for w in found)
-
-
-def recalibrate(job: Judging, reference: Any, init: list[Any],
-                make: Callable[[int], list[Any]]) -> timing.Calibration | None:
-    """Calibration rounds now, with a fresh candidate process that holds nothing but the reference (spawned: this
-    process has a CUDA context, so a fork could not use the GPU), pinned like the first. None if it cannot run."""
+def start_witness(job: Judging, session: Session, reference: Any, init: list[Any],
+                  make: Callable[[int], list[Any]]) -> Session | None:
+    """A witness for timed rounds (`time_rounds`): a fresh candidate process that holds only the reference, under the
+    solution's sandbox plan, pinned like the solution's and warmed up as calibration is (spawned: this process has a
+    CUDA context, so a fork could not use the GPU). None if it cannot start; the caller kills `.cand`."""
     device = job.device
     cand = CandidateProcess(init_cuda=device == "cuda")
     try:
         pin_timing_core(device, cand)
+        witness = Session(cand, device)
+        witness.sandbox_plan = session.sandbox_plan
         inputs = make(job.seed)
-        out = reference(*inputs)
-        return calibrate(job, Session(cand, device), reference, init, make, inputs, out)
-    except Exception:  # noqa: BLE001 - a harness check that could not run leaves the first verdict standing
-        return None
-    finally:
+        witness.start_calibration(job, reference, init, inputs, reference(*inputs))
+        for _ in range(CALIBRATION_WARMUP):
+            witness.call()
+        return witness
+    except Exception:  # noqa: BLE001 - a harness check that could not run leaves the first timing's rule standing
         cand.kill()
+        return None
+
+
+def time_beside_witness(job: Judging, session: Session, reference: Any, init: list[Any],
+                        make: Callable[[int], list[Any]], calibration: timing.Calibration) -> TimedRounds:
+    """The rounds timed again after a first flag, beside a witness (`start_witness`); without one, against the
+    calibration as before (the figures say why)."""
+    witness = start_witness(job, session, reference, init, make)
+    try:
+        timed = time_rounds(job, session, reference, make, calibration, witness)
+    finally:
+        if witness is not None:
+            witness.cand.kill()
+    if witness is None:
+        timed.figures["witness"] = {"rounds": 0, "failure": "the witness process could not start"}
+    return timed

@@ -17,7 +17,7 @@ from kbench.judge.candidate.session import Session
 from kbench.judge.checks import comparison, correctness
 from kbench.judge.harness import make_timer
 from kbench.judge.timing.timed_call import Observed, TimedCalls
-from kbench.judge.verdicts import Verdict
+from kbench.judge.verdicts import Verdict, short
 from kbench.measure import timers, timing
 from kbench.results.records import Status
 from kbench.results.stats import median
@@ -73,10 +73,15 @@ class SolutionRounds:
     judge's second set of inputs (primed rounds), the recheck count and the seconds spent outside the samples."""
 
     def __init__(self, job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
-                 calibration: timing.Calibration) -> None:
+                 calibration: timing.Calibration, witness: Session | None = None) -> None:
         self.job, self.session, self.reference, self.make = job, session, reference, make
         self.calibration = calibration
         self.calls = TimedCalls(session, job.atol, job.rtol)
+        # A trusted process holding only the reference, timed through the same protocol in every round beside the
+        # solution (`witnessed`): what the protocol costs in these rounds, whatever the host's speed did meanwhile.
+        self.witness = TimedCalls(witness, job.atol, job.rtol) if witness is not None else None
+        self.witnessed: list[Observed] = []
+        self.witness_failure = ""  # why the witness stopped, if it did (the harness's failure, never the solution's)
         self.timer = make_timer(job.device)
         self.timer.use(timers.REGIME_HOST if calibration.reference_launch_bound else timers.REGIME_GPU)
         self.primed = job.device == "cuda" and calibration.reference_launch_bound
@@ -148,6 +153,9 @@ class SolutionRounds:
         return timing.Sampled(timed, wall, None, self.timer.last_issue, self.timer.regime)
 
     def solution(self) -> timing.Sampled:
+        witness_first = self.round % 2 == 1  # the witness's call before the solution's every other round
+        if witness_first:
+            self._witness()
         if self.primed:
             self.session.call()  # untimed, on the last round's inputs: this round's reach the buffers at release
         assert self.inputs is not None
@@ -157,8 +165,25 @@ class SolutionRounds:
             self.regime = timers.REGIME_HOST
             seen = self.calls.sample(False, self.inputs, self.ref, label)
         self.seen.append(seen)
+        if not witness_first:
+            self._witness()
         self.rechecks.round_s = self.eager_s + seen.window
         return timing.Sampled(seen.timed, seen.window, seen.done, seen.issue, seen.regime)
+
+    def _witness(self) -> None:
+        """The witness's timed call on this round's inputs, in the solution's regime (primed as the solution's is).
+        A witness that fails is the harness's problem: it stops, and the reason is kept."""
+        if self.witness is None or self.witness_failure or self.round < 0 or self.inputs is None:
+            return
+        try:
+            if self.primed:
+                self.witness.session.call()
+            seen = self.witness.sample(self.regime == timers.REGIME_GPU, self.inputs, self.ref, "the witness's call")
+        except Exception as exc:  # noqa: BLE001 - the reference in a process of the judge's: not the solution's fault
+            self.witness_failure = short(exc)
+            return
+        if not seen.forced:
+            self.witnessed.append(seen)
 
     def check(self, index: int) -> None:
         start = _perf_counter()

@@ -129,8 +129,10 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
             if rounds.rechecks.wanted(index):
                 rounds.check(index)
 
+        witnesses = (witness.cand.pid,) if witness is not None else ()  # the judge's own: neither escaped nor busy
         window, machine_figures, busy = machine.watched(
-            lambda: _measure(session, device, rounds.sampling(policy), rounds, after), device, own_processes=2)
+            lambda: _measure(session, device, rounds.sampling(policy), rounds, after, witnesses), device,
+            own_processes=2 + len(witnesses))
         escaped = escapes.escaped_warning(window.escaped_s, window.escaped_processes, window.seconds,
                                           window.gpu_holders)
         if escaped is not None:
@@ -183,9 +185,10 @@ def witnessed_calibration(seen: Sequence[Observed], base: timing.Calibration) ->
 # call in every other round, which on the H100 made it bimodal (about 3% apart), so that its median wandered and
 # sampling ran to --max-time.
 def _measure(session: Session, device: str, policy: TimingPolicy, rounds: SolutionRounds,
-             after: Callable[[int], None]) -> _Window:
-    """The timed rounds, with the CPU time of the candidate's escaped processes over them and the window's length."""
-    pid, group, own = session.cand.pid, session.cand.pgid, escapes.own_helpers()
+             after: Callable[[int], None], witnesses: Sequence[int] = ()) -> _Window:
+    """The timed rounds, with the CPU time of the candidate's escaped processes over them and the window's length
+    (`witnesses`: the judge's witness processes, children of the judge that are not the solution's)."""
+    pid, group, own = session.cand.pid, session.cand.pgid, escapes.own_helpers() | set(witnesses)
     start, tree = _perf_counter(), escapes.tree_cpu(pid, group, own=own)
     found = guarded(device, "timing", lambda: timing.measure_rounds(
         {"eager": rounds.eager, "solution": rounds.solution}, policy, before_round=rounds.before,

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from kbench.results.findings import MACHINE as MACHINE_CODES
+from kbench.results.findings import FindingCode
 from kbench.results.findings import SUSPECT as SUSPECT_CODES
 from kbench.commands.execute import execute
 from kbench.problems.discovery import select
@@ -145,10 +146,10 @@ def test_the_noise_check_names_tf32_where_it_puts_the_reference_beyond_kernelben
     from kbench.commands.build_and_check import check_problems
 
     (on,) = check_problems(["convtranspose3d_layernorm"], ROOT / "problems", "cuda", "full", 600, profile="kernelbench")
-    assert any(f.startswith("[tolerance_below_noise]") and "TF32" in f for f in on.findings), on.findings
+    assert any(f.code == FindingCode.TOLERANCE_BELOW_NOISE and "TF32" in f.message for f in on.findings), on.findings
     (off,) = check_problems(["convtranspose3d_layernorm"], ROOT / "problems", "cuda", "full", 600, profile="kernelbench",
                             tf32=False)
-    assert not any(f.startswith("[tolerance_below_noise]") for f in off.findings), off.findings
+    assert not any(f.code == FindingCode.TOLERANCE_BELOW_NOISE for f in off.findings), off.findings
     assert off.figures["noise"]["max_abs"] < on.figures["noise"]["max_abs"]
 
 
@@ -167,6 +168,10 @@ CUDA_TIMED_CASES = {
     "side_stream": (Status.SUSPECT, {"timer_mismatch"}),
 }
 MAY_BE_SUSPECT = {"busy_thread", "busy_python_thread", "launches_from_thread"}  # a busy neighbour may or may not show; no speedup either way
+# Side-stream work is not behind the gate of a GPU-regime call: it may run on the last round's inputs before the
+# release, and then the judge's check finds the outputs wrong (`incorrect`, seen on the H100 on 2026-11-26), or on this
+# round's, and then the judge's clock finds the time too low (`suspect`). Never `correct`.
+EITHER_CAUGHT = {"side_stream": {Status.SUSPECT, Status.INCORRECT}}
 
 
 def test_attack_classes_on_cuda(tmp_path):
@@ -177,6 +182,9 @@ def test_attack_classes_on_cuda(tmp_path):
         row = rows[name]
         if name in MAY_BE_SUSPECT:
             assert row.status in (Status.CORRECT, Status.SUSPECT), (name, row.status, row.message)
+        elif name in EITHER_CAUGHT:
+            assert row.status in EITHER_CAUGHT[name], (name, row.status, row.message)
+            assert row.status == Status.INCORRECT or flags <= set(row.flags), (name, row.warnings)
         else:
             assert row.status == status, (name, row.status, row.message, row.warnings)
             assert flags <= set(row.flags), (name, row.warnings)

@@ -108,6 +108,8 @@ def test_rounds_timed_beside_a_witness_carry_the_protocol_cost_of_those_rounds(s
     assert all(gap > 0 for gap in timed.witness.overhead)  # its window holds more than its call, as the solution's
     assert timed.witness.eager == calibration.eager and timed.witness.eager_regime == calibration.eager_regime
     assert figures["p50_s"] == pytest.approx(sorted(timed.witness.overhead)[rounds // 2], rel=0.5)
+    # the same model in both processes here (the session holds the reference): reported times alike
+    assert figures["timed_p50_s"] == pytest.approx(timed.solution.median, rel=1.0)
     # the witness is the judge's own process: its CPU time over the rounds is not the solution's escaped work
     assert FindingCode.ESCAPED_PROCESS not in [w.code for w in timed.findings], timed.findings
 

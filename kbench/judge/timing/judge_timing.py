@@ -161,7 +161,9 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
         base = witnessed.excess(regime) if witnessed is not None else ()
         figures["witness"] = {"rounds": len(rounds.witnessed), "failure": rounds.witness_failure or None,
                               "p50_s": median(base) if base else None,
-                              "verify_p50_s": median(witnessed.verify) if witnessed and witnessed.verify else None}
+                              "verify_p50_s": median(witnessed.verify) if witnessed and witnessed.verify else None,
+                              # the reference's own reported time in a candidate process, beside the solution's
+                              "timed_p50_s": median([o.timed for o in rounds.witnessed]) if rounds.witnessed else None}
     return TimedRounds(measured["solution"], measured["eager"], figures, machine_figures, busy, witnessed)
 
 

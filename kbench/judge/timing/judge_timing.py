@@ -233,8 +233,8 @@ def regime_warning(figures: dict[str, Any]) -> Finding | None:
 # The timing findings that have the rounds timed again: each compares the judge's clock with the calibration's, and
 # the protocol's cost follows the host's speed, which moves between calibration and timing. On the H100 a burst of load
 # gave `[unfinished_work]` by 0.12-0.15 ms on one honest row in 15, in two of three runs of bench/fidelity.py compare;
-# a launch-bound forward+backward (about 0.5 ms) drifted by 0.1-0.2 ms within its rounds, and a calibration taken right
-# after them in a fresh process did not match them either (2026-11-26).
+# the judge's verification of a launch-bound forward+backward (about 0.5 ms) sat at 1.0-1.1 ms for a stretch of rounds
+# and at 1.4-1.7 ms for the next within one timing (2026-11-26). A witness in the same rounds shares such moves.
 RETIMED = (FindingCode.TIMER_MISMATCH, FindingCode.UNFINISHED_WORK)
 
 

@@ -247,8 +247,8 @@ def protocol(args: argparse.Namespace) -> None:
 
 
 def _code(warning) -> str:
-    """A warning's code: run.json holds {code, message} records (older files: "[code] text" strings)."""
-    return f"[{warning['code']}]" if isinstance(warning, dict) else warning.split("]")[0] + "]"
+    """A warning's code, from run.json's {code, message} record."""
+    return f"[{warning['code']}]"
 
 
 def main() -> None:

@@ -95,8 +95,7 @@ def table(paths: list[Path]) -> None:
             overheads.append(overhead)
             for name, seconds in spent.items():
                 phases.setdefault(name, []).append(seconds)
-        codes = sorted({w.split("]")[0].lstrip("[") for w in row.get("warnings", []) + ref.get("warnings", [])
-                        if w.startswith("[")})
+        codes = sorted({w["code"] for w in row.get("warnings", []) + ref.get("warnings", [])})
         ratio = beside / own if own and beside else None
         regime = (row.get("timing") or {}).get("regime", "")
         print(f"| {row['problem']} | {_fmt(own)} | {_fmt(beside)} | {_fmt(ratio, '.3f')} | {_fmt(_ms(row.get('timing')))} "

@@ -71,6 +71,31 @@ def test_the_candidate_is_frozen_between_requests(session):
     session.call()  # and thawed for the next request
 
 
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_candidate_is_frozen_while_the_judge_verifies_a_timed_call(session, monkeypatch):
+    """Nothing of the candidate's runs while the judge reads its outputs: on CUDA they share one core, and a thread
+    the solution left running would lengthen the judge's verification (or finish the outputs meanwhile)."""
+    from kbench.judge.timing.timed_call import TimedCalls
+
+    _problem, reference, init, make = _reference()
+    inputs = make(1)
+    session.start_calibration(_job(), reference, init, inputs, reference(*inputs))
+    calls = TimedCalls(session, 1e-4, 1e-4)
+    seen = []
+    verify = calls._verify
+    monkeypatch.setattr(calls, "_verify", lambda *args: (seen.append(_state(session.cand.proc.pid)), verify(*args)))
+    values = make(2)
+    try:
+        observed = calls.sample(False, values, reference(*values))
+    finally:
+        calls.close()
+    assert seen == ["T"] and observed.window >= observed.done > 0  # stopped during the verification, then frozen
+
+
 def test_calibration_measures_the_round_trip_beyond_the_reported_time():
     problem, reference, init, make = _reference()
     cand = judge.CandidateProcess()

@@ -193,7 +193,7 @@ def test_a_timer_mismatch_has_the_rounds_timed_again_and_only_the_second_count()
 
     def sequence(*measured):
         left = list(measured)
-        return lambda: left.pop(0)
+        return lambda *found: left.pop(0)
 
     shaved, honest = _measured(0.1e-3, 1.5e-3), _measured(1.0e-3, 1.5e-3)
     def twice(*measured):
@@ -237,7 +237,7 @@ def test_the_judge_checks_the_first_rounds_against_calibration_and_the_second_ag
     first = judge_timing.TimedRounds(honest, honest, {}, {}, [])
     second = judge_timing.TimedRounds(honest, honest, {}, {}, [], judge_timing.witnessed_calibration(slower, then))
     check = judge_timing.mismatch_check("cpu", then)
-    measured, found, flag = judge_timing.retime_mismatch(lambda: first, lambda: second, check)
+    measured, found, flag = judge_timing.retime_mismatch(lambda: first, lambda found: second, check)
     assert measured is second and found == [] and flag is not None and flag.code == FindingCode.TIMER_MISMATCH
     assert [w.code for w in check(first, CONFIRM_P)] == [
         FindingCode.TIMER_MISMATCH]  # the same rounds without their witness: still flagged
@@ -341,6 +341,47 @@ def test_flush_denormal_has_a_getter_that_sees_the_switch():
             torch.set_flush_denormal(False)
 
 
+def test_a_gpu_regime_call_the_judge_saw_launch_bound_is_regime_changed():
+    """[regime_changed]: the judge's own clock saw the host take more than REGIME_SLACK times the call's GPU time to
+    issue it, in the GPU regime; nothing below that, nothing in the host regime (no judged figures)."""
+    slack = judge_timing.REGIME_SLACK
+    found = judge_timing.regime_warning({"judged_issue_s": 43e-6, "judged_gpu_s": 20e-6})
+    assert found is not None and found.code == FindingCode.REGIME_CHANGED and "0.043 ms" in found.message
+    assert judge_timing.regime_warning({"judged_issue_s": 20e-6 * slack * 0.99, "judged_gpu_s": 20e-6}) is None
+    assert judge_timing.regime_warning({"regime": "host"}) is None
+
+
+def test_a_regime_change_has_the_rounds_timed_again_in_the_host_regime():
+    """A call decided GPU-bound and seen launch-bound (gamed, or misjudged from five calls) is timed again in the
+    host regime, whose time has the host's in it: the GPU regime cannot be bought."""
+    changed = Finding(FindingCode.REGIME_CHANGED, "x")
+    mismatch = Finding(FindingCode.TIMER_MISMATCH, "y")
+    assert judge_timing.host_only_again([mismatch, changed]) and not judge_timing.host_only_again([mismatch])
+    asked = []
+
+    def again(found):
+        asked.append(judge_timing.host_only_again(found))
+        return "second"
+
+    measured, kept, first = judge_timing.retime_mismatch(
+        lambda: "first", again, lambda timed, p: [changed] if timed == "first" else [])
+    assert (measured, kept, first, asked) == ("second", [], changed, [True])
+
+
+def test_rounds_timed_host_only_skip_the_regime_decision(session):
+    import dataclasses
+
+    from kbench.config.run_config import TimingPolicy
+
+    _problem, reference, init, make = _reference()
+    job = dataclasses.replace(_job(), timing=TimingPolicy(min_samples=10, min_time_s=0.02, max_time_s=0.3))
+    inputs = make(1)
+    calibration = judge_timing.calibrate(job, session, reference, init, make, inputs, reference(*inputs))
+    timed = judge_timing.time_rounds(job, session, reference, make, calibration, host_only=True)
+    assert timed.figures["regime"] == "host" and "host regime" in timed.figures["regime_decision"]["why"]
+    assert timed.solution.samples and timed.solution.regime == "host"
+
+
 def test_unfinished_work_has_the_rounds_timed_again_and_is_settled_against_the_witness():
     """A gap between the signal and the outputs verified that one burst opened clears in the second rounds; a
     solution that leaves work running past its signal does it again, and the witness's verification of the same
@@ -355,7 +396,7 @@ def test_unfinished_work_has_the_rounds_timed_again_and_is_settled_against_the_w
         return lambda measured, p: [w for w in (unfinished_warning(verify.pop(0), measured.median, then, p=p),) if w]
 
     once = [(0.60e-3,) * 10, (0.40e-3,) * 10]
-    measured, found, first = judge_timing.retime_mismatch(lambda: honest, lambda: honest, check(once))
+    measured, found, first = judge_timing.retime_mismatch(lambda: honest, lambda found: honest, check(once))
     assert found == [] and first.code == FindingCode.UNFINISHED_WORK
 
     def witness(verify_s):
@@ -376,7 +417,7 @@ def test_a_flag_is_confirmed_in_the_rounds_timed_again_at_a_lower_significance()
 
     asked: list[float] = []
     flag = Finding(FindingCode.TIMER_MISMATCH, "x")
-    judge_timing.retime_mismatch(lambda: _measured(1e-3, 1.5e-3), lambda: _measured(1e-3, 1.5e-3),
+    judge_timing.retime_mismatch(lambda: _measured(1e-3, 1.5e-3), lambda found: _measured(1e-3, 1.5e-3),
                                  lambda m, p: asked.append(p) or [flag])
     assert asked == [TIMER_BOUND_P, CONFIRM_P]
     base = [0.50e-3 + i * 0.01e-3 for i in range(10)]  # the protocol's cost at calibration

@@ -117,7 +117,7 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
         return draft.result(Status.INCORRECT, failure)
     timed, found, first = retime_mismatch(
         lambda: time_rounds(job, session, reference, make, calibration),
-        lambda: time_beside_witness(job, session, reference, init, make, calibration),
+        lambda found: time_beside_witness(job, session, reference, init, make, calibration, found),
         mismatch_check(device, calibration))
     if first is not None:
         timed.figures["retimed"] = {"first": first.text}

@@ -107,7 +107,8 @@ class _Window:
 
 
 def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
-                calibration: timing.Calibration, witness: Session | None = None) -> TimedRounds:
+                calibration: timing.Calibration, witness: Session | None = None, host_only: bool = False
+                ) -> TimedRounds:
     """Candidate and eager reference in rounds: fresh inputs before each round (they reach the candidate at the
     release of its timed call), the candidate's outputs checked against the reference's on the same values after it
     (every round, or a random subset for big outputs).
@@ -119,9 +120,9 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
 
     With a `witness` (a process of the judge's holding only the reference, `start_witness`), every round also times
     the witness's call on the same inputs, before or after the solution's in turn: the rounds then carry their own
-    calibration (`TimedRounds.witness`)."""
+    calibration (`TimedRounds.witness`). With `host_only`, the solution is timed in the host regime, undecided."""
     device, policy = job.device, job.timing
-    rounds = SolutionRounds(job, session, reference, make, calibration, witness)
+    rounds = SolutionRounds(job, session, reference, make, calibration, witness, host_only)
     try:
         regime = guarded(device, "timing", rounds.decide, judge_work="deciding the solution's regime")
 
@@ -235,14 +236,23 @@ def regime_warning(figures: dict[str, Any]) -> Finding | None:
 # gave `[unfinished_work]` by 0.12-0.15 ms on one honest row in 15, in two of three runs of bench/fidelity.py compare;
 # the judge's verification of a launch-bound forward+backward (about 0.5 ms) sat at 1.0-1.1 ms for a stretch of rounds
 # and at 1.4-1.7 ms for the next within one timing (2026-11-26). A witness in the same rounds shares such moves.
-RETIMED = (FindingCode.TIMER_MISMATCH, FindingCode.UNFINISHED_WORK)
+# A `[regime_changed]` has them timed again too, in the host regime: a call that was launch-bound after all gets a time
+# with the host's in it, whether it behaved otherwise while its regime was decided or was misjudged from five calls
+# (on the H100 a plain-PyTorch copy of a 20 us call was, 2026-11-26). Nothing is left for a regime to buy.
+RETIMED = (FindingCode.TIMER_MISMATCH, FindingCode.UNFINISHED_WORK, FindingCode.REGIME_CHANGED)
 
 
-def retime_mismatch(timed: Callable[[], Timed], again: Callable[[], Timed],
+def host_only_again(found: Sequence[Finding]) -> bool:
+    """Whether rounds timed again after `found` go in the host regime: after a `[regime_changed]`."""
+    return any(w.code == FindingCode.REGIME_CHANGED for w in found)
+
+
+def retime_mismatch(timed: Callable[[], Timed], again: Callable[[list[Finding]], Timed],
                     check: Callable[[Timed, float], list[Finding]]) -> tuple[Timed, list[Finding], Finding | None]:
-    """The timing, its warnings, and the first `[timer_mismatch]` or `[unfinished_work]` when there was one: then the
-    rounds are timed again (`again`: beside a witness, whose calls give the protocol's cost in the same rounds) and
-    only the second count. A burst of load or a drift of the host's speed reaches the witness's calls as much as the
+    """The timing, its warnings, and the first `[timer_mismatch]`, `[unfinished_work]` or `[regime_changed]` when
+    there was one: then the rounds are timed again (`again(found)`: beside a witness, whose calls give the protocol's
+    cost in the same rounds; in the host regime after a `[regime_changed]`, `host_only_again`) and only the second
+    count. A burst of load or a drift of the host's speed reaches the witness's calls as much as the
     solution's, while a solution that under-reports, or leaves work running past its signal, does so again (or
     behaves honestly this time: either way the row's time is one it cannot have shaved unseen). `check(timing, p)`
     asks for significance `p`: TIMER_BOUND_P first, then CONFIRM_P, since the first flag already stands (a first flag
@@ -252,7 +262,7 @@ def retime_mismatch(timed: Callable[[], Timed], again: Callable[[], Timed],
     first = next((w for w in found if w.code in RETIMED), None)
     if first is None:
         return measured, found, None
-    measured = again()
+    measured = again(found)
     return measured, check(measured, timing.CONFIRM_P), first
 
 
@@ -278,12 +288,13 @@ def start_witness(job: Judging, session: Session, reference: Any, init: list[Any
 
 
 def time_beside_witness(job: Judging, session: Session, reference: Any, init: list[Any],
-                        make: Callable[[int], list[Any]], calibration: timing.Calibration) -> TimedRounds:
-    """The rounds timed again after a first flag, beside a witness (`start_witness`); without one, against the
-    calibration as before (the figures say why)."""
+                        make: Callable[[int], list[Any]], calibration: timing.Calibration,
+                        found: Sequence[Finding] = ()) -> TimedRounds:
+    """The rounds timed again after the first timing's warnings `found`, beside a witness (`start_witness`; without
+    one, against the calibration as before, and the figures say why), in the host regime after a `[regime_changed]`."""
     witness = start_witness(job, session, reference, init, make)
     try:
-        timed = time_rounds(job, session, reference, make, calibration, witness)
+        timed = time_rounds(job, session, reference, make, calibration, witness, host_only_again(found))
     finally:
         if witness is not None:
             witness.cand.kill()

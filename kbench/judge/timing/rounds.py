@@ -73,7 +73,7 @@ class SolutionRounds:
     judge's second set of inputs (primed rounds), the recheck count and the seconds spent outside the samples."""
 
     def __init__(self, job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
-                 calibration: timing.Calibration, witness: Session | None = None) -> None:
+                 calibration: timing.Calibration, witness: Session | None = None, host_only: bool = False) -> None:
         self.job, self.session, self.reference, self.make = job, session, reference, make
         self.calibration = calibration
         self.calls = TimedCalls(session, job.atol, job.rtol)
@@ -82,6 +82,7 @@ class SolutionRounds:
         self.witness = TimedCalls(witness, job.atol, job.rtol) if witness is not None else None
         self.witnessed: list[Observed] = []
         self.witness_failure = ""  # why the witness stopped, if it did (the harness's failure, never the solution's)
+        self.host_only = host_only  # timed in the host regime, undecided (after a first [regime_changed])
         self.timer = make_timer(job.device)
         self.timer.use(timers.REGIME_HOST if calibration.reference_launch_bound else timers.REGIME_GPU)
         self.primed = job.device == "cuda" and calibration.reference_launch_bound
@@ -102,7 +103,10 @@ class SolutionRounds:
         """The solution's regime, from what the judge saw of REGIME_ROUNDS gated calls (on CUDA): the GPU regime when
         the call's issue time as the judge's clock sees it (the Arm request less the protocol's part) is below its
         GPU time as the judge's window sees it (less the protocol's part); the host regime for a launch-bound call or
-        one that waits for the GPU while issued."""
+        one that waits for the GPU while issued. With `host_only`, the host regime, undecided."""
+        if self.host_only:
+            self.decision = {"why": "timed again in the host regime: the GPU regime's call was launch-bound"}
+            return self.regime
         if self.job.device != "cuda" or not self.calibration.gpu_overhead:
             self.decision = {"why": "no GPU regime on this device or problem"}
             return self.regime

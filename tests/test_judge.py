@@ -10,7 +10,7 @@ import torch
 from kbench.judge import judge
 from kbench.judge.candidate import protocol
 from kbench.judge.harness import build_reference, input_maker, load_problem
-from kbench.judge.timing import judge_timing
+from kbench.judge.timing import flags, judge_timing
 from kbench.judge.verdicts import Verdict
 from kbench.results.codec import ProtocolError
 from kbench.results.findings import Finding, FindingCode
@@ -200,10 +200,10 @@ def test_a_timer_mismatch_has_the_rounds_timed_again_and_only_the_second_count()
         left = sequence(*measured)
         return left, left
 
-    assert judge_timing.retime_mismatch(*twice(honest), check) == (honest, [THREADS], None)
-    measured, found, first = judge_timing.retime_mismatch(*twice(shaved, honest), check)
+    assert flags.retime_mismatch(*twice(honest), check) == (honest, [THREADS], None)
+    measured, found, first = flags.retime_mismatch(*twice(shaved, honest), check)
     assert measured is honest and found == [THREADS] and first.code == FindingCode.TIMER_MISMATCH
-    measured, found, first = judge_timing.retime_mismatch(*twice(shaved, shaved), check)
+    measured, found, first = flags.retime_mismatch(*twice(shaved, shaved), check)
     assert measured is shaved and found[0].code == FindingCode.TIMER_MISMATCH and first == found[0]
 
 
@@ -226,7 +226,7 @@ def test_a_timer_mismatch_stays_only_when_the_witness_of_the_same_rounds_cannot_
 
 
 def test_the_judge_checks_the_first_rounds_against_calibration_and_the_second_against_their_witness():
-    """The check the judge hands retime_mismatch (judge_timing.mismatch_check): an honest row on a host that got
+    """The check the judge hands retime_mismatch (flags.mismatch_check): an honest row on a host that got
     slower after calibration is flagged by its first rounds, and cleared by its second, whose witness slowed too."""
     from kbench.judge.timing.timed_call import Observed
     from kbench.measure.timing import CONFIRM_P, Calibration
@@ -236,8 +236,8 @@ def test_the_judge_checks_the_first_rounds_against_calibration_and_the_second_ag
     slower = [Observed(1.0e-3, 2.5e-3, 0, 0, "host", done=(2.05 + 0.01 * i) * 1e-3) for i in range(20)]
     first = judge_timing.TimedRounds(honest, honest, {}, {}, [])
     second = judge_timing.TimedRounds(honest, honest, {}, {}, [], judge_timing.witnessed_calibration(slower, then))
-    check = judge_timing.mismatch_check("cpu", then)
-    measured, found, flag = judge_timing.retime_mismatch(lambda: first, lambda found: second, check)
+    check = flags.mismatch_check("cpu", then)
+    measured, found, flag = flags.retime_mismatch(lambda: first, lambda found: second, check)
     assert measured is second and found == [] and flag is not None and flag.code == FindingCode.TIMER_MISMATCH
     assert [w.code for w in check(first, CONFIRM_P)] == [
         FindingCode.TIMER_MISMATCH]  # the same rounds without their witness: still flagged
@@ -344,11 +344,11 @@ def test_flush_denormal_has_a_getter_that_sees_the_switch():
 def test_a_gpu_regime_call_the_judge_saw_launch_bound_is_regime_changed():
     """[regime_changed]: the judge's own clock saw the host take more than REGIME_SLACK times the call's GPU time to
     issue it, in the GPU regime; nothing below that, nothing in the host regime (no judged figures)."""
-    slack = judge_timing.REGIME_SLACK
-    found = judge_timing.regime_warning({"judged_issue_s": 43e-6, "judged_gpu_s": 20e-6})
+    slack = flags.REGIME_SLACK
+    found = flags.regime_warning({"judged_issue_s": 43e-6, "judged_gpu_s": 20e-6})
     assert found is not None and found.code == FindingCode.REGIME_CHANGED and "0.043 ms" in found.message
-    assert judge_timing.regime_warning({"judged_issue_s": 20e-6 * slack * 0.99, "judged_gpu_s": 20e-6}) is None
-    assert judge_timing.regime_warning({"regime": "host"}) is None
+    assert flags.regime_warning({"judged_issue_s": 20e-6 * slack * 0.99, "judged_gpu_s": 20e-6}) is None
+    assert flags.regime_warning({"regime": "host"}) is None
 
 
 def test_a_regime_change_has_the_rounds_timed_again_in_the_host_regime():
@@ -356,14 +356,14 @@ def test_a_regime_change_has_the_rounds_timed_again_in_the_host_regime():
     host regime, whose time has the host's in it: the GPU regime cannot be bought."""
     changed = Finding(FindingCode.REGIME_CHANGED, "x")
     mismatch = Finding(FindingCode.TIMER_MISMATCH, "y")
-    assert judge_timing.host_only_again([mismatch, changed]) and not judge_timing.host_only_again([mismatch])
+    assert flags.host_only_again([mismatch, changed]) and not flags.host_only_again([mismatch])
     asked = []
 
     def again(found):
-        asked.append(judge_timing.host_only_again(found))
+        asked.append(flags.host_only_again(found))
         return "second"
 
-    measured, kept, first = judge_timing.retime_mismatch(
+    measured, kept, first = flags.retime_mismatch(
         lambda: "first", again, lambda timed, p: [changed] if timed == "first" else [])
     assert (measured, kept, first, asked) == ("second", [], changed, [True])
 
@@ -396,7 +396,7 @@ def test_unfinished_work_has_the_rounds_timed_again_and_is_settled_against_the_w
         return lambda measured, p: [w for w in (unfinished_warning(verify.pop(0), measured.median, then, p=p),) if w]
 
     once = [(0.60e-3,) * 10, (0.40e-3,) * 10]
-    measured, found, first = judge_timing.retime_mismatch(lambda: honest, lambda found: honest, check(once))
+    measured, found, first = flags.retime_mismatch(lambda: honest, lambda found: honest, check(once))
     assert found == [] and first.code == FindingCode.UNFINISHED_WORK
 
     def witness(verify_s):
@@ -417,7 +417,7 @@ def test_a_flag_is_confirmed_in_the_rounds_timed_again_at_a_lower_significance()
 
     asked: list[float] = []
     flag = Finding(FindingCode.TIMER_MISMATCH, "x")
-    judge_timing.retime_mismatch(lambda: _measured(1e-3, 1.5e-3), lambda found: _measured(1e-3, 1.5e-3),
+    flags.retime_mismatch(lambda: _measured(1e-3, 1.5e-3), lambda found: _measured(1e-3, 1.5e-3),
                                  lambda m, p: asked.append(p) or [flag])
     assert asked == [TIMER_BOUND_P, CONFIRM_P]
     base = [0.50e-3 + i * 0.01e-3 for i in range(10)]  # the protocol's cost at calibration

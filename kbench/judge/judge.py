@@ -29,11 +29,10 @@ from kbench.judge.harness import (
     set_sizes,
     with_peak,
 )
+from kbench.judge.timing.flags import host_only_again, mismatch_check, retime_mismatch
 from kbench.judge.timing.judge_timing import (
     calibrate,
-    mismatch_check,
     pin_timing_core,
-    retime_mismatch,
     time_beside_witness,
     time_rounds,
 )
@@ -117,7 +116,7 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
         return draft.result(Status.INCORRECT, failure)
     timed, found, first = retime_mismatch(
         lambda: time_rounds(job, session, reference, make, calibration),
-        lambda found: time_beside_witness(job, session, reference, init, make, calibration, found),
+        lambda found: time_beside_witness(job, session, reference, init, make, calibration, host_only_again(found)),
         mismatch_check(device, calibration))
     if first is not None:
         timed.figures["retimed"] = {"first": first.text}

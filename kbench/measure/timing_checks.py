@@ -55,7 +55,7 @@ TIMER_BOUND_REL = 0.05  # of the reported median: a shave of 10% or more stands 
 TIMER_BOUND_ABS_S = 20e-6  # the least excess that counts on a GPU (the protocol's jitter there, measured on the H100)
 TIMER_BOUND_ABS_CPU_S = 250e-6  # the least on the CPU, where the host's scheduling moves more
 # Mann-Whitney: the excess must differ from the calibration's this significantly for a first flag, which has the rounds
-# timed again beside a witness (judge_timing.retime_mismatch) and stays only if they confirm it at CONFIRM_P against
+# timed again beside a witness (kbench.judge.timing.flags) and stays only if they confirm it at CONFIRM_P against
 # the witness's calls of those rounds. At 1e-3 a 10% shave of a 0.37 ms call went unflagged on the H100 (2026-11-26);
 # two stages keep an honest row's chance of ending flagged below either one of them.
 TIMER_BOUND_P = 0.01

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from kbench.config.run_config import TimingPolicy
 from kbench.judge.candidate.session import CandidateProcess, Session
@@ -13,13 +13,11 @@ from kbench.judge.harness import guarded, make_timer, pin, timing_core
 from kbench.judge.timing.rounds import SolutionRounds
 from kbench.judge.timing.timed_call import Observed, TimedCalls
 from kbench.measure import timers, timing
-from kbench.results.findings import Finding, FindingCode
+from kbench.results.findings import Finding
 from kbench.results.records import Measurement
 from kbench.results.stats import median
 from kbench.system import escapes, machine
 from kbench.wire.jobs import Judging
-
-Timed = TypeVar("Timed")
 
 _perf_counter = time.perf_counter
 
@@ -27,7 +25,6 @@ CALIBRATION_ROUNDS = (10, 60)  # per regime: at least, at most (the first CALIBR
 CALIBRATION_DISCARD = 2
 CALIBRATION_WARMUP = 2  # untimed calls of the reference in the candidate's process before the calibration's rounds
 CALIBRATION_S = 1.0  # no more calibration rounds once this long has passed
-REGIME_SLACK = 1.25  # a GPU-regime row whose judged issue time later exceeds its GPU time this much was launch-bound
 
 
 def pin_timing_core(device: str, cand: CandidateProcess, judge: bool = False) -> None:
@@ -200,72 +197,6 @@ def _measure(session: Session, device: str, policy: TimingPolicy, rounds: Soluti
     return _Window(found, *escapes.escaped_cpu(tree, end), _perf_counter() - start, len(tree.gpu | end.gpu))
 
 
-def timing_warnings(device: str, timed: TimedRounds, calibration: timing.Calibration,
-                    p: float = timing.TIMER_BOUND_P) -> list[Finding]:
-    """What the timing's figures flag: a timer mismatch, a GPU-regime call that was launch-bound after all, and on
-    CUDA a disturbed reference. `p`: the significance the judge's clock checks ask for (CONFIRM_P when the rounds
-    are timed again after a first flag)."""
-    found = [timing.timer_mismatch_warning(timed.solution, calibration, cpu=device == "cpu", p=p),
-             timing.unfinished_warning(timed.figures.get("verify_s", ()), timed.solution.median, calibration,
-                                       cpu=device == "cpu", p=p)]
-    if device == "cuda":  # on the CPU the freeze covers a disturbed reference, and the noise there is larger
-        found += [timing.disturbed_warning(timed.eager, calibration), regime_warning(timed.figures)]
-    return [w for w in found if w is not None]
-
-
-def mismatch_check(device: str, calibration: timing.Calibration) -> Callable[[TimedRounds, float], list[Finding]]:
-    """The check `retime_mismatch` applies to each timing: its warnings (`timing_warnings`) against the calls of its
-    witness when it had one (the second rounds), else against the calibration."""
-    return lambda timed, p: timing_warnings(device, timed, timed.witness or calibration, p)
-
-
-def regime_warning(figures: dict[str, Any]) -> Finding | None:
-    """`[regime_changed]` when a call timed in the GPU regime took the host longer to issue, by the judge's clock,
-    than REGIME_SLACK times its GPU time: it was launch-bound, whose time includes the host's (it behaved otherwise
-    while its regime was decided)."""
-    issue, gpu = figures.get("judged_issue_s"), figures.get("judged_gpu_s")
-    if issue is None or gpu is None or issue <= REGIME_SLACK * max(gpu, 0.0):
-        return None
-    return (Finding(FindingCode.REGIME_CHANGED, "timed in the GPU regime, but the host took "
-            f"{issue * 1e3:.3f} ms to issue each call whose GPU time is {gpu * 1e3:.3f} ms (by the judge's clock): "
-            "a launch-bound call's time includes the host's"))
-
-
-# The timing findings that have the rounds timed again: each compares the judge's clock with the calibration's, and
-# the protocol's cost follows the host's speed, which moves between calibration and timing. On the H100 a burst of load
-# gave `[unfinished_work]` by 0.12-0.15 ms on one honest row in 15, in two of three runs of bench/fidelity.py compare;
-# the judge's verification of a launch-bound forward+backward (about 0.5 ms) sat at 1.0-1.1 ms for a stretch of rounds
-# and at 1.4-1.7 ms for the next within one timing (2026-11-26). A witness in the same rounds shares such moves.
-# A `[regime_changed]` has them timed again too, in the host regime: a call that was launch-bound after all gets a time
-# with the host's in it, whether it behaved otherwise while its regime was decided or was misjudged from five calls
-# (on the H100 a plain-PyTorch copy of a 20 us call was, 2026-11-26). Nothing is left for a regime to buy.
-RETIMED = (FindingCode.TIMER_MISMATCH, FindingCode.UNFINISHED_WORK, FindingCode.REGIME_CHANGED)
-
-
-def host_only_again(found: Sequence[Finding]) -> bool:
-    """Whether rounds timed again after `found` go in the host regime: after a `[regime_changed]`."""
-    return any(w.code == FindingCode.REGIME_CHANGED for w in found)
-
-
-def retime_mismatch(timed: Callable[[], Timed], again: Callable[[list[Finding]], Timed],
-                    check: Callable[[Timed, float], list[Finding]]) -> tuple[Timed, list[Finding], Finding | None]:
-    """The timing, its warnings, and the first `[timer_mismatch]`, `[unfinished_work]` or `[regime_changed]` when
-    there was one: then the rounds are timed again (`again(found)`: beside a witness, whose calls give the protocol's
-    cost in the same rounds; in the host regime after a `[regime_changed]`, `host_only_again`) and only the second
-    count. A burst of load or a drift of the host's speed reaches the witness's calls as much as the
-    solution's, while a solution that under-reports, or leaves work running past its signal, does so again (or
-    behaves honestly this time: either way the row's time is one it cannot have shaved unseen). `check(timing, p)`
-    asks for significance `p`: TIMER_BOUND_P first, then CONFIRM_P, since the first flag already stands (a first flag
-    thrown away would give a shaver two tries)."""
-    measured = timed()
-    found = check(measured, timing.TIMER_BOUND_P)
-    first = next((w for w in found if w.code in RETIMED), None)
-    if first is None:
-        return measured, found, None
-    measured = again(found)
-    return measured, check(measured, timing.CONFIRM_P), first
-
-
 def start_witness(job: Judging, session: Session, reference: Any, init: list[Any],
                   make: Callable[[int], list[Any]]) -> Session | None:
     """A witness for timed rounds (`time_rounds`): a fresh candidate process that holds only the reference, under the
@@ -289,12 +220,13 @@ def start_witness(job: Judging, session: Session, reference: Any, init: list[Any
 
 def time_beside_witness(job: Judging, session: Session, reference: Any, init: list[Any],
                         make: Callable[[int], list[Any]], calibration: timing.Calibration,
-                        found: Sequence[Finding] = ()) -> TimedRounds:
-    """The rounds timed again after the first timing's warnings `found`, beside a witness (`start_witness`; without
-    one, against the calibration as before, and the figures say why), in the host regime after a `[regime_changed]`."""
+                        host_only: bool = False) -> TimedRounds:
+    """The rounds timed again after a first flag, beside a witness (`start_witness`; without one, against the
+    calibration as before, and the figures say why); in the host regime with `host_only` (after a `[regime_changed]`,
+    kbench.judge.timing.flags.host_only_again)."""
     witness = start_witness(job, session, reference, init, make)
     try:
-        timed = time_rounds(job, session, reference, make, calibration, witness, host_only_again(found))
+        timed = time_rounds(job, session, reference, make, calibration, witness, host_only)
     finally:
         if witness is not None:
             witness.cand.kill()

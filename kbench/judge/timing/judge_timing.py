@@ -73,11 +73,19 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
     keep = slice(CALIBRATION_DISCARD, None)
     host, gpu = seen[False][keep], seen.get(True, [])[keep]
     gpu = [o for o in gpu if not o.forced]
+    return observed_calibration(host, gpu, eager[keep], issue[keep], eager_regime)
+
+
+def observed_calibration(host: Sequence[Observed], gpu: Sequence[Observed], eager: Sequence[float] = (),
+                         eager_issue: Sequence[float] = (), eager_regime: str = "") -> timing.Calibration:
+    """A calibration from the reference's timed calls through the protocol, by regime: the judge's window up to the
+    signal less the reported time, the Arm request less the issue time (gated calls), and the time from the signal to
+    the outputs verified; with the judge's own eager samples and their regime."""
     return timing.Calibration(
-        overhead=tuple(o.done - o.timed for o in host), eager=tuple(eager[keep]),
-        gpu_overhead=tuple(o.done - o.timed for o in gpu), eager_issue=tuple(issue[keep]),
+        overhead=tuple(o.done - o.timed for o in host), eager=tuple(eager),
+        gpu_overhead=tuple(o.done - o.timed for o in gpu), eager_issue=tuple(eager_issue),
         arm_overhead=tuple(o.arm - o.issue for o in gpu), eager_regime=eager_regime,
-        verify=tuple(o.verify for o in host + gpu))
+        verify=tuple(o.verify for o in (*host, *gpu)))
 
 
 @dataclass(frozen=True)
@@ -166,18 +174,13 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
 
 
 def witnessed_calibration(seen: Sequence[Observed], base: timing.Calibration) -> timing.Calibration | None:
-    """The witness's calls of the timed rounds as a calibration: per regime, the judge's window up to the signal less
-    the reported time, and the time from the signal to the outputs verified; the judge's eager figures stay `base`'s.
-    None with fewer calls than a calibration's least (CALIBRATION_ROUNDS)."""
+    """The witness's calls of the timed rounds as a calibration (`observed_calibration`, by the regime of each call);
+    the judge's eager figures stay `base`'s. None with fewer calls than a calibration's least (CALIBRATION_ROUNDS)."""
     if len(seen) < CALIBRATION_ROUNDS[0]:
         return None
     host = [o for o in seen if o.regime == timers.REGIME_HOST]
     gpu = [o for o in seen if o.regime == timers.REGIME_GPU]
-    return timing.Calibration(
-        overhead=tuple(o.done - o.timed for o in host), eager=base.eager,
-        gpu_overhead=tuple(o.done - o.timed for o in gpu), eager_issue=base.eager_issue,
-        arm_overhead=tuple(o.arm - o.issue for o in gpu) or base.arm_overhead, eager_regime=base.eager_regime,
-        verify=tuple(o.verify for o in seen))
+    return observed_calibration(host, gpu, base.eager, base.eager_issue, base.eager_regime)
 
 
 # Eager first in every round, as in calibration: the judge's sample follows its own input refresh and the

@@ -71,43 +71,6 @@ def test_the_candidate_is_frozen_between_requests(session):
     session.call()  # and thawed for the next request
 
 
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().rsplit(")", 1)[1].split()[0]
-
-
-def test_the_candidate_is_frozen_while_the_judge_verifies_a_timed_call(session, monkeypatch):
-    """Nothing of the candidate's runs while the judge reads its outputs: on CUDA they share one core, and a thread
-    the solution left running would lengthen the judge's verification (or finish the outputs meanwhile). The stop is
-    sent before the verification starts (a signal: the process stops within moments, not at once)."""
-    from kbench.judge.timing.timed_call import TimedCalls
-
-    _problem, reference, init, make = _reference()
-    inputs = make(1)
-    session.start_calibration(_job(), reference, init, inputs, reference(*inputs))
-    calls = TimedCalls(session, 1e-4, 1e-4)
-    events, states = [], []
-    freeze, verify = session.cand.freeze, calls._verify
-
-    def verifying(*args):
-        events.append("verify")
-        deadline = time.monotonic() + 1.0
-        while _state(session.cand.proc.pid) != "T" and time.monotonic() < deadline:
-            time.sleep(0.001)
-        states.append(_state(session.cand.proc.pid))
-        return verify(*args)
-
-    monkeypatch.setattr(session.cand, "freeze", lambda: (events.append("freeze"), freeze())[1])
-    monkeypatch.setattr(calls, "_verify", verifying)
-    values = make(2)
-    try:
-        observed = calls.sample(False, values, reference(*values))
-    finally:
-        calls.close()
-    assert events[:2] == ["freeze", "verify"] and states == ["T"], (events, states)
-    assert observed.window >= observed.done > 0
-
-
 def test_calibration_measures_the_round_trip_beyond_the_reported_time():
     problem, reference, init, make = _reference()
     cand = judge.CandidateProcess()

@@ -7,10 +7,8 @@
    everything the call needs lies inside the judge's window.
 3. **Watch.** GPU regime: the judge waits for the DONE word, which the candidate's stream writes when the call's
    work is over, asking the candidate's process nothing. Host regime: the judge sends `Go` and waits for the answer.
-4. **Verify** (the judge's clock stops). The candidate's process is sent its stop first, so none of its threads takes
-   the CPU from the judge's reads (judge and candidate share one core on CUDA). The judge reads a few hundred of the
-   outputs' elements, drawn at random after the call, where they lie (kbench.judge.candidate.outputs) and compares
-   them with the reference's output. A stream
+4. **Verify** (the judge's clock stops). The judge reads a few hundred of the outputs' elements, drawn at random after
+   the call, where they lie (kbench.judge.candidate.outputs) and compares them with the reference's output. A stream
    that wrote DONE before its work was over, or a process that answered early, fails here: either the judge's reads
    wait for the remaining work (the GPU runs one process's work at a time) or they find it unfinished.
 
@@ -100,12 +98,10 @@ class TimedCalls:
                 cand.send(protocol.Go(value))
                 reply = _answer(cand.receive())
             done = _perf_counter() - start
-            cand.freeze()  # nothing of the candidate's runs while the judge verifies: the core is the judge's
             self.outputs = self._views(reply, label)
             self._verify(chosen, expected, label)
             window = _perf_counter() - start
             if gated:
-                cand.thaw()
                 cand.send(protocol.Report())
                 reply = _answer(cand.receive())
         finally:

@@ -1,6 +1,7 @@
 """Does kbench's median agree with the field's timers? kbench's rows beside the same call timed in one plain process.
 
-    python bench/fidelity.py compare --out OUT [--problem P ...] [--solution S ...] [--cache-dir C]
+    python bench/fidelity.py compare --out OUT [--problem P ...] [--solution S ...] [--cache-dir C] [--backward]
+                                     [--problems-dir D] [--solutions-dir D]
     python bench/fidelity.py hypotheses --out OUT [--problem P] [--solution S|eager] [--cache-dir C] [--backward]
                                         [--problems-dir D]
     python bench/fidelity.py protocol --out RUN.json      # per row: regime, median, the judge's excess, warnings
@@ -38,11 +39,12 @@ SOLUTIONS = ("tf32_igemm", "cuda_fused", "triton_fused")
 SAMPLES = 80
 
 
-def _model(problem: str, solution: str | None, cache: str, backward: bool = False, problems: str = ""):
+def _model(problem: str, solution: str | None, cache: str, backward: bool = False, problems: str = "",
+           solutions: str = ""):
     """The problem's reference (solution None) or the solution's ModelNew with the reference's weights, its inputs,
     on the GPU; a solution's extension loads from kbench's build cache. With `backward`, the model wrapped as
     `--backward` wraps it (kbench.judge.backward: forward and backward as one call) and an upstream gradient after
-    the inputs. `problems`: the problems folder (default problems/)."""
+    the inputs. `problems`, `solutions`: the folders (default problems/, solutions/)."""
     import torch
 
     from kbench.judge.candidate.loading import import_path
@@ -56,9 +58,10 @@ def _model(problem: str, solution: str | None, cache: str, backward: bool = Fals
         reference = module.Model(*init).cuda()
     model = reference
     if solution is not None:
-        path = ROOT / "solutions" / problem / f"{solution}.py"
+        path = (Path(solutions) if solutions else ROOT / "solutions") / problem / f"{solution}.py"
         arch = toolkit.arch_list(torch.cuda.get_device_capability())
-        os.environ["TORCH_EXTENSIONS_DIR"] = str(Path(cache) / toolkit.cache_key(path.read_bytes(), torch.__version__, arch))
+        key = toolkit.cache_key(path.read_bytes(), torch.__version__, arch)
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(Path(cache) / key)
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
         os.environ.setdefault("TRITON_CACHE_DIR", str(Path(cache).parent / "triton"))
         with torch.device("cuda"):
@@ -79,14 +82,16 @@ def _model(problem: str, solution: str | None, cache: str, backward: bool = Fals
     return model, inputs
 
 
-def one_process(problem: str, solution: str | None, regime: str, cache: str) -> dict[str, float]:
-    """Run in a fresh process: the call timed by kbench's timer in `regime` and by do_bench."""
+def one_process(problem: str, solution: str | None, regime: str, cache: str, backward: str = "", problems: str = "",
+                solutions: str = "") -> dict[str, float]:
+    """Run in a fresh process: the call timed by kbench's timer in `regime` and by do_bench. `backward` non-empty:
+    forward and backward as one call, as `--backward` times it."""
     import torch
     import triton.testing
 
     from kbench.measure.timers import CudaEventTimer
 
-    model, inputs = _model(problem, solution or None, cache)
+    model, inputs = _model(problem, solution or None, cache, bool(backward), problems, solutions)
     with torch.no_grad():
         fn = lambda: model(*inputs)  # noqa: E731
         for _ in range(20):
@@ -115,6 +120,13 @@ def compare(args: argparse.Namespace) -> None:
                "--results-dir", str(out / "runs"), "--cache-dir", args.cache_dir]
     for p in args.problem:
         command += ["-p", p]
+    if len(args.solution) == 1 and len(args.problem) == 1:  # kbench run takes one solution of one problem
+        command += ["-s", args.solution[0]]
+    if args.backward:
+        command += ["--backward"]
+    for option, folder in (("--problems-dir", args.problems_dir), ("--solutions-dir", args.solutions_dir)):
+        if folder:
+            command += [option, folder]
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     subprocess.run(command, check=False, env={**os.environ, "PYTHONPATH": path}, timeout=3000)
     run = json.loads(sorted((out / "runs").glob("*/run.json"))[-1].read_text())
@@ -127,7 +139,8 @@ def compare(args: argparse.Namespace) -> None:
         regime = e["timing"].get("regime") or "host"
         kbench_ms = statistics.median(e["timing"]["samples"]) * 1e3
         row = {"problem": e["problem"], "solution": e["solution"], "regime": regime, "kbench_ms": kbench_ms,
-               **_in_child("one_process", e["problem"], solution or "", regime, args.cache_dir)}
+               **_in_child("one_process", e["problem"], solution or "", regime, args.cache_dir,
+                           "backward" if args.backward else "", args.problems_dir, args.solutions_dir)}
         row["vs_one_process"] = kbench_ms / row["one_process_ms"]
         row["vs_do_bench"] = kbench_ms / row["do_bench_ms"]
         rows.append(row)
@@ -171,7 +184,7 @@ def _timed_child(conn, problem: str, solution: str | None, cache: str, pinned: i
             if python:
                 procstate.restore(expected, "a call")
             inputs = shared if ipc else own_inputs
-            conn.send(timers[regime].sample(lambda: model(*inputs))[0])
+            conn.send(timers[regime].sample(lambda: model(*inputs))[0])  # noqa: B023 - called at once
 
 
 def _drive(problem: str, solution: str, cache: str, used: set[str], regime: str, backward: bool = False,
@@ -220,13 +233,15 @@ def hypotheses(args: argparse.Namespace) -> None:
     problem, solution = args.problem[0], (args.solution or ["tf32_igemm"])[0]
     solution = "" if solution == "eager" else solution  # the reference itself in the child
     plans = [("plain", set(), "host")] + [(f"+ {i}", {i}, "host") for i in INGREDIENTS] + [
-        ("all", set(INGREDIENTS), "host"), ("all, GPU regime", set(INGREDIENTS), "gpu"), ("plain, GPU regime", set(), "gpu")]
+        ("all", set(INGREDIENTS), "host"), ("all, GPU regime", set(INGREDIENTS), "gpu"),
+        ("plain, GPU regime", set(), "gpu")]
     results = {}
     for name, used, regime in plans:
         results[name] = _drive(problem, solution, args.cache_dir, used, regime, args.backward, args.problems_dir)
         base = results["plain"]
         print(f"{problem}/{solution} {name:22s} {results[name]:8.4f} ms  x{results[name] / base:.3f}", flush=True)
-    (out / "hypotheses.json").write_text(json.dumps({"problem": problem, "solution": solution, "ms": results}, indent=1))
+    record = {"problem": problem, "solution": solution, "ms": results}
+    (out / "hypotheses.json").write_text(json.dumps(record, indent=1))
 
 
 def protocol(args: argparse.Namespace) -> None:
@@ -258,8 +273,9 @@ def main() -> None:
     parser.add_argument("-p", "--problem", action="append", default=[])
     parser.add_argument("-s", "--solution", action="append", default=[])
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "kbench" / "extensions"))
-    parser.add_argument("--backward", action="store_true", help="hypotheses: forward and backward as one call")
-    parser.add_argument("--problems-dir", default="", help="hypotheses: the problems folder (default problems/)")
+    parser.add_argument("--backward", action="store_true", help="forward and backward as one call")
+    parser.add_argument("--problems-dir", default="", help="the problems folder (default problems/)")
+    parser.add_argument("--solutions-dir", default="", help="compare: the solutions folder (default solutions/)")
     args = parser.parse_args()
     if not args.problem:
         args.problem = list(PROBLEMS) if args.what == "compare" else ["convtranspose3d_softmax"]

@@ -145,14 +145,26 @@ def timing_core(cores: Sequence[int] | None = None, visible: str | None = None) 
 
 
 def pin(pid: int, core: int | None) -> bool:
-    """Run thread `pid` (0: the calling thread) on `core` only; False where that is not possible."""
+    """Run every thread of process `pid` (0: this process) on `core` only; False where that is not possible.
+
+    Every thread, not only the main one: a process pinned after CUDA started (a candidate or worker warmed up ahead of
+    its job) has the driver's threads, and may have autograd's device thread, which a pin of the main thread alone
+    would leave on every core, so the judge's and the candidate's threads would sit differently depending on which
+    was warmed up first. Threads started later inherit the pin of the thread that starts them."""
     if core is None:
         return False
     try:
-        os.sched_setaffinity(pid, {core})
-    except (AttributeError, OSError):
-        return False
-    return True
+        tasks = [int(t) for t in os.listdir(f"/proc/{pid or os.getpid()}/task")]
+    except (OSError, ValueError):
+        tasks = [pid]
+    pinned = False
+    for task in tasks:
+        try:
+            os.sched_setaffinity(task, {core})
+        except (AttributeError, OSError):  # a thread that ended meanwhile, or no affinity on this system
+            continue
+        pinned = True
+    return pinned
 
 
 def make_timer(device: str) -> timing.Timer:

@@ -2,9 +2,10 @@
 
     python bench/placement.py [VARIANT ...]      # default: every variant; each run twice, in a fresh process
 
-The call: the tiny fixture problem's forward and backward as `--backward` times it (kbench.judge.backward.Gradients,
-about 0.3-0.5 ms of small kernels on an H100), timed by kbench's host-regime timer (synchronize, L2 flush, events
-around the call), 200 samples after 30 calls of warm-up, in one plain process per variant:
+The call: the tiny fixture problem's forward and backward as `--backward` times it (bench/fidelity.py's model with
+`backward`: kbench.judge.backward.Gradients, about 0.3-0.6 ms of small kernels on an H100), timed by kbench's
+host-regime timer (synchronize, L2 flush, events around the call), 200 samples after 30 calls of warm-up, in one
+plain process per variant:
 
     free                nothing pinned
     pin_first           the process pinned to the timing core (the last allowed core) before CUDA starts
@@ -47,8 +48,7 @@ def child(variant: str) -> dict[str, object]:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from kbench.judge.backward import Gradients
-    from kbench.judge.candidate.loading import import_path
+    from bench.fidelity import _model
     from kbench.judge.harness import pin
     from kbench.measure.timers import CudaEventTimer
 
@@ -66,20 +66,14 @@ def child(variant: str) -> dict[str, object]:
         torch.zeros(1, device="cuda")
         os.sched_setaffinity(0, everywhere)
         pin(0, core)
-    module = import_path("placement_tiny", str(ROOT / "tests" / "fixtures" / "problems" / "tiny" / "model.py"))
-    torch.manual_seed(0)
-    model = module.Model(*module.get_init_inputs()).cuda()
-    x = module.get_inputs()[0].cuda()
-    with torch.no_grad():
-        upstream = torch.randn_like(model(x))
-    call = Gradients(model, reference=True)
+    call, inputs = _model("tiny", None, "", backward=True, problems=str(ROOT / "tests" / "fixtures" / "problems"))
     for _ in range(WARMUP):
-        call(x, upstream)
+        call(*inputs)
     torch.cuda.synchronize()
     if variant == "pin_all_after_warm":
         pin(0, core)
     timer = CudaEventTimer(torch.device("cuda"), regime="host")
-    samples = [timer.sample(lambda: call(x, upstream)) for _ in range(SAMPLES)]
+    samples = [timer.sample(lambda: call(*inputs)) for _ in range(SAMPLES)]
     threads = {}
     for task in os.listdir("/proc/self/task"):
         try:

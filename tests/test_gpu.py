@@ -241,10 +241,10 @@ def _shaved_problem(root: Path, batch: int) -> Path:
 
 
 # The judge's clock resolves a shave to some tens of microseconds a call on the H100: the protocol's cost (its window
-# less the reported time) differed by up to 33 us between candidate processes in the same run (2026-11-27). At the
+# less the reported time) differed by up to 48 us between candidate processes in the same run (2026-11-27). At the
 # fixture's size (0.37 ms a call) half a call always stood out, while a tenth (37 us) got through once or twice in two
-# runs of five; at batch 8192 (four times the work, 1.46 ms) a tenth of a call is about 150 us. docs/timing.md, "What the judge's clock
-# can resolve".
+# runs of five; at batch 8192 (four times the work, 1.46 ms) a tenth of a call is about 150 us. docs/timing.md,
+# "What the judge's clock can resolve".
 @pytest.mark.parametrize(("batch", "shares"), [(2048, ("50",)), (8192, ("10", "50"))])
 def test_every_shave_beyond_the_judges_resolution_is_suspect_on_cuda_and_the_honest_copy_is_not(tmp_path, batch,
                                                                                                 shares):

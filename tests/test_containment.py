@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kbench.results.storage import run_state
+from kbench.results.storage import load_run, run_state
 from tests.conftest import FIXTURES, ROOT
 
 CONTAINMENT = FIXTURES / "containment" / "tiny"
@@ -56,7 +56,7 @@ def test_a_run_killed_by_a_solution_resumes_with_that_solution_crashed_and_finis
                     "--device", "cpu", "--trials", "1", "--max-time", "0.2", *common, cwd=tmp_path)
     assert first.returncode == -9, (first.returncode, first.stderr[-2000:])  # no sandbox: the run is killed
     (run_dir,) = list(results.iterdir())
-    doc = json.loads((run_dir / "run.json").read_text())
+    doc, _ = load_run(run_dir)  # run.json and its journal, which holds what finished since run.json was written
     assert doc["state"] == "running" and run_state(doc) == "incomplete"
     assert [x["solution"] for x in doc["in_flight"]] == ["kills_ancestors"]
     before = {e["solution"]: e for e in doc["evaluations"]}

@@ -74,8 +74,67 @@ def test_missing_results_are_a_clear_error(tmp_path):
 def test_result_json_is_plain(tmp_path):
     store = RunStore.create(tmp_path, {})
     store.add(_evaluation())
+    store.finish()
     raw = json.loads((store.directory / "run.json").read_text())
     assert raw["evaluations"][0]["status"] == "correct"
+    assert not (store.directory / "journal.jsonl").exists()
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_rows_reach_the_journal_at_once_and_run_json_at_most_every_flush_interval(tmp_path):
+    """Rewriting run.json in full after every row cost O(rows) a row: the journal keeps every row safe as it comes,
+    run.json is rewritten when the interval has passed, and a reader sees both as one file."""
+    from kbench.results import storage
+
+    clock = _Clock()
+    store = RunStore(tmp_path, {"format": "kbench-run", "version": storage.VERSION, "run_id": "r"}, clock=clock)
+    store.save("running")
+    store.begin("p", "a")
+    store.add(_evaluation("a"))
+    store.begin("p", "b")
+    on_disk = json.loads((tmp_path / "run.json").read_text())
+    assert on_disk["evaluations"] == [] and on_disk["journal_seq"] == 0
+    doc, rows = load_run(tmp_path)
+    assert [e.solution for e in rows] == ["a"] and [x["solution"] for x in doc["in_flight"]] == ["b"]
+    clock.now = storage.FLUSH_INTERVAL_S
+    store.add(_evaluation("b"))
+    on_disk = json.loads((tmp_path / "run.json").read_text())
+    assert [e["solution"] for e in on_disk["evaluations"]] == ["a", "b"] and on_disk["journal_seq"] == 4
+    assert "in_flight" not in on_disk and not (tmp_path / "journal.jsonl").exists()
+    assert [e.solution for e in load_run(tmp_path)[1]] == ["a", "b"]
+
+
+def test_a_journal_left_beside_a_newer_run_json_adds_nothing_twice(tmp_path):
+    """A process that died between writing run.json and removing the journal leaves events run.json holds already:
+    they carry sequence numbers at or below its `journal_seq` and are skipped; a line cut short is skipped too."""
+    store = RunStore.create(tmp_path, {})
+    store.add(_evaluation("a"))
+    journal = (store.directory / "journal.jsonl").read_text()
+    store.save("running")
+    (store.directory / "journal.jsonl").write_text(journal + '{"seq": 2, "evaluation": {"probl')
+    doc, rows = load_run(store.directory)
+    assert [e.solution for e in rows] == ["a"] and doc["journal_seq"] == 1
+
+
+def test_a_resumed_run_goes_on_from_its_journal(tmp_path):
+    """A run killed mid-way: its finished rows come from the journal, what was under way is `lost`, and the resumed
+    run's own events follow the old ones."""
+    store = RunStore.create(tmp_path, {"run_id": "x"})
+    store.begin("p", "a")
+    store.add(_evaluation("a"))
+    store.begin("p", "b")  # the process dies here
+    resumed = RunStore.resume(store.directory)
+    assert [e.solution for e in resumed.evaluations] == ["a"] and [x["solution"] for x in resumed.lost] == ["b"]
+    resumed.save("running")
+    resumed.add(_evaluation("c"))
+    assert [e.solution for e in load_run(store.directory)[1]] == ["a", "c"]
 
 
 def test_a_python_package_is_never_taken_for_a_results_folder(tmp_path):

@@ -38,6 +38,7 @@ class RunFile:
     process: RunProcess | None = None  # who writes the run (pid, host, boot id); absent in older files
     in_flight: list[dict[str, str]] = field(default_factory=list)  # a running run's evaluations under way
     profiles: list[ModelProfile] = field(default_factory=list)  # kbench profile's kernels per model; absent otherwise
+    journal_seq: int = 0  # the last event of the run's journal (journal.jsonl) this file holds; absent in older files
 
 
 def run_schema() -> JsonObject:

@@ -157,3 +157,38 @@ def test_the_profile_decides_the_verdict(tmp_path: Path):
         rows = json.loads((run_dir / "run.json").read_text())["evaluations"]
         verdicts[profile] = next(r["status"] for r in rows if r["solution"] == "close")
     assert verdicts == {"problem": "incorrect", "kernelbench-v0.1": "correct"}
+
+
+def test_a_solution_that_is_not_utf8_is_a_defect_and_one_that_declares_its_encoding_is_not(tmp_path: Path):
+    """Python reads a source as UTF-8 unless it declares another encoding (PEP 263): discovery reads it the same way,
+    and a file Python could not read is its own load_error, never the end of the run."""
+    from kbench.problems.discovery import list_solutions
+
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "latin.py").write_bytes(b"# caf\xe9\nclass ModelNew:\n    pass\n")
+    (folder / "declared.py").write_bytes(b"# -*- coding: latin-1 -*-\n# caf\xe9\nclass ModelNew:\n    pass\n")
+    found = {s.name: s for s in list_solutions("p", tmp_path)}
+    assert "not UTF-8 text" in found["latin"].defect and "0xe9" in found["latin"].defect
+    assert found["declared"].defect == ""
+
+
+def test_a_run_over_a_folder_with_a_non_utf8_solution_records_it_as_a_load_error(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from kbench.cli import app
+    from kbench.results.records import Status
+    from kbench.results.storage import load_run
+    from tests.conftest import FIXTURES
+
+    folder = tmp_path / "s" / "tiny"
+    folder.mkdir(parents=True)
+    (folder / "mojibake.py").write_bytes(b"\xff\xfeclass ModelNew: pass\n")
+    done = CliRunner().invoke(app, ["run", "-p", "tiny", "--problems-dir", str(FIXTURES / "problems"),
+                                    "--solutions-dir", str(tmp_path / "s"), "--device", "cpu", "--no-compile-baseline",
+                                    "--max-time", "0.05", "--trials", "1", "--results-dir", str(tmp_path / "r"),
+                                    "--no-progress"])
+    assert done.exit_code == 1 and "Traceback" not in done.output, done.output
+    (run_dir,) = (tmp_path / "r").iterdir()
+    row = next(e for e in load_run(run_dir)[1] if e.solution == "mojibake")
+    assert row.status == Status.LOAD_ERROR and "not UTF-8 text" in row.message

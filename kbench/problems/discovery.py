@@ -15,6 +15,7 @@ from kbench.problems.metadata import (
     load_problem_dir,
     load_problem_file,
     read_meta,
+    source_text,
 )
 from kbench.results.records import ProblemSpec, SolutionSpec
 
@@ -158,14 +159,25 @@ def solution_defect(tree: ast.Module | None, error: SyntaxError | None) -> str:
 def load_solution_file(path: Path, problem: str, name: str | None = None) -> SolutionSpec:
     if not path.is_file():
         raise DiscoveryError(f"No solution file at {path}")
-    tree, error = None, None
+    tree, error, unreadable = None, None, ""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = ast.parse(source_text(path), filename=str(path))
         devices, precisions = solution_devices(tree, path), solution_precisions(tree, path)
     except SyntaxError as exc:
         devices, precisions, error = KNOWN_DEVICES, tuple(PRECISIONS), exc  # a load_error wherever it is run
+    except (OSError, UnicodeDecodeError) as exc:
+        devices, precisions, unreadable = KNOWN_DEVICES, tuple(PRECISIONS), unreadable_source(exc)
     return SolutionSpec(problem=problem, name=name or path.stem, path=path.resolve(), devices=devices,
-                        precisions=precisions, defect=solution_defect(tree, error))
+                        precisions=precisions, defect=unreadable or solution_defect(tree, error))
+
+
+def unreadable_source(exc: OSError | UnicodeDecodeError) -> str:
+    """Why Python could not read a source file, in one line."""
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"the file is not {exc.encoding.upper().replace('UTF-8-SIG', 'UTF-8')} text (byte "
+                f"0x{exc.object[exc.start]:02x} at offset {exc.start}): save it as UTF-8, or declare its encoding in "
+                "its first lines (PEP 263)")
+    return f"cannot read the file: {exc.strerror or exc}"
 
 
 def list_solutions(problem: str, solutions_dir: Path) -> list[SolutionSpec]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import io
 import sys
+import tokenize
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -22,11 +24,24 @@ META_FILE = "problem.toml"
 META_KEYS = ("origin", "atol", "rtol", "small", "precision", "backward")
 
 
+def source_text(path: Path) -> str:
+    """A Python file's text as Python's import reads it: UTF-8 unless its first lines declare another encoding
+    (PEP 263), strictly (a byte that is not of the encoding anywhere, comments included, fails the import).
+    Raises OSError, UnicodeDecodeError (not text of its encoding) or SyntaxError (a bad declaration)."""
+    data = path.read_bytes()
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:
+        data.decode("utf-8")  # first lines that are not UTF-8 and declare nothing: say that (UnicodeDecodeError)
+        raise
+    return data.decode(encoding)
+
+
 def _parse(path: Path) -> ast.Module:
     try:
-        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        return ast.parse(source_text(path), filename=str(path))
     except (OSError, UnicodeDecodeError) as exc:
-        raise DiscoveryError(f"Cannot read {path}: {exc}") from None
+        raise DiscoveryError(f"Cannot read {path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
     except SyntaxError as exc:
         raise DiscoveryError(f"{path} is not valid Python (line {exc.lineno}: {exc.msg})") from None
 

@@ -174,6 +174,9 @@ class CommandServer:
                 stream = _current_stream().cuda_stream
                 self.gate.close(stream, cmd.value)
                 start, end = _cuda_event(enable_timing=True), _cuda_event(enable_timing=True)
+                # The judge opened the gate before its `Go`: once the stream is past it (and the GPU has switched to
+                # this process), the host starts issuing with the GPU idle, as the judge's host-regime timer does.
+                _synchronize(self.device)
                 start.record()
                 out, issue = window(lambda: self.model(*self.inputs))
                 end.record()

@@ -9,6 +9,7 @@ protocol and what each step defends.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from kbench.judge.timing.judge_timing import (
     time_rounds,
 )
 from kbench.judge.verdicts import Verdict
-from kbench.measure import timers, timing
+from kbench.measure import timers, timing, timing_checks
 from kbench.results.figures import PeakMemory
 from kbench.results.findings import Finding, FindingCode
 from kbench.results.records import Status
@@ -71,14 +72,17 @@ def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
     cand = cand or CandidateProcess()
     cand.announce(announce)
     pin_timing_core(job.device, cand, judge=True)
+    started = [cand]  # every candidate process of the evaluation (a fresh one replaces one that disagreed)
     try:
-        return _evaluate(job, env, Session(cand, job.device), announce)
+        return _evaluate(job, env, Session(cand, job.device), announce, started)
     finally:
-        cand.kill()
-        escapes.kill_escaped(cand.pid, cand.pgid)
+        for each in started:
+            each.kill()
+            escapes.kill_escaped(each.pid, each.pgid)
 
 
-def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce: Announce) -> EvaluateResult:
+def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce: Announce,
+              started: list[CandidateProcess]) -> EvaluateResult:
     """Each step in its order; `draft` holds what they found until the verdict closes it."""
     device, seed = job.device, job.seed
     phases = Phases()
@@ -88,7 +92,9 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     probe, ref_peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *probe_inputs)),
                               judge_work="the reference's first call")
     session.sandbox_plan = sandbox.plan_for(job.solution.path, env)  # in force before the solution is imported
-    calibration = calibrate(job, session, reference, init, make, probe_inputs, probe)
+    session, calibration, processes = _calibrated(
+        job, session, lambda current: _fresh_session(job, current, announce, started),
+        partial(calibrate, job, reference=reference, init=init, make=make, inputs=probe_inputs, outputs=probe))
     phases.mark("calibration")
     try:
         session.load(job.solution.path, env)
@@ -98,7 +104,10 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     session.bind("main", probe_inputs, probe)
     del probe, probe_inputs
     _free_cached(device)
-    draft = Draft(phases=phases.seconds, figures={"state_dict_tensors_copied": copied, "sandbox": session.sandbox})
+    draft = Draft(phases=phases.seconds, figures={"state_dict_tensors_copied": copied, "sandbox": session.sandbox,
+                                                  "processes": processes.figures})
+    if processes.finding is not None:
+        draft.warnings.append(processes.finding)
     phases.mark("load")
     trials, warnings = _trials(job, session, reference, make, [seed + 1 + i for i in range(job.trials)])
     draft.trials += trials
@@ -133,6 +142,53 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     if (warning := memory_warning(session.peak_bytes, ref_peak)) is not None:
         draft.warnings.append(warning)
     return draft.result(Status.CORRECT)
+
+
+# Fresh candidate processes tried, one after another, when the candidate's process runs the reference itself at
+# another speed than the judge's (timing.processes_disagree); if the last still does, the row is `suspect`.
+PROCESS_RETRIES = 2
+PROCESS_CHECKED = ("cuda",)  # on the CPU the ratio is recorded only: processes sharing two cores differ by more
+
+
+@dataclass(frozen=True)
+class ProcessCheck:
+    """What the judge's and the candidate's processes made of the same reference call (`_calibrated`)."""
+
+    figures: dict[str, Any]  # the ratio of each candidate process tried (run.json's extra.processes)
+    finding: Finding | None  # `[processes_disagree]` when every process tried disagreed
+
+
+def _calibrated(job: EvaluateJob, session: Session, fresh: Callable[[Session], Session],
+                calibrate_in: Callable[[Session], timing.Calibration]) -> tuple[Session, timing.Calibration,
+                                                                                 ProcessCheck]:
+    """The calibration (`calibrate`), in a fresh candidate process (`fresh`) as long as the candidate's process runs
+    the reference at another speed than the judge's, PROCESS_RETRIES times at most: the solution is imported into
+    a process that agrees with the judge's, or its row is `suspect` with `[processes_disagree]`. Nothing of the
+    solution's has run in any of these processes yet."""
+    calibration = calibrate_in(session)
+    ratios = [timing_checks.process_ratio(calibration)]
+    act = job.device in PROCESS_CHECKED
+    while act and timing_checks.processes_disagree(calibration) is not None and len(ratios) <= PROCESS_RETRIES:
+        session = fresh(session)
+        calibration = calibrate_in(session)
+        ratios.append(timing_checks.process_ratio(calibration))
+    gap = timing_checks.processes_disagree(calibration) if act else None
+    figures = {"ratios": [round(r, 4) if r is not None else None for r in ratios],
+               "fresh_candidates": len(ratios) - 1}
+    finding = timing_checks.processes_warning(gap, len(ratios)) if gap else None
+    return session, calibration, ProcessCheck(figures, finding)
+
+
+def _fresh_session(job: EvaluateJob, old: Session, announce: Announce, started: list[CandidateProcess]) -> Session:
+    """A new candidate process in place of `old`'s (ended, its buffers freed), pinned and sandboxed as it was."""
+    old.release()
+    cand = CandidateProcess(init_cuda=job.device == "cuda")
+    started.append(cand)
+    cand.announce(announce)
+    pin_timing_core(job.device, cand)
+    session = Session(cand, job.device)
+    session.sandbox_plan = old.sandbox_plan
+    return session
 
 
 def _trust(job: EvaluateJob, session: Session, reference: Any, make: Callable[[int], list[Any]],

@@ -79,6 +79,9 @@ class Calibration:
     arm_overhead: tuple[float, ...] = ()  # the judge's clock over arming a gated call, less the call's issue time
     eager_regime: str = ""  # the regime of the judge's eager timing (the reference's, decided by the judge)
     verify: tuple[float, ...] = ()  # the judge's clock from the candidate's signal to its outputs verified
+    # the reference's own times as the candidate's process reported them, in the regime of the judge's eager samples
+    # (`eager`, the same rounds): the same call in the two processes (`processes_disagree`)
+    reference: tuple[float, ...] = ()
 
     @property
     def reference_launch_bound(self) -> bool:
@@ -176,6 +179,47 @@ def disturbed_warning(beside: Measurement, calibration: Calibration) -> Finding 
     return (Finding(FindingCode.REFERENCE_DISTURBED, f"the eager reference took {beside.median * 1e3:.3f} ms beside "
             f"the solution and {median(calibration.eager) * 1e3:.3f} ms beside the reference itself ({ratio:.2f}x): "
             "something slowed the reference while it was timed"))
+
+
+# The same call timed in the judge's process and in the candidate's (calibration, before the solution is imported)
+# this far apart, and significantly: the two processes run it at different speeds, and a speedup divided by the
+# judge's eager would carry that difference (on a 4-GPU H200 machine an honest copy read 0.77x, `correct`, its
+# candidate's process running the reference at 6.4 ms and the judge's at 4.9 ms). The band is the one an honest copy
+# must read within.
+PROCESS_TOLERANCE = 0.03
+PROCESS_P = 0.01
+
+
+def processes_disagree(calibration: Calibration) -> float | None:
+    """The ratio of the candidate process's time of the reference to the judge's (medians of the calibration's
+    rounds, in the judge's regime) when it lies outside 1 +- PROCESS_TOLERANCE and the two differ significantly
+    (Mann-Whitney p < PROCESS_P); None when they agree or either has too few samples."""
+    ratio = process_ratio(calibration)
+    if ratio is None or abs(ratio - 1.0) <= PROCESS_TOLERANCE:
+        return None
+    if mann_whitney_u(calibration.reference, calibration.eager)[1] >= PROCESS_P:
+        return None
+    return ratio
+
+
+def process_ratio(calibration: Calibration) -> float | None:
+    """The candidate process's median time of the reference over the judge's, in the calibration's rounds (None
+    with fewer than PROCESS_MIN_SAMPLES of either)."""
+    cand, judge = calibration.reference, calibration.eager
+    if len(cand) < PROCESS_MIN_SAMPLES or len(judge) < PROCESS_MIN_SAMPLES or median(judge) <= 0:
+        return None
+    return median(cand) / median(judge)
+
+
+PROCESS_MIN_SAMPLES = 5
+
+
+def processes_warning(ratio: float, tries: int) -> Finding:
+    """`[processes_disagree]`: the judge's and the candidate's processes ran the reference at different speeds, in
+    each of `tries` candidate processes."""
+    return Finding(FindingCode.PROCESSES_DISAGREE, f"the reference itself ran {ratio:.3f}x as long in the "
+                   f"candidate's process as in the judge's (in {tries} fresh candidate process(es) before the solution "
+                   "was imported): a speedup divided by the judge's eager would carry that difference")
 
 
 # Two halves of a timing's samples (in the order they were taken) this far apart, and significantly: the level moved.

@@ -26,6 +26,7 @@ class FindingCode(str, Enum):
     ESCAPED_PROCESS = "escaped_process"
     REGIME_CHANGED = "regime_changed"
     UNFINISHED_WORK = "unfinished_work"
+    PROCESSES_DISAGREE = "processes_disagree"
     # the machine while the row was timed
     MACHINE_BUSY = "machine_busy"
     LEVEL_MOVED = "level_moved"
@@ -68,7 +69,8 @@ class FindingCode(str, Enum):
 
 SUSPECT = frozenset({FindingCode.ESCAPED_TIMER, FindingCode.TIMER_MISMATCH, FindingCode.BELOW_FLOOR,
                      FindingCode.STATE_CHANGED, FindingCode.CLOCK_PATCHED, FindingCode.REFERENCE_DISTURBED,
-                     FindingCode.ESCAPED_PROCESS, FindingCode.REGIME_CHANGED, FindingCode.UNFINISHED_WORK})
+                     FindingCode.ESCAPED_PROCESS, FindingCode.REGIME_CHANGED, FindingCode.UNFINISHED_WORK,
+                     FindingCode.PROCESSES_DISAGREE})
 MACHINE = frozenset({FindingCode.MACHINE_BUSY, FindingCode.LEVEL_MOVED, FindingCode.GPU_BUSY,
                      FindingCode.GPU_THROTTLED})
 

@@ -21,10 +21,14 @@ from kbench.wire.jobs import Judging
 
 _perf_counter = time.perf_counter
 
-CALIBRATION_ROUNDS = (10, 60)  # per regime: at least, at most (the first CALIBRATION_DISCARD are dropped)
+# Per regime: at least, at most (the first CALIBRATION_DISCARD are dropped). Calibration was half of an honest
+# evaluation's 2.9 s on the H100 at (10, 60) rounds within 1 s; what its medians resolve is bounded by how much the
+# protocol's cost differs between candidate processes (tens of microseconds, docs/timing.md), which more rounds in
+# one process do not narrow.
+CALIBRATION_ROUNDS = (10, 30)
 CALIBRATION_DISCARD = 2
 CALIBRATION_WARMUP = 2  # untimed calls of the reference in the candidate's process before the calibration's rounds
-CALIBRATION_S = 1.0  # no more calibration rounds once this long has passed
+CALIBRATION_S = 0.3  # no more calibration rounds once this long has passed
 
 
 def pin_timing_core(device: str, cand: CandidateProcess, judge: bool = False) -> None:
@@ -80,12 +84,14 @@ def observed_calibration(host: Sequence[Observed], gpu: Sequence[Observed], eage
                          eager_issue: Sequence[float] = (), eager_regime: str = "") -> timing.Calibration:
     """A calibration from the reference's timed calls through the protocol, by regime: the judge's window up to the
     signal less the reported time, the Arm request less the issue time (gated calls), and the time from the signal to
-    the outputs verified; with the judge's own eager samples and their regime."""
+    the outputs verified; with the judge's own eager samples and their regime, and the candidate's reported times of
+    the reference in that regime."""
+    same = gpu if eager_regime == timers.REGIME_GPU else host
     return timing.Calibration(
         overhead=tuple(o.done - o.timed for o in host), eager=tuple(eager),
         gpu_overhead=tuple(o.done - o.timed for o in gpu), eager_issue=tuple(eager_issue),
         arm_overhead=tuple(o.arm - o.issue for o in gpu), eager_regime=eager_regime,
-        verify=tuple(o.verify for o in (*host, *gpu)))
+        verify=tuple(o.verify for o in (*host, *gpu)), reference=tuple(o.timed for o in same))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,122 @@
+"""The judge's and the candidate's processes must run the same call at the same speed before a speedup is divided.
+
+Calibration times the reference itself in both processes before the solution is imported. When they disagree beyond
+the honest-copy band, the solution goes into a fresh candidate process instead, and a row whose every candidate
+process disagreed is `suspect` (`[processes_disagree]`). On a 4-GPU machine an honest copy read 0.77x, `correct`:
+its candidate's process ran the reference at 6.4 ms, the judge's at 4.9 ms (issue: suites at scale).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kbench.judge import judge
+from kbench.measure import timing_checks
+from kbench.measure.timing_checks import Calibration
+from kbench.results.findings import FindingCode
+from kbench.wire.jobs import EvaluateJob, ProblemRef, SolutionRef
+from tests.conftest import FIXTURES
+
+HERE = FIXTURES / "process_speed"
+EAGER = (1.00e-3, 1.01e-3, 0.99e-3, 1.00e-3, 1.02e-3, 0.98e-3, 1.00e-3, 1.01e-3)
+
+
+def _calibration(scale: float, eager: tuple[float, ...] = EAGER) -> Calibration:
+    return Calibration(eager=eager, reference=tuple(scale * t for t in eager), eager_regime="gpu")
+
+
+@pytest.mark.parametrize("scale, disagree", [(1.0, False), (1.02, False), (0.98, False), (1.05, True),
+                                             (1.30, True), (0.77, True)])
+def test_the_processes_disagree_outside_the_honest_copy_band(scale, disagree):
+    ratio = timing_checks.processes_disagree(_calibration(scale))
+    assert (ratio is not None) == disagree
+    if disagree:
+        assert ratio == pytest.approx(scale, rel=1e-6)
+
+
+def test_a_gap_within_the_noise_is_no_disagreement():
+    """Two interleaved sets of samples 4% apart by their medians but not significantly: no verdict on noise."""
+    judge_side = (1.0e-3, 1.1e-3, 0.9e-3, 1.2e-3, 0.8e-3, 1.0e-3)
+    cand = (1.04e-3, 0.85e-3, 1.25e-3, 0.95e-3, 1.15e-3, 1.05e-3)
+    assert timing_checks.processes_disagree(Calibration(eager=judge_side, reference=cand)) is None
+
+
+def test_too_few_samples_decide_nothing():
+    assert timing_checks.processes_disagree(_calibration(2.0, EAGER[:4])) is None
+    assert timing_checks.process_ratio(_calibration(2.0, EAGER[:4])) is None
+
+
+def _job(device: str = "cuda") -> EvaluateJob:
+    return EvaluateJob(problem=ProblemRef("p", str(HERE / "model.py"), {}), device=device, seed=1, trials=1,
+                       atol=1e-4, rtol=1e-4, solution=SolutionRef("honest", str(HERE / "solutions" / "honest.py")))
+
+
+def _scripted(scales: list[float]):
+    """`_calibrated`'s two callables, scripted: each calibration's ratio in turn; and the sessions they saw."""
+    seen: list[str] = []
+    left = iter(scales)
+
+    def calibrate_in(session):
+        seen.append(session)
+        return _calibration(next(left))
+
+    def fresh(session):
+        return f"fresh after {session}"
+
+    return seen, calibrate_in, fresh
+
+
+def test_a_candidate_process_that_disagrees_is_replaced_before_the_solution_is_imported():
+    seen, calibrate_in, fresh = _scripted([1.3, 1.0])
+    session, _, check = judge._calibrated(_job(), "first", fresh, calibrate_in)
+    assert seen == ["first", "fresh after first"] and session == "fresh after first"
+    assert check.finding is None and check.figures["fresh_candidates"] == 1
+    assert check.figures["ratios"] == [pytest.approx(1.3), pytest.approx(1.0)]
+
+
+def test_a_row_whose_every_candidate_process_disagrees_is_suspect():
+    seen, calibrate_in, fresh = _scripted([1.3] * (judge.PROCESS_RETRIES + 1))
+    _, _, check = judge._calibrated(_job(), "first", fresh, calibrate_in)
+    assert len(seen) == judge.PROCESS_RETRIES + 1
+    assert check.finding is not None and check.finding.code == FindingCode.PROCESSES_DISAGREE
+    assert check.finding.code.suspect and "1.300x" in check.finding.message
+
+
+def test_on_the_cpu_the_ratio_is_recorded_and_nothing_retried():
+    seen, calibrate_in, fresh = _scripted([1.3])
+    _, _, check = judge._calibrated(_job("cpu"), "first", fresh, calibrate_in)
+    assert seen == ["first"] and check.finding is None and check.figures["ratios"] == [pytest.approx(1.3)]
+
+
+def _quiet(event, **fields):
+    pass
+
+
+@pytest.fixture
+def checked_on_the_cpu(monkeypatch):
+    """The judge acts on a disagreement on the CPU too (it only records it there), so real processes can show it."""
+    monkeypatch.setattr(judge, "PROCESS_CHECKED", ("cpu",))
+
+
+def test_the_judge_retimes_in_fresh_processes_until_one_agrees(checked_on_the_cpu, monkeypatch):
+    """The problem's reference is slow only in the first candidate process: the solution goes into the second."""
+    real = judge._fresh_session
+
+    def fresh(*args, **kwargs):
+        monkeypatch.setenv("KBENCH_TEST_FAST", "1")  # the fresh candidate inherits it (spawned by this process)
+        return real(*args, **kwargs)
+
+    monkeypatch.delenv("KBENCH_TEST_FAST", raising=False)
+    monkeypatch.setattr(judge, "_fresh_session", fresh)
+    result = judge.evaluate(_job("cpu"), {}, _quiet)
+    processes = result.figures["processes"]
+    assert processes["fresh_candidates"] == 1, processes
+    assert processes["ratios"][0] > 2 and abs(processes["ratios"][1] - 1) < 0.5, processes
+    assert FindingCode.PROCESSES_DISAGREE not in [w.code for w in result.warnings]
+
+
+def test_the_judge_flags_a_row_whose_candidate_processes_all_disagree(checked_on_the_cpu, monkeypatch):
+    monkeypatch.delenv("KBENCH_TEST_FAST", raising=False)
+    result = judge.evaluate(_job("cpu"), {}, _quiet)
+    assert result.figures["processes"]["fresh_candidates"] == judge.PROCESS_RETRIES
+    assert FindingCode.PROCESSES_DISAGREE in [w.code for w in result.warnings]

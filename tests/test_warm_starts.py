@@ -150,3 +150,97 @@ def test_every_kernel_dsls_compile_cache_lives_beside_kbenchs_builds_and_travels
     for var in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR", "CUTE_DSL_CACHE_DIR"):
         assert Path(env[var]).parent == tmp_path and var in child.JOB_ENV
     assert len({env[v] for v in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR", "CUTE_DSL_CACHE_DIR")}) == 3
+
+
+# Prepended to the tiny problem: imported by the judge (the worker), it prints the worker's parent (the zygote that
+# forked it) and the GPU the worker was placed on.
+PLACES = '''import os
+print("placed", os.getppid(), os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
+'''
+
+
+def test_one_zygote_serves_every_gpu_and_each_worker_is_placed_on_its_own(tmp_path):
+    """A zygote per GPU was started just in time, so its workers missed its warm-up (seconds of imports each on a
+    4-GPU run); one zygote now forks every slot's workers, each placed on its GPU before CUDA starts there."""
+    import dataclasses
+
+    problem = tmp_path / "problem.py"
+    problem.write_text(PLACES + (FIXTURES / "problems" / "tiny" / "model.py").read_text())
+    job = _job(FIXTURES / "solutions" / "tiny" / "good.py")
+    job = dataclasses.replace(job, problem=dataclasses.replace(job.problem, path=str(problem)))
+    warm = warm_starts.WarmStarts()
+    try:
+        workers, candidates = [], []
+        for slot in ("7", "8", "7"):
+            outcome = warm(job, 60, {**isolation.worker_path_env(), "CUDA_VISIBLE_DEVICES": slot})
+            assert outcome.result.status == "correct", outcome.log
+            lines = [line.split()[1:] for line in outcome.log.splitlines() if line.startswith("placed ")]
+            workers += [w for w in lines if w[0] != "0"][:1]  # the judge's import (the candidates: PID 1, parent 0)
+            candidates += [w[1] for w in lines if w[0] == "0"]
+        assert [gpu for _, gpu in workers] == ["7", "8", "7"]
+        assert len({zygote for zygote, _ in workers}) == 1  # every worker forked by the same zygote
+        assert set(candidates) <= {"7", "8"} and candidates  # a candidate is where its worker is
+        assert warm.waiting() == 2  # a spare per slot
+    finally:
+        warm.close()
+
+
+def test_a_spare_started_after_a_reference_job_holds_no_candidate_process(tmp_path):
+    """A run times its references first: a spare forked for the next of them starts no candidate (its CUDA context,
+    then its kill and teardown, cost each reference row tenths of a second); one for a solution's job does."""
+    warm = warm_starts.WarmStarts()
+    env = isolation.worker_path_env()
+    try:
+        assert warm(ReferenceJob(**_judging()), 60, env).result.status == "correct"
+        (spare,) = warm._spares.values()
+        assert not _children_of(spare.proc.pid)
+        path, solution_env = _solution(tmp_path / "a")
+        assert warm(_job(path), 60, solution_env).result.status == "correct"  # no candidate ready: one is forked
+        (spare,) = warm._spares.values()
+        deadline = time.monotonic() + 30
+        while not _children_of(spare.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _children_of(spare.proc.pid)
+    finally:
+        warm.close()
+
+
+def _children_of(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def test_a_worker_that_has_answered_does_not_hold_up_the_next_job_while_it_exits(tmp_path, monkeypatch):
+    """Its result is a worker's last word; its exit (CUDA contexts torn down) happens while the next job starts, and
+    the parent still reaps it."""
+    import subprocess
+    import sys
+
+    from kbench.execution import process_tree
+
+    script = tmp_path / "slow_exit.py"
+    script.write_text("import json, os, sys, time\n"
+                      "fd = int(sys.argv[1])\n"
+                      "token = json.loads(sys.stdin.read())['token']\n"
+                      "os.write(fd, (json.dumps({'token': token, 'result': {'status': 'runtime_error', "
+                      "'message': 'answered'}}) + '\\n').encode())\n"
+                      "time.sleep(4)\n")
+
+    def spawn(self, env, write_fd, warm, candidate):
+        return subprocess.Popen([sys.executable, str(script), str(write_fd)], stdin=subprocess.PIPE,
+                                stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                                start_new_session=True)
+
+    monkeypatch.setattr(child._Child, "_spawn", spawn)
+    started = time.monotonic()
+    worker = child._Child(None)
+    outcome = worker.run(_job(FIXTURES / "solutions" / "tiny" / "good.py"), 60)
+    assert time.monotonic() - started < 3 and outcome.result is not None and outcome.result.message == "answered"
+    deadline = time.monotonic() + 10
+    while worker.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert worker.proc.returncode is not None  # reaped: killed with its group, no zombie left
+    with process_tree._live_lock:
+        assert worker.proc.pid not in process_tree._live

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from kbench.execution.listeners import with_listener
 from kbench.execution.process_tree import _live, _live_lock, kill_tree
-from kbench.execution.zygote import ForkedWorker, Zygote
+from kbench.execution.zygote import PLACEMENT_ENV, ForkedWorker, Zygote
 from kbench.results.codec import JsonObject, ProtocolError, decode, encode
 from kbench.results.records import Status
 from kbench.system.lifetime import exit_failure
@@ -115,19 +115,23 @@ class _Child:
     thread-spawning solution) outlives the evaluation.
     """
 
-    def __init__(self, env: dict[str, str] | None, warm: bool = False, zygote: Zygote | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None, warm: bool = False, zygote: Zygote | None = None,
+                 candidate: bool = True) -> None:
         """Start `python -m kbench.execution.worker`, or have `zygote` fork one (kbench.execution.zygote): the same
-        worker, imports done."""
+        worker, imports done, placed on the GPU `env` names. Started ahead of its job (`warm`), it makes its CUDA
+        context now, and a candidate process too unless its job is likely a reference's (`candidate` False)."""
         read_fd, write_fd = os.pipe()
         self.chunks: list[bytes] = []
         self.groups: list[int] = []  # further process groups the child reported (a judge's candidate)
         self.token = ""
         self.on_event: Callable[[str], Any] = lambda name: None
+        self.answered = threading.Event()  # a line with a result came (the worker exits right after writing it)
         self.reader = threading.Thread(target=_drain, args=(read_fd, self.chunks, self._event), daemon=True)
         self.reader.start()
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the child's log, open until run() reads it
         try:
-            self.proc = self._fork(zygote, write_fd, warm) if zygote is not None else self._spawn(env, write_fd, warm)
+            self.proc = (self._fork(zygote, write_fd, warm, candidate, placement(env or {})) if zygote is not None
+                         else self._spawn(env, write_fd, warm, candidate))
         except BaseException:
             self.log.close()
             raise
@@ -136,16 +140,18 @@ class _Child:
         with _live_lock:
             _live.add(self.proc.pid)
 
-    def _spawn(self, env: dict[str, str] | None, write_fd: int, warm: bool) -> subprocess.Popen[bytes]:
+    def _spawn(self, env: dict[str, str] | None, write_fd: int, warm: bool, candidate: bool
+               ) -> subprocess.Popen[bytes]:
         command = ([sys.executable, "-m", "kbench.execution.worker", "--result-fd", str(write_fd)]
-                   + (["--warm"] if warm else []))
+                   + (["--warm"] if warm else []) + ([] if candidate else ["--no-candidate"]))
         return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
                                 pass_fds=(write_fd,), start_new_session=True, env=env)
 
-    def _fork(self, zygote: Zygote, write_fd: int, warm: bool) -> ForkedWorker:
+    def _fork(self, zygote: Zygote, write_fd: int, warm: bool, candidate: bool,
+              where: dict[str, str]) -> ForkedWorker:
         stdin_r, stdin_w = os.pipe()
         try:
-            pid = zygote.fork(stdin_r, self.log.fileno(), write_fd, warm)
+            pid = zygote.fork(stdin_r, self.log.fileno(), write_fd, warm, candidate, where)
         except BaseException:
             os.close(stdin_w)
             raise
@@ -154,7 +160,11 @@ class _Child:
         return ForkedWorker(zygote, pid, os.fdopen(stdin_w, "wb"))
 
     def _event(self, line: bytes) -> None:
-        """A progress line from the worker (`{"token", "event"}`, e.g. "timed" when its timing is over)."""
+        """A progress line from the worker (`{"token", "event"}`, e.g. "timed" when its timing is over), or its result
+        line (`answered`)."""
+        if b'"result"' in line and self.token and self.token.encode() in line:
+            self.answered.set()
+            return
         if b'"event"' not in line or not self.token:
             return
         try:
@@ -192,14 +202,12 @@ class _Child:
                 self.proc.stdin.close()
             except BrokenPipeError:
                 pass
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
+            timed_out = not self._ended(timeout_s)
         finally:
-            self.discard()
+            self.discard(reap_later=self.answered.is_set())
         seconds = time.monotonic() - start
-        self.reader.join(timeout=5)
+        if not self.answered.is_set():
+            self.reader.join(timeout=5)  # what the worker wrote before it died
         self.log.seek(0)
         text = self.log.read().decode("utf-8", "replace")
         self.log.close()
@@ -207,22 +215,57 @@ class _Child:
         result, refused = _checked(job, raw)
         return ChildOutcome(result, self.proc.returncode, timed_out, seconds, text[-LOG_TAIL_CHARS:], refused)
 
-    def discard(self) -> None:
+    def _ended(self, timeout_s: float) -> bool:
+        """Wait until the worker has written its result or exited, at most timeout_s; False if neither came.
+
+        The result is the worker's last word: it exits right after writing it, and its exit (its CUDA contexts torn
+        down, tenths of a second) need not hold up the next job."""
+        deadline = time.monotonic() + timeout_s
+        while not self.answered.is_set():
+            try:
+                self.proc.wait(timeout=min(0.05, max(deadline - time.monotonic(), 0.0)))
+                return True
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    return self.answered.is_set()
+        return True
+
+    def discard(self, reap_later: bool = False) -> None:
         """Kill the child's process group, and any group it reported (a child still waiting for its job, or one whose
-        job has ended)."""
-        _kill_group(self.proc)
+        job has ended); with `reap_later` (the worker has answered and is exiting) a thread of its own waits for the
+        ends, so the caller goes on now."""
         with _live_lock:
-            _live.discard(self.proc.pid)
             groups, self.groups = self.groups, []
-            _live.difference_update(groups)
-        for pgid in groups:
-            kill_tree(pgid)
-        self.proc.wait()
+
+        def end() -> None:
+            _kill_group(self.proc)
+            for pgid in groups:
+                kill_tree(pgid)
+            self.proc.wait()
+            with _live_lock:
+                _live.discard(self.proc.pid)
+                _live.difference_update(groups)
+
+        if reap_later:
+            threading.Thread(target=end, daemon=True).start()
+        else:
+            end()
 
 
 def shared_env(env: dict[str, str]) -> dict[str, str]:
-    """What a zygote is started with: the environment without the per-job variables."""
+    """What a worker started ahead of its job is started with: the environment without the per-job variables."""
     return {k: v for k, v in env.items() if k not in JOB_ENV}
+
+
+def zygote_env_of(env: dict[str, str]) -> dict[str, str]:
+    """What a zygote is started with: the environment without the per-job variables or the placement (which its
+    workers get with their fork: kbench.execution.zygote.PLACEMENT_ENV)."""
+    return {k: v for k, v in shared_env(env).items() if k not in PLACEMENT_ENV}
+
+
+def placement(env: dict[str, str]) -> dict[str, str]:
+    """The variables that place a worker on its GPU (kbench.execution.zygote.PLACEMENT_ENV)."""
+    return {k: env[k] for k in PLACEMENT_ENV if k in env}
 
 
 def job_env(env: dict[str, str]) -> dict[str, str]:

@@ -13,15 +13,12 @@ EXECUTORS = ("local", "ray")
 
 
 def local_executor(device: str, gpu_count: int, zygote: Zygote | None = None) -> Executor:
-    """Children on this machine, forked by a zygote per slot; on CUDA each slot keeps its next child started ahead
-    (warm_starts.WarmStarts)."""
+    """Children on this machine, forked by one zygote and placed on their slot's GPU; on CUDA each slot keeps its
+    next child started ahead (warm_starts.WarmStarts)."""
     slots = tuple(gpu_slots(device, gpu_count, visible_devices()))
     warm = warm_starts.WarmStarts(ahead=device == "cuda")
-    if zygote is not None:  # started before the probe with the environment every child shares
-        if slots == (None,):
-            warm.adopt(zygote, zygote.env)
-        else:
-            zygote.close()  # each GPU's children are pinned: a zygote per slot
+    if zygote is not None:  # started before the probe with the environment every child shares: warm by now
+        warm.adopt(zygote, zygote.env)
     return Executor("local", slots, warm, pins=True, close=warm.close)
 
 

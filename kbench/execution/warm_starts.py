@@ -5,83 +5,89 @@ from __future__ import annotations
 import sys
 import threading
 
-from kbench.execution.child import ChildOutcome, _Child, job_env, shared_env
+from kbench.execution.child import ChildOutcome, _Child, job_env, shared_env, zygote_env_of
 from kbench.execution.zygote import Zygote, ZygoteError
 from kbench.wire.jobs import Job
 
 
 class WarmStarts:
     """A launcher like `run_child` for a run's evaluations: each job gets a fresh worker, forked by a zygote that
-    imported torch and kbench once for every worker with the same environment (kbench.execution.zygote).
+    imported torch and kbench once for every worker of the run (kbench.execution.zygote; one zygote serves every GPU:
+    each worker is placed on its slot's GPU when it is forked).
 
-    With `ahead` (CUDA runs) one worker is forked ahead for the next job as soon as the running job reports that its
-    timing is over (or when the job ends, if it never times), so that it and its candidate create their CUDA contexts
-    during the trust checks rather than during anybody's timing on this slot. On the CPU a worker is forked when its
-    job comes (a spare's start-up would share the timed cores). If a zygote cannot start, workers start the slow way
-    (`python -m kbench.execution.worker`).
+    With `ahead` (CUDA runs) one worker per slot is forked ahead for the slot's next job as soon as the running job
+    reports that its timing is over (or when the job ends, if it never times), so that it (and, when the next job is
+    likely a solution's, its candidate) create their CUDA contexts during the trust checks rather than during
+    anybody's timing on this slot. The next job is taken to be of the running one's kind: a run evaluates its
+    references first, then its solutions. On the CPU a worker is forked when its job comes (a spare's start-up would
+    share the timed cores). If a zygote cannot start, workers start the slow way (`python -m kbench.execution.worker`).
     """
 
     def __init__(self, ahead: bool = True) -> None:
         self.ahead = ahead
-        self._spares: dict[tuple[tuple[str, str], ...], _Child] = {}
-        self._zygotes: dict[tuple[tuple[str, str], ...], Zygote | None] = {}
+        self._spares: dict[tuple[Key, bool], _Child] = {}
+        self._zygotes: dict[Key, Zygote | None] = {}
         self._lock = threading.Lock()
         self._closed = False
 
     def adopt(self, zygote: Zygote, env: dict[str, str]) -> None:
-        """Use an already started zygote (the run's probe's) for the jobs whose shared environment is `env`; the
+        """Use an already started zygote (the run's probe's) for the jobs whose environment is `env` on any GPU; the
         launcher closes it with the others."""
         with self._lock:
-            self._zygotes.setdefault(tuple(sorted(shared_env(env).items())), zygote)
+            self._zygotes.setdefault(_key(zygote_env_of(env)), zygote)
 
-    def _zygote(self, key: tuple[tuple[str, str], ...], env: dict[str, str]) -> Zygote | None:
+    def _zygote(self, env: dict[str, str]) -> Zygote | None:
+        key = _key(zygote_env_of(env))
         with self._lock:
             if key not in self._zygotes and not self._closed:
-                self._zygotes[key] = Zygote(env)
+                self._zygotes[key] = Zygote(zygote_env_of(env))
             zygote = self._zygotes.get(key)
         return zygote if zygote is not None and zygote.alive() else None
 
-    def _child(self, key: tuple[tuple[str, str], ...], env: dict[str, str]) -> _Child:
-        zygote = self._zygote(key, env)
+    def _child(self, env: dict[str, str], candidate: bool) -> _Child:
+        zygote = self._zygote(env)
         if zygote is not None:
             try:
-                return _Child(env, warm=self.ahead, zygote=zygote)
+                return _Child(env, warm=self.ahead, zygote=zygote, candidate=candidate)
             except ZygoteError as exc:
                 print(f"[warning] kbench's zygote failed ({exc}); workers start without it", file=sys.stderr)
                 with self._lock:
-                    self._zygotes[key] = None
+                    self._zygotes[_key(zygote_env_of(env))] = None
                 zygote.close()
-        return _Child(env, warm=self.ahead)
+        return _Child(env, warm=self.ahead, candidate=candidate)
 
-    def _start_spare(self, key: tuple[tuple[str, str], ...], env: dict[str, str]) -> None:
+    def _start_spare(self, key: Key, env: dict[str, str], candidate: bool) -> None:
         if not self.ahead:
             return
         with self._lock:
-            if self._closed or key in self._spares:
+            if self._closed or any(k == key for k, _ in self._spares):
                 return
-        child = self._child(key, env)
+        child = self._child(env, candidate)
         with self._lock:
-            if self._closed or key in self._spares:
+            if self._closed or any(k == key for k, _ in self._spares):
                 child.discard()
                 return
-            self._spares[key] = child
+            self._spares[(key, candidate)] = child
 
     def __call__(self, job: Job, timeout_s: float, env: dict[str, str]) -> ChildOutcome:
         shared = shared_env(env)
-        key = tuple(sorted(shared.items()))
+        key, solution = _key(shared), job.mode == "evaluate"
         with self._lock:
-            child = self._spares.pop(key, None)
+            child = self._spares.pop((key, solution), None)
+            other = self._spares.pop((key, not solution), None)  # started for the other kind of job: of no use
+        if other is not None:
+            other.discard()
         if child is None or child.proc.poll() is not None:  # none yet, or it died waiting
             if child is not None:
                 child.discard()
-            child = self._child(key, shared)
+            child = self._child(shared, solution)
 
         def on_event(name: str) -> None:  # the job's timing began: start the next job's child now
             if name == "timed":
-                self._start_spare(key, shared)
+                self._start_spare(key, shared, solution)
 
         outcome = child.run(job, timeout_s, env=job_env(env), on_event=on_event)
-        self._start_spare(key, shared)  # the job ended without timing (a failure, a reference job)
+        self._start_spare(key, shared, solution)  # the job ended without timing (a failure, a reference job)
         return outcome
 
     def waiting(self) -> int:
@@ -99,3 +105,10 @@ class WarmStarts:
             child.discard()
         for zygote in zygotes:
             zygote.close()
+
+
+Key = tuple[tuple[str, str], ...]
+
+
+def _key(env: dict[str, str]) -> Key:
+    return tuple(sorted(env.items()))

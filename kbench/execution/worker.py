@@ -83,28 +83,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="kbench evaluation child (internal)")
     parser.add_argument("--result-fd", type=int, required=True)
     parser.add_argument("--warm", action="store_true", help="started ahead of its job: make the CUDA contexts first")
+    parser.add_argument("--no-candidate", action="store_true", help="start no candidate process ahead of the job")
     args = parser.parse_args()
-    serve(args.result_fd, args.warm)
+    serve(args.result_fd, args.warm, candidate=not args.no_candidate)
 
 
-def serve(result_fd: int, warm: bool, forked: bool = False) -> None:
+def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = True) -> None:
     """Take one job from stdin, write its result to result_fd, exit.
 
-    A worker forked by the zygote (kbench.execution.zygote) forks its candidate now, before it has a job or a CUDA
-    context (the candidate inherits nothing of a job); a worker started ahead of a CUDA job (`warm`) spawns it now.
-    Either way with `warm` both make their CUDA contexts before the job arrives."""
+    With `candidate` (the job to come is likely a solution's), a worker forked by the zygote
+    (kbench.execution.zygote) forks its candidate now, before it has a job or a CUDA context (the candidate inherits
+    nothing of a job), and a worker started ahead of a CUDA job (`warm`) spawns it now. Either way with `warm` both
+    make their CUDA contexts before the job arrives. Without `candidate` (a reference's job is likely), a forked
+    worker that gets a solution's job after all forks its candidate then, unless it made its CUDA context already."""
     global _spare
-    if forked or warm:
+    if (forked or warm) and candidate:
         _spare = CandidateProcess(init_cuda=warm, fork=forked)
-        if warm:
-            warm_cuda()
+    if warm:
+        warm_cuda()
     if warm and not forked:
         _warm_flop_counter()  # a forked worker has it from the zygote
         codec.prepare(*WIRE_TYPES)
     envelope, token, problem = _read_envelope(sys.stdin.read())
-    if _spare is not None and (envelope is None or envelope.job.mode != "evaluate"):
+    solution = envelope is not None and envelope.job.mode == "evaluate"
+    if _spare is not None and not solution:
         _spare.kill()
         _spare = None
+    elif _spare is None and solution and forked and not warm:
+        _spare = CandidateProcess(fork=True)  # no CUDA context here yet: a fork is clean
     out = os.fdopen(result_fd, "w")
 
     def announce(event: str, **fields: Any) -> None:

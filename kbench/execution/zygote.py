@@ -9,7 +9,9 @@ each worker, and its candidate, makes its own after the fork). Each worker is it
 a worker started with `subprocess` is, and the zygote reports how each one ended, so the parent sees the same
 outcomes.
 
-Nothing of a job reaches the zygote: it learns descriptors and one flag, never a job, a token or a path.
+Nothing of a job reaches the zygote: it learns descriptors, two flags and the GPU the worker is placed on (a value
+of PLACEMENT_ENV, set in the worker before CUDA starts there), never a job, a token or a path. So one zygote, warmed
+once, serves every GPU of a run.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from kbench.system.lifetime import die_with_parent
 from kbench.wire import jobs
 
 START_TIMEOUT_S = 120.0  # the zygote's imports; a fork request waits this long for its first answer
+# Variables that place a worker (its GPU): they differ between a run's slots, so a worker gets them with its fork, and
+# sets them before it makes a CUDA context; everything else a zygote's workers share.
+PLACEMENT_ENV = ("CUDA_VISIBLE_DEVICES",)
 
 
 class ZygoteError(RuntimeError):
@@ -96,11 +101,16 @@ class Zygote:
                     self._exits[int(message["exited"])] = int(message["code"])
                 self._changed.notify_all()
 
-    def fork(self, stdin_fd: int, log_fd: int, result_fd: int, warm: bool) -> int:
-        """A new worker reading its job from stdin_fd, writing output to log_fd and its result to result_fd."""
+    def fork(self, stdin_fd: int, log_fd: int, result_fd: int, warm: bool, candidate: bool = True,
+             placement: dict[str, str] | None = None) -> int:
+        """A new worker reading its job from stdin_fd, writing output to log_fd and its result to result_fd; started
+        ahead (`warm`: its CUDA context made now), with a candidate process forked ahead for a solution's job
+        (`candidate`), on the GPU `placement` names (PLACEMENT_ENV)."""
+        request = {"warm": warm, "candidate": candidate,
+                   "placement": {k: v for k, v in (placement or {}).items() if k in PLACEMENT_ENV}}
         with self._lock:
             try:
-                socket.send_fds(self.sock, [json.dumps({"warm": warm}).encode()], [stdin_fd, log_fd, result_fd])
+                socket.send_fds(self.sock, [json.dumps(request).encode()], [stdin_fd, log_fd, result_fd])
             except OSError as exc:
                 raise ZygoteError(f"the zygote is gone ({exc}){self._tail()}") from None
             with self._changed:
@@ -142,7 +152,11 @@ class Zygote:
 
 def _prepare() -> None:
     """What every worker would otherwise import (no GPU is touched)."""
-    # heavy (torch) on purpose: only the zygote imports these, for its forks; the parent that starts it must not
+    # heavy (torch) on purpose: only the zygote imports these, for its forks; the parent that starts it must not.
+    # torch.utils.cpp_extension: every candidate imports it to load a solution (an extension's build is timed around
+    # its load_inline), half a second each on the H100 machine when each did it; here once.
+    from torch.utils import cpp_extension  # noqa: F401 - imported for the forks
+
     from kbench.execution import worker  # noqa: F401 - imported for the forks
     from kbench.judge import judge  # noqa: F401 - imported for the forks
     from kbench.judge.candidate import candidate, session  # noqa: F401 - imported for the forks
@@ -169,11 +183,15 @@ def _reap(sock: socket.socket) -> None:
         sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
 
 
-def _become_worker(sock: socket.socket, wake: tuple[int, int], fds: list[int], warm: bool, started: int) -> None:
-    """In the forked child: a session of its own (as a worker started with subprocess has), the job's descriptors
-    instead of the zygote's, then one job (never returns). Closing `started` tells the zygote the session exists."""
+def _become_worker(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: dict[str, Any],
+                   started: int) -> None:
+    """In the forked child: a session of its own (as a worker started with subprocess has), its placement, the job's
+    descriptors instead of the zygote's, then one job (never returns). Closing `started` tells the zygote the session
+    exists."""
     try:
         os.setsid()
+        placement = request.get("placement") or {}
+        os.environ.update({k: str(v) for k, v in placement.items() if k in PLACEMENT_ENV})
         os.close(started)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -189,7 +207,7 @@ def _become_worker(sock: socket.socket, wake: tuple[int, int], fds: list[int], w
         os.close(log_fd)
         from kbench.execution import worker  # heavy: torch, imported by the zygote already (see _prepare)
 
-        worker.serve(result_fd, warm, forked=True)
+        worker.serve(result_fd, bool(request.get("warm")), forked=True, candidate=bool(request.get("candidate", True)))
     finally:
         os._exit(70)
 
@@ -228,7 +246,7 @@ def main() -> None:
         pid = os.fork()
         if pid == 0:
             os.close(started_r)
-            _become_worker(sock, wake, fds, bool(json.loads(data).get("warm")), started_w)
+            _become_worker(sock, wake, fds, json.loads(data), started_w)
         os.close(started_w)
         os.read(started_r, 1)  # EOF once the worker has its own session (and so its own group): only then the reply
         os.close(started_r)

@@ -25,11 +25,6 @@ def test_no_two_modules_import_each_other_even_through_others():
     assert found == [], "\n".join(found[:20])
 
 
-def test_no_module_is_over_300_lines_and_no_function_over_60():
-    found = layout.too_long(layout.modules(ROOT))
-    assert found == [], "\n".join(found)
-
-
 def _package(tmp_path, files):
     for name, text in files.items():
         path = tmp_path / "kbench" / name
@@ -39,7 +34,8 @@ def _package(tmp_path, files):
 
 
 def test_the_tool_finds_an_upward_import_a_cycle_a_long_function_and_a_stray_module(tmp_path):
-    """The checks above can fail: on a small package that breaks each rule, each rule reports it."""
+    """The checks above can fail: on a small package that breaks each rule, each rule reports it; a long function is
+    listed for review and breaks no rule (length is never a reason to split a concept)."""
     long_body = "".join(f"    x{i} = {i}\n" for i in range(61))
     mods = _package(tmp_path, {
         "__init__.py": "", "results/__init__.py": "", "cli/__init__.py": "", "misc/__init__.py": "",
@@ -52,7 +48,14 @@ def test_the_tool_finds_an_upward_import_a_cycle_a_long_function_and_a_stray_mod
     assert layout.too_long(mods) == ["kbench.results.c.f: 62 lines"]
     assert layout.stray(mods) == ["kbench.misc"]
     text, ok = layout.report(tmp_path)
-    assert not ok and "cycles: 2" in text
+    assert not ok and "cycles: 2" in text and "kbench.results.c.f: 62 lines" in text
+
+
+def test_a_long_function_alone_breaks_no_rule(tmp_path):
+    _package(tmp_path, {"__init__.py": "", "results/__init__.py": "",
+                        "results/c.py": "def f():\n" + "".join(f"    x{i} = {i}\n" for i in range(80))})
+    text, ok = layout.report(tmp_path)
+    assert ok and "for review, over 300 / 60 lines: 1" in text
 
 
 def test_the_tool_prints_this_checkouts_figures_and_passes():

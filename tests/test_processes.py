@@ -120,3 +120,39 @@ def test_the_judge_flags_a_row_whose_candidate_processes_all_disagree(checked_on
     result = judge.evaluate(_job("cpu"), {}, _quiet)
     assert result.figures["processes"]["fresh_candidates"] == judge.PROCESS_RETRIES
     assert FindingCode.PROCESSES_DISAGREE in [w.code for w in result.warnings]
+
+
+def _observed(timed: float, regime: str = "host"):
+    from kbench.judge.timing.timed_call import Observed
+
+    return Observed(timed=timed, window=timed + 3e-4, arm=1e-4, issue=timed * 0.9, regime=regime, done=timed + 2e-4)
+
+
+def test_a_host_regime_reference_is_divided_by_the_witness_of_the_same_rounds():
+    """A launch-bound call's time is the host's, and the judge's process issued it 2-4% slower than candidate
+    processes on the H100: the speedup of a row whose reference the judge times in the host regime divides by the
+    witness (a candidate's kind of process holding only the reference), timed in the same rounds and protocol."""
+    from kbench.judge.timing import judge_timing
+    from kbench.results.records import Measurement
+
+    eager = Measurement((1.03e-3,) * 12, stop_reason="converged", regime="host")
+    seen = [_observed(1.0e-3 + i * 1e-6) for i in range(12)]
+    divisor = judge_timing.divided_by_witness(seen, Calibration(eager_regime="host"), eager)
+    assert divisor is not None and divisor.regime == "host" and divisor.stop_reason == "converged"
+    assert divisor.samples == tuple(o.timed for o in seen) and divisor.judge_samples == tuple(o.done for o in seen)
+    assert judge_timing.divided_by_witness(seen, Calibration(eager_regime="gpu"), eager) is None  # processes agree
+    too_few = seen[: judge_timing.CALIBRATION_ROUNDS[0] - 1]
+    assert judge_timing.divided_by_witness(too_few, Calibration(eager_regime="host"), eager) is None
+    gated = [_observed(1e-3, "gpu") for _ in range(12)]  # the solution in the GPU regime: the witness's calls too
+    assert judge_timing.divided_by_witness(gated, Calibration(eager_regime="host"), eager) is None
+
+
+def test_in_the_host_regime_the_judges_disagreement_is_recorded_not_acted_on():
+    seen, calibrate_in, fresh = _scripted([0.96])
+    real = calibrate_in
+
+    def host(session):
+        return Calibration(eager=real(session).eager, reference=tuple(0.96 * t for t in EAGER), eager_regime="host")
+
+    _, _, check = judge._calibrated(_job("cuda"), "first", fresh, host)
+    assert seen == ["first"] and check.finding is None and check.figures["ratios"] == [pytest.approx(0.96)]

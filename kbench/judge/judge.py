@@ -123,13 +123,15 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     if failure:
         _finish(session, draft)
         return draft.result(Status.INCORRECT, failure)
+    beside_witness = device == "cuda" and calibration.reference_launch_bound  # its speedup divides by the witness
     timed, found, first = retime_mismatch(
-        lambda: time_rounds(job, session, reference, make, calibration),
+        (lambda: time_beside_witness(job, session, reference, init, make, calibration)) if beside_witness else
+        (lambda: time_rounds(job, session, reference, make, calibration)),
         lambda found: time_beside_witness(job, session, reference, init, make, calibration, host_only_again(found)),
         mismatch_check(device, calibration))
     if first is not None:
         timed.figures["retimed"] = {"first": first.text}
-    draft.timing, draft.eager_timing = timed.solution, timed.eager
+    draft.timing, draft.eager_timing = timed.solution, timed.divisor or timed.eager
     draft.figures["protocol"], draft.figures["machine"] = timed.figures, timed.machine
     draft.warnings += found + timed.findings
     draft.warnings += [w for w in (timing.level_moved_warning(timed.solution, "the solution"),
@@ -167,7 +169,9 @@ def _calibrated(job: EvaluateJob, session: Session, fresh: Callable[[Session], S
     solution's has run in any of these processes yet."""
     calibration = calibrate_in(session)
     ratios = [timing_checks.process_ratio(calibration)]
-    act = job.device in PROCESS_CHECKED
+    # On CUDA in the host regime the speedup divides by a witness, a candidate's kind of process (divided_by_witness)
+    witnessed = job.device == "cuda" and calibration.eager_regime == timers.REGIME_HOST
+    act = job.device in PROCESS_CHECKED and not witnessed
     while act and timing_checks.processes_disagree(calibration) is not None and len(ratios) <= PROCESS_RETRIES:
         session = fresh(session)
         calibration = calibrate_in(session)

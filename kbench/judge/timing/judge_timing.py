@@ -104,6 +104,8 @@ class TimedRounds:
     machine: dict[str, Any]  # what the machine did meanwhile (free-form: kbench.system.machine.watched)
     findings: list[Finding]  # about the machine and the solution's escaped processes while it was timed
     witness: timing.Calibration | None = None  # what the protocol cost the witness in these rounds (`witnessed`)
+    # The reference as the witness reported it in these rounds, when the speedup divides by it (`divided_by_witness`)
+    divisor: Measurement | None = None
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,8 @@ class _Window:
 
 
 def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
-                calibration: timing.Calibration, witness: Session | None = None, host_only: bool = False
-                ) -> TimedRounds:
+                calibration: timing.Calibration, witness: Session | None = None, host_only: bool = False,
+                divide: bool = False) -> TimedRounds:
     """Candidate and eager reference in rounds: fresh inputs before each round (they reach the candidate at the
     release of its timed call), the candidate's outputs checked against the reference's on the same values after it
     (every round, or a random subset for big outputs).
@@ -131,7 +133,9 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
 
     With a `witness` (a process of the judge's holding only the reference, `start_witness`), every round also times
     the witness's call on the same inputs, before or after the solution's in turn: the rounds then carry their own
-    calibration (`TimedRounds.witness`). With `host_only`, the solution is timed in the host regime, undecided."""
+    calibration (`TimedRounds.witness`), and with `divide` the reference's time as the witness reported it, which
+    the speedup divides by in the host regime (`divided_by_witness`). With `host_only`, the solution is timed in the
+    host regime, undecided."""
     device, policy = job.device, job.timing
     rounds = SolutionRounds(job, session, reference, make, calibration, witness, host_only)
     try:
@@ -176,7 +180,28 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
                               "verify_p50_s": median(witnessed.verify) if witnessed and witnessed.verify else None,
                               # the reference's own reported time in a candidate process, beside the solution's
                               "timed_p50_s": median([o.timed for o in rounds.witnessed]) if rounds.witnessed else None}
-    return TimedRounds(measured["solution"], measured["eager"], figures, machine_figures, busy, witnessed)
+    divisor = divided_by_witness(rounds.witnessed, calibration, measured["eager"]) if divide else None
+    if divisor is not None:
+        figures["divisor"] = {"by": "witness", "calls": len(divisor.samples), "witness_p50_s": divisor.median,
+                              "judge_eager_p50_s": measured["eager"].median}
+    return TimedRounds(measured["solution"], measured["eager"], figures, machine_figures, busy, witnessed, divisor)
+
+
+def divided_by_witness(seen: Sequence[Observed], calibration: timing.Calibration,
+                       eager: Measurement) -> Measurement | None:
+    """The reference's time in a candidate's kind of process, for a reference the judge times in the host regime:
+    the witness's calls of the rounds (trusted: kbench's own process, holding only the reference), timed through the
+    same protocol as the solution's, in the same regime and rounds. A launch-bound call's time is the host's, and the
+    judge's process issued the same call 2-4% slower than candidate processes did on the H100 (an honest copy read
+    1.02-1.04x of the judge's eager, and 0.96-0.99x in calibration before the solution was imported), so its eager
+    is not the one to divide by; in the GPU regime it is (processes agree there, `processes_disagree` checks it).
+    None when the judge's eager is in the GPU regime, or the witness gave fewer host-regime calls than a
+    calibration's least."""
+    calls = [o for o in seen if o.regime == timers.REGIME_HOST]
+    if calibration.eager_regime != timers.REGIME_HOST or len(calls) < CALIBRATION_ROUNDS[0]:
+        return None
+    return Measurement(tuple(o.timed for o in calls), tuple(o.window for o in calls), eager.stop_reason,
+                       tuple(o.done for o in calls), tuple(o.issue for o in calls), timers.REGIME_HOST)
 
 
 def witnessed_calibration(seen: Sequence[Observed], base: timing.Calibration) -> timing.Calibration | None:
@@ -230,12 +255,13 @@ def start_witness(job: Judging, session: Session, reference: Any, init: list[Any
 def time_beside_witness(job: Judging, session: Session, reference: Any, init: list[Any],
                         make: Callable[[int], list[Any]], calibration: timing.Calibration,
                         host_only: bool = False) -> TimedRounds:
-    """The rounds timed again after a first flag, beside a witness (`start_witness`; without one, against the
-    calibration as before, and the figures say why); in the host regime with `host_only` (after a `[regime_changed]`,
-    kbench.judge.timing.flags.host_only_again)."""
+    """The rounds timed beside a witness (`start_witness`; without one, against the calibration as before, and the
+    figures say why): after a first flag, and from the start for a reference the judge times in the host regime on
+    CUDA, whose speedup divides by the witness's time (`divided_by_witness`); in the host regime with `host_only`
+    (after a `[regime_changed]`, kbench.judge.timing.flags.host_only_again)."""
     witness = start_witness(job, session, reference, init, make)
     try:
-        timed = time_rounds(job, session, reference, make, calibration, witness, host_only)
+        timed = time_rounds(job, session, reference, make, calibration, witness, host_only, divide=True)
     finally:
         if witness is not None:
             witness.cand.kill()

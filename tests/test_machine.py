@@ -82,15 +82,55 @@ def _smi(gpu: str | None, apps: str | None):
     return run
 
 
+def _no_nvml(index):
+    return None
+
+
 def test_the_gpu_is_read_as_nvidia_smi_reports_it():
-    state = machine.gpu_state(_smi("1980, 1980, 0x0000000000000000\n", "123\n456\n"))
+    state = machine.gpu_state(_smi("1980, 1980, 0x0000000000000000\n", "123\n456\n"), _no_nvml)
     assert state == {"sm_mhz": 1980, "max_sm_mhz": 1980, "throttled": [], "compute_processes": 2}
     assert machine.gpu_warnings(state, own_processes=2) == []
-    assert machine.gpu_state(_smi(None, None)) == {}  # no nvidia-smi: nothing measured, nothing said
+    assert machine.gpu_state(_smi(None, None), _no_nvml) == {}  # no nvidia-smi: nothing measured, nothing said
+
+
+class _FakeNvml:
+    """The NVML functions Nvml calls, answering through their pointer arguments as the library does."""
+
+    def __init__(self, processes: int, fail: str = ""):
+        self.processes, self.fail = processes, fail
+
+    def __getattr__(self, name):
+        def call(*args):
+            if name == self.fail:
+                return 999
+            if name == "nvmlDeviceGetClockInfo":
+                args[2]._obj.value = 1410
+            elif name == "nvmlDeviceGetMaxClockInfo":
+                args[2]._obj.value = 1980
+            elif name == "nvmlDeviceGetCurrentClocksThrottleReasons":
+                args[1]._obj.value = 0x84
+            elif name == "nvmlDeviceGetComputeRunningProcesses_v3":
+                args[1]._obj.value = self.processes
+                return machine.Nvml.INSUFFICIENT_SIZE if self.processes else machine.Nvml.SUCCESS
+            return machine.Nvml.SUCCESS
+        return call
+
+
+def test_nvml_answers_what_nvidia_smi_would_without_a_process_per_row():
+    nvml = machine.Nvml()
+    nvml._lib = _FakeNvml(processes=3)
+    state = nvml.read(0)
+    assert state == {"sm_mhz": 1410, "max_sm_mhz": 1980, "throttled": ["power cap", "thermal (hardware)"],
+                     "compute_processes": 3}
+    assert machine.gpu_state(_smi(None, None), nvml.read) == state  # nvidia-smi is not asked
+    nvml._lib = _FakeNvml(processes=0, fail="nvmlDeviceGetMaxClockInfo")
+    assert nvml.read(0) is None  # a failed query: nvidia-smi is asked instead
+    smi = machine.gpu_state(_smi("1980, 1980, 0x0\n", "1\n"), nvml.read)
+    assert smi["compute_processes"] == 1 and smi["sm_mhz"] == 1980
 
 
 def test_other_processes_on_the_gpu_and_a_throttled_gpu_are_reported():
-    state = machine.gpu_state(_smi("1410, 1980, 0x0000000000000084\n", "1\n2\n3\n"))
+    state = machine.gpu_state(_smi("1410, 1980, 0x0000000000000084\n", "1\n2\n3\n"), _no_nvml)
     assert state["throttled"] == ["power cap", "thermal (hardware)"]
     busy, throttled = machine.gpu_warnings(state, own_processes=2)
     assert busy.text.startswith("[gpu_busy] 1 other process(es) held a context on this GPU")

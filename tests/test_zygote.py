@@ -154,3 +154,22 @@ def test_a_zygote_started_from_a_thread_that_ended_still_forks(tmp_path):
     finally:
         warm.close()
     assert first[0].result.status == "correct" and again.result.status == "correct", again.log
+
+
+def test_the_zygote_prepares_its_workers_without_asking_torch_about_cuda():
+    """torch marks a process forked after any question about CUDA (importing torch.utils.cpp_extension asks one) as
+    unable to use CUDA: every worker of a GPU run would fail. The zygote's preparation must ask none. (On a machine
+    without a GPU torch still marks the fork, so this holds here too.)"""
+    import subprocess
+    import sys
+
+    code = ("import os, torch\n"
+            "from kbench.execution import zygote, worker\n"
+            "zygote._prepare()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os._exit(3 if torch.cuda._is_in_bad_fork() else 0)\n"
+            "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=isolation.worker_path_env())
+    assert done.stdout.strip() == "0", done.stdout + done.stderr

@@ -153,10 +153,8 @@ class Zygote:
 def _prepare() -> None:
     """What every worker would otherwise import (no GPU is touched)."""
     # heavy (torch) on purpose: only the zygote imports these, for its forks; the parent that starts it must not.
-    # torch.utils.cpp_extension: every candidate imports it to load a solution (an extension's build is timed around
-    # its load_inline), half a second each on the H100 machine when each did it; here once.
-    from torch.utils import cpp_extension  # noqa: F401 - imported for the forks
-
+    # Nothing here may ask torch about CUDA: torch then marks every fork as unable to use CUDA (importing
+    # torch.utils.cpp_extension does; candidates import it ahead of their job instead, candidate.preload).
     from kbench.execution import worker  # noqa: F401 - imported for the forks
     from kbench.judge import judge  # noqa: F401 - imported for the forks
     from kbench.judge.candidate import candidate, session  # noqa: F401 - imported for the forks

@@ -88,6 +88,9 @@ def test_different_gpus_or_torch_versions_are_refused_unless_asked():
     with pytest.raises(UsageError):
         compare.compare_runs(a, run("c", ev("s", noisy(1.0)), torch="2.12.0"), 0.01)
     assert compare.compare_runs(a, b, 0.01, ignore_env=True)[0].change == "same"
+    line = compare.machines_line(a, b)
+    assert line.startswith("different machines") and "NVIDIA A100" in line and "(" in line and "('" not in line
+    assert not compare.machines_line(a, a).startswith("different")
 
 
 def _store(results_dir, *evaluations):
@@ -166,13 +169,14 @@ def test_the_cli_prints_the_summary_first_and_each_one_run_only_section_once(tmp
     out = CliRunner().invoke(app, ["compare", a.run_id, b.run_id, "--results-dir", str(tmp_path)])
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
-    assert lines[0].startswith("3 rows: 0 faster, 0 slower, 1 same") and lines[2] == f"before: {a.run_id}"
+    assert lines[0].startswith(f"before {a.run_id} on ") and f"after {b.run_id} on " in lines[0]  # both machines
+    assert lines[1].startswith("3 rows: 0 faster, 0 slower, 1 same") and lines[3] == f"before: {a.run_id}"
     assert out.output.count("only in the before run: 20 problems (40 rows)") == 1
     assert out.output.count("only in the after run: 1 problem (1 row): fresh") == 1
     table = out.output.split(f"after:  {b.run_id}")[1].split("only in the")[0]
     assert "old" not in table and "fresh" not in table and table.count("removed") == 1  # p's dropped solution
     md = CliRunner().invoke(app, ["compare", a.run_id, b.run_id, "--format", "md", "--results-dir", str(tmp_path)])
-    assert md.output.startswith("3 rows: ") and "| p " in md.output
+    assert md.output.splitlines()[1].startswith("3 rows: ") and "| p " in md.output
 
 
 def test_json_has_the_summary_and_the_one_run_only_problems_and_csv_only_rows(tmp_path):
@@ -188,6 +192,7 @@ def test_json_has_the_summary_and_the_one_run_only_problems_and_csv_only_rows(tm
     csv = CliRunner().invoke(app, ["compare", a.run_id, b.run_id, "--format", "csv", "--results-dir", str(tmp_path)])
     assert csv.stdout.startswith("mark,problem,") and len(csv.stdout.split()) == 4  # the header and p's three rows
     assert "rows:" not in csv.stdout and "only in the after run: 1 problem (1 row): fresh" in csv.stderr
+    assert csv.stderr.startswith(f"before {a.run_id} on ") and doc["machines"] == csv.stderr.splitlines()[0]
 
 
 def test_the_summary_line_counts_every_kind_of_change(tmp_path):

@@ -154,3 +154,48 @@ def test_a_killed_run_reads_incomplete_with_how_to_finish_it(tmp_path):
 
     page = write_html_report(str(store.directory), tmp_path).read_text()
     assert "Incomplete run:" in page and "its process is gone" in page
+
+
+def test_rows_spread_over_gpus_say_where_each_ran_and_the_process_check_is_summed_up():
+    """Suites at scale: where each row ran shows in the table and the provenance when rows ran on more than one GPU,
+    and the provenance says what the check of the judge's and the candidates' processes found and did."""
+    from kbench.reports.caveats import provenance
+    from kbench.reports.tables import results_frame, to_terminal
+
+    def placed(problem, gpu, ratios, fresh=0, warnings=(), divisor=None):
+        row = _row(problem, "honest", 1.0, 1.0, warnings=warnings)
+        extra = {**row.extra, "processes": {"ratios": ratios, "fresh_candidates": fresh}}
+        if divisor:
+            extra["protocol"] = {"divisor": {"by": "witness"}}
+        return dataclasses.replace(row, gpu=gpu, gpu_name="NVIDIA H100 80GB HBM3", extra=extra)
+
+    disagree = ["[processes_disagree] the reference itself ran 1.300x as long"]
+    rows = [placed("a", "0", [1.0]), placed("b", "1", [1.3, 1.0], fresh=1),
+            placed("c", "2", [1.3, 1.3, 1.3], fresh=2, warnings=disagree), placed("d", "3", [0.97], divisor=True)]
+    table = to_terminal(results_frame(rows))
+    header = next(line for line in table.splitlines() if line.startswith("problem"))
+    at = header.index(" gpu ") + 1
+    rows_shown = [line for line in table.splitlines() if line[:1] in "abcd" and line[1:2] == " "]
+    assert [line[at:at + 3].strip() for line in rows_shown] == list("0123")
+    assert "gpu_name NVIDIA H100 80GB HBM3 (every row)" in table  # one model: a line above the table
+    found = provenance({"environment": {"gpu": {"name": "NVIDIA H100 80GB HBM3"}, "torch": "t"}}, rows)
+    assert "rows spread over 4 GPUs" in found.device and "3 (NVIDIA H100 80GB HBM3): 1" in found.device
+    assert found.processes == ("2 of 4 row(s) agreed in their first candidate process; 1 went into a fresh candidate "
+                               "process and agreed there; 1 disagreed in every process tried: suspect, no speedup; 1 "
+                               "host-regime row(s) divided by a witness process, not the judge's eager")
+    alone = [dataclasses.replace(r, gpu=None, gpu_name=None) for r in rows[:1]]
+    assert "spread" not in provenance({"environment": {}}, alone).device
+    assert "gpu" not in to_terminal(results_frame(alone))
+
+
+def test_a_row_of_a_spread_run_records_its_gpus_model_from_the_probe():
+    from kbench.commands.evaluation import Plan, on_gpu
+    from kbench.execution.executor import Executor
+    from kbench.execution.warm_starts import WarmStarts
+
+    executor = Executor("local", ("2", "3"), WarmStarts(ahead=False), pins=True)
+    plan = Plan(config=None, device="cuda", size="full", env={"gpu": {"name": "A", "names": ["A", "B"]}},
+                build=None, executor=executor)
+    row = _row("p", "s", 1.0, 1.0)
+    assert (on_gpu(row, "3", plan).gpu, on_gpu(row, "3", plan).gpu_name) == ("3", "B")
+    assert on_gpu(row, None, plan) is row

@@ -56,11 +56,12 @@ def compare_command(
     frame, aside = comparison_frame(result.rows), [o.line() for o in result.one_run_only]
     if fmt == "json":
         typer.echo(json.dumps(result.document(json.loads(render(frame, fmt))), indent=1))
-    elif fmt == "csv":  # the rows alone on stdout; the problems they leave out are named on stderr
-        for line in aside:
+    elif fmt == "csv":  # the rows alone on stdout; the machines and the problems they leave out on stderr
+        for line in (result.machines, *aside):
             typer.echo(line, err=True)
         typer.echo(render(frame, fmt))
     else:
+        typer.echo(result.machines)
         typer.echo(result.summary.line + "\n")
         if fmt == "table":
             typer.echo(f"before: {result.before.label}\nafter:  {result.after.label}\n")

@@ -227,9 +227,18 @@ def static_warnings(solution: SolutionSpec) -> list[Finding]:
     return [Finding(f.code, f.message) for f in analyze(source)]
 
 
-def on_gpu(row: Evaluation, slot: Slot) -> Evaluation:
-    """Record which slot (a GPU index, or a Ray task slot) ran the evaluation when runs are spread out."""
-    return row if slot is None else dataclasses.replace(row, gpu=slot)
+def on_gpu(row: Evaluation, slot: Slot, plan: Plan | None = None) -> Evaluation:
+    """Record which slot (a GPU index, or a Ray task slot) ran the evaluation when runs are spread out, and, for a
+    GPU of this machine, its model (the probe's name for the slot's place among the visible GPUs)."""
+    if slot is None:
+        return row
+    name = None
+    if plan is not None and plan.executor.pins and slot in plan.executor.slots:
+        gpu = plan.env.get("gpu")
+        names = list(gpu.get("names") or []) if gpu else []
+        index = plan.executor.slots.index(slot)
+        name = names[index] if index < len(names) else None
+    return dataclasses.replace(row, gpu=slot, gpu_name=name)
 
 
 def with_next_step(row: Evaluation, timeout_s: float) -> Evaluation:

@@ -104,25 +104,58 @@ class Provenance:
     tolerance: str
     sandbox: str
     calls: str = "the forward"  # what one timed call holds: the forward, or forward and backward (--backward)
+    processes: str = "not recorded"  # did the judge's and the candidates' processes run the reference alike
 
     def lines(self) -> list[tuple[str, str]]:
         return [("kbench", self.kbench), ("code", self.code), ("device", self.device),
-                ("SM clock while timing", self.clocks), ("timing", self.method), ("calls", self.calls),
-                ("precision", self.precision), ("tolerance", self.tolerance), ("sandbox", self.sandbox)]
+                ("SM clock while timing", self.clocks), ("timing", self.method), ("processes", self.processes),
+                ("calls", self.calls), ("precision", self.precision), ("tolerance", self.tolerance),
+                ("sandbox", self.sandbox)]
 
 
 def provenance(doc: JsonObject, evaluations: Sequence[Evaluation]) -> Provenance:
     env, git, config = doc.get("environment") or {}, doc.get("git") or {}, doc.get("config") or {}
     gpu = env.get("gpu") or {}
     device = f"{gpu['name']}, driver {env.get('driver', '?')}" if gpu.get("name") else f"CPU: {env.get('cpu', '?')}"
-    device += f"; torch {env.get('torch', '?')}"
+    device += f"; torch {env.get('torch', '?')}" + _spread(evaluations)
     dirty = bool(git.get("dirty"))
     code = (f"{str(git.get('commit', '?'))[:12]}{' with uncommitted changes (dirty)' if dirty else ''}" if git
             else "unknown")
     return Provenance(kbench=str(env.get("kbench", "unknown (before 0.1.0 recorded it)")), code=code, dirty=dirty,
                       device=device, clocks=_clocks(evaluations), method=_method(evaluations),
                       precision=str(config.get("precision") or "each problem's own (fp32 unless it says)"),
-                      tolerance=_tolerance(config), sandbox=_sandbox(evaluations), calls=_calls(evaluations))
+                      tolerance=_tolerance(config), sandbox=_sandbox(evaluations), calls=_calls(evaluations),
+                      processes=_processes(evaluations))
+
+
+def _spread(evaluations: Sequence[Evaluation]) -> str:
+    """Where the rows ran, when they ran on more than one GPU: each GPU (index and model) and its row count."""
+    placed = Counter((e.gpu, e.gpu_name) for e in evaluations if e.gpu is not None)
+    if len({gpu for gpu, _ in placed}) < 2:
+        return ""
+    where = ", ".join(f"{gpu}{f' ({name})' if name else ''}: {n}"
+                      for (gpu, name), n in sorted(placed.items(), key=lambda kv: str(kv[0][0])))
+    return f"; rows spread over {len({gpu for gpu, _ in placed})} GPUs (GPU: rows) {where}"
+
+
+def _processes(evaluations: Sequence[Evaluation]) -> str:
+    """What the check of the judge's and the candidates' processes found and did, over the solution rows: the
+    reference timed in both before the solution was imported (docs/timing.md)."""
+    checked = [e for e in evaluations if e.solution not in (EAGER, COMPILED) and isinstance(e.extra.get("processes"),
+                                                                                           dict)]
+    if not checked:
+        return "not recorded (a run from before the check, or no solution timed)"
+    fresh = sum(1 for e in checked if e.extra["processes"].get("fresh_candidates"))
+    disagree = sum(1 for e in checked if any(f.code.value == "processes_disagree" for f in e.warnings))
+    witness = sum(1 for e in checked if ((e.extra.get("protocol") or {}).get("divisor") or {}).get("by") == "witness")
+    parts = [f"{len(checked) - fresh} of {len(checked)} row(s) agreed in their first candidate process"]
+    if fresh:
+        parts.append(f"{fresh - disagree} went into a fresh candidate process and agreed there")
+    if disagree:
+        parts.append(f"{disagree} disagreed in every process tried: suspect, no speedup")
+    if witness:
+        parts.append(f"{witness} host-regime row(s) divided by a witness process, not the judge's eager")
+    return "; ".join(parts)
 
 
 def _calls(evaluations: Sequence[Evaluation]) -> str:

@@ -69,6 +69,13 @@ def environment_key(run: LoadedRun) -> tuple[str, str]:
     return machine_key(run.doc.get("environment", {}))
 
 
+def machines_line(before: LoadedRun, after: LoadedRun) -> str:
+    """Both runs and their machines, in one line; it says so first when the machines differ."""
+    b, a = environment_key(before), environment_key(after)
+    text = f"before {before.label} on {b[0]} (torch {b[1]}); after {after.label} on {a[0]} (torch {a[1]})"
+    return f"different machines (times differ by the hardware too): {text}" if a != b else text
+
+
 def check_environments(before: LoadedRun, after: LoadedRun) -> None:
     a, b = environment_key(before), environment_key(after)
     if a != b:
@@ -174,6 +181,11 @@ class Comparison:
     only_after: OneRunOnly = field(default_factory=lambda: OneRunOnly("after"))
 
     @property
+    def machines(self) -> str:
+        """The first line of every format: both runs and their machines (`machines_line`)."""
+        return machines_line(self.before, self.after)
+
+    @property
     def regressions(self) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.regression)
 
@@ -190,7 +202,8 @@ class Comparison:
         """`kbench compare --format json`: the summary, the warnings, the one-run-only problems, then `rows`."""
         only = {f"only_in_{o.side}": {"problems": list(o.problems), "rows": o.rows}
                 for o in (self.only_before, self.only_after)}
-        return {"before": self.before.label, "after": self.after.label, "summary": self.summary.line,
+        return {"machines": self.machines, "before": self.before.label, "after": self.after.label,
+                "summary": self.summary.line,
                 "counts": dict(self.summary.counts), "warnings": list(self.warnings), **only, "rows": rows}
 
 
@@ -220,6 +233,6 @@ def compare(a: str | None, b: str | None, baseline: str | None, results_dir: Pat
     rows, only_before, only_after = split_one_run_only(compare_runs(before, after, threshold, ignore_env), before,
                                                        after)
     if ignore_env and environment_key(before) != environment_key(after):
-        warn.append(f"comparing across environments: {environment_key(before)} vs {environment_key(after)}")
+        warn.append("comparing across machines (--ignore-env): " + machines_line(before, after).split(": ", 1)[1])
     warn += [w for side, run in (("before", before), ("after", after)) if (w := run_warning(side, run)) is not None]
     return Comparison(before, after, rows, tuple(warn), only_before, only_after)

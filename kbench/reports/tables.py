@@ -20,7 +20,7 @@ FORMATS = ("table", "md", "csv", "json")
 
 COLUMNS = [
     "problem", "solution", "status", "size", "precision", "calls", "median_ms", "eager_ms", "vs_eager", "vs_compile",
-    "floor_pct", "n", "ci_pct", "max_abs_err", "peak_mib", "compile_s", "notes",
+    "floor_pct", "n", "ci_pct", "max_abs_err", "peak_mib", "compile_s", "gpu", "gpu_name", "notes",
 ]
 CALLS_BACKWARD = "forward+backward"  # the calls column of a --backward row (empty: the forward alone)
 WIDTH = 120  # the widest line of a table for the terminal, footnotes included
@@ -51,6 +51,7 @@ def _row(e: Evaluation) -> dict[str, object]:
     row["peak_mib"] = peak / 2**20 if (peak := peak_bytes(e)) is not None else None
     if e.compile is not None:
         row["compile_s"] = e.compile.seconds
+    row["gpu"], row["gpu_name"] = e.gpu, e.gpu_name  # where runs are spread over GPUs
     return row
 
 
@@ -99,11 +100,12 @@ def to_markdown(frame: pd.DataFrame) -> str:
 # would be wider than WIDTH (results.csv keeps them all); problem, solution and status always stay.
 HEADERS = {"precision": "prec", "median_ms": "median\nms", "eager_ms": "eager\nms", "vs_eager": "vs\neager",
            "vs_compile": "vs\ncompile", "floor_pct": "floor", "ci_pct": "ci", "max_abs_err": "max\nerr",
-           "peak_mib": "peak\nMiB", "compile_s": "compile\ns"}
-LEAVE_FIRST = ("compile_s", "peak_mib", "n", "eager_ms", "floor_pct", "ci_pct", "size", "precision", "calls",
-               "max_abs_err", "vs_compile", "vs_eager", "median_ms", "notes")
-SHARED = ("size", "precision", "calls")  # a column on which every row agrees becomes a line above the table
-TEXT = ("problem", "solution", "status", "size", "precision", "calls", "notes")  # aligned left; figures align right
+           "peak_mib": "peak\nMiB", "compile_s": "compile\ns", "gpu_name": "gpu\nmodel"}
+LEAVE_FIRST = ("gpu_name", "compile_s", "peak_mib", "n", "eager_ms", "floor_pct", "ci_pct", "size", "precision",
+               "calls", "max_abs_err", "vs_compile", "vs_eager", "median_ms", "notes")
+SHARED = ("size", "precision", "calls", "gpu", "gpu_name")  # a column every row agrees on: a line above the table
+# aligned left; figures align right
+TEXT = ("problem", "solution", "status", "size", "precision", "calls", "gpu", "gpu_name", "notes")
 
 
 def grid(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool] = ()) -> str:

@@ -8,7 +8,13 @@ from typing import TypedDict
 from kbench.results.codec import JsonObject
 
 
-class GpuInfo(TypedDict):
+class _GpuNames(TypedDict, total=False):
+    """What newer probes record of every visible GPU (absent in older files)."""
+
+    names: list[str]  # every visible GPU's model, in torch's order
+
+
+class GpuInfo(_GpuNames):
     """The first visible GPU as torch sees it (kbench.system.environment.describe_torch)."""
 
     name: str

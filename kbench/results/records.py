@@ -166,6 +166,7 @@ class Evaluation:
     peak: PeakMemory | None = None  # peak memory of a call: the solution's and the reference's
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step of the evaluation's child
     gpu: str | None = None  # the slot that ran it (a GPU index, a Ray task slot) when runs are spread out
+    gpu_name: str | None = None  # that GPU's model, when runs are spread over the GPUs of this machine
     extra: dict[str, Any] = field(default_factory=dict)  # diagnostics without a fixed shape (noise, machine, rounds)
 
     @property
@@ -214,6 +215,7 @@ class Evaluation:
             peak=_typed(PeakMemory, data.get("peak")),
             phases=data.get("phases", {}),
             gpu=data.get("gpu"),
+            gpu_name=data.get("gpu_name"),
             extra=data.get("extra", {}),
         )
 

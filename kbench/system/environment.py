@@ -58,6 +58,7 @@ def describe_torch() -> dict[str, Any]:  # an Environment: the wire's ProbeResul
             "sm_count": props.multi_processor_count,
             "l2_bytes": props.L2_cache_size,
             "count": torch.cuda.device_count(),
+            "names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
         }
         info["cudnn"] = torch.backends.cudnn.version()
         info["driver"] = _driver_version()

@@ -1,0 +1,254 @@
+"""Suites at scale: evaluations an hour on one GPU and on several, per-phase medians, and where honest copies read.
+
+    python bench/scale.py KB/KernelBench WORK --level 2 --gpus 0 --gpus 0,1,2,3
+    python bench/scale.py KB/KernelBench WORK --level 2 --only 77_ConvTranspose3d_Scale_BatchNorm_GlobalAvgPool \\
+        --copies 4 --gpus 0,1,2,3 --label four-copies
+    python bench/scale.py KB/KernelBench WORK --table          # the tables of every run WORK holds, nothing run
+    python bench/scale.py KB/KernelBench WORK --gpus 0 -- --max-time 3    # kbench run's own options after --
+
+It copies the chosen KernelBench problem files into WORK/problems and writes, for each, `--copies` honest solutions
+(the problem's own code with `class ModelNew(Model): pass`) into WORK/solutions. Then, for each `--gpus` set in
+turn, one `kbench run` over the whole folder (`--no-compile-baseline --no-progress`, and what follows `--`) with
+CUDA_VISIBLE_DEVICES set to the set, timed on the wall clock. Each run keeps its folder (WORK/runs/<label>) and a
+`done` marker: an invocation skips the runs that are done and resumes one cut short (`--budget` seconds, after which
+kbench gets SIGTERM and saves what it has; the next invocation goes on with `kbench run --resume`, adding up the wall
+time), so the measurement can span several calls that each have a time limit. Nothing of KernelBench is stored in
+this repository; point it at a checkout.
+
+It prints, per run: the GPU model and how many were used, the evaluations and their wall time, evaluations an hour,
+per-phase medians of the honest rows and of the eager rows, where the honest copies read against the eager beside
+them (range, median, how many outside 1.00 +- 0.03, by timing regime), the verdicts, how many rows needed a fresh
+candidate process or ended `[processes_disagree]`; then each run's rate over the first run's (the 4-vs-1 ratio), and
+with `--rows`, one line per honest row (its GPU, the judge's eager, the candidate's time, the process check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HONEST = ('\n\nDEVICES = ("cuda", "cpu")\n\n\nclass ModelNew(Model):\n'
+          '    """An honest solution: the reference itself."""\n')
+BAND = 0.03  # an honest copy reads within 1.00 +- BAND (issue: suites at scale)
+PHASES = ("calibration", "load", "trials", "other_sizes", "timing", "trust_determinism", "trust_profile", "trust_fp64")
+REFERENCE_ROWS = ("eager", "torch.compile")
+
+
+# With --probe-kernels, each honest copy declares a CUDA kernel it never builds: kbench's kernel profile then runs in
+# its candidate process after the timing and records the five busiest kernels of a call there (run.json's `kernels`).
+PROBE = '\n_PROBE = "__global__ void scale_probe() {}"  # declared, never built: the kernel profile runs\n'
+
+
+def prepare(kernelbench: Path, work: Path, level: int, only: list[str], first: int | None, copies: int,
+            probe: bool = False) -> int:
+    """Problem files and honest copies into WORK (rewritten each time: they are cheap and must match the options)."""
+    folder = kernelbench / f"level{level}"
+    files = sorted(folder.glob("*.py"), key=lambda p: (int(p.stem.split("_")[0]) if p.stem[0].isdigit() else 0, p.stem))
+    if only:
+        files = [p for p in files if p.stem in only or p.stem.split("_")[0] in only]
+    if first is not None:
+        files = files[:first]
+    if not files:
+        raise SystemExit(f"no level-{level} problem files chosen under {folder}: is {kernelbench} a KernelBench "
+                         "checkout's KernelBench/ folder?")
+    for sub in ("problems", "solutions"):
+        shutil.rmtree(work / sub, ignore_errors=True)
+    (work / "problems").mkdir(parents=True)
+    for source in files:
+        stem = f"L{level}_{source.stem}"
+        shutil.copyfile(source, work / "problems" / f"{stem}.py")
+        (work / "solutions" / stem).mkdir(parents=True)
+        for copy in range(copies):
+            name = "honest" if copy == 0 else f"honest_{copy + 1}"
+            text = source.read_text() + HONEST + (PROBE if probe else "")
+            (work / "solutions" / stem / f"{name}.py").write_text(text)
+    return len(files)
+
+
+def _label(gpus: str, repeat: int) -> str:
+    return f"gpus-{gpus.replace(',', '')}" + (f"-r{repeat + 1}" if repeat else "")
+
+
+def _run_dir(folder: Path) -> Path | None:
+    runs = sorted(p.parent for p in folder.glob("*/run.json"))
+    return runs[-1] if runs else None
+
+
+def run_set(work: Path, label: str, gpus: str, extra: list[str], deadline: float) -> bool:
+    """One `kbench run` of the whole folder on `gpus`, resumed if an earlier invocation was cut short; True once
+    done."""
+    folder = work / "runs" / label
+    folder.mkdir(parents=True, exist_ok=True)
+    if (folder / "done").exists():
+        return True
+    state_file = folder / "state.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {"gpus": gpus, "seconds": 0.0,
+                                                                              "extra": extra}
+    kbench = [sys.executable, "-m", "kbench", "run"]
+    previous = _run_dir(folder / "results")
+    if previous is not None:
+        command = [*kbench, "--resume", previous.name, "--results-dir", str(folder / "results"), "--no-progress"]
+    else:
+        command = [*kbench, "--problems-dir", str(work / "problems"), "--solutions-dir", str(work / "solutions"),
+                   "--no-compile-baseline", "--no-progress", "--results-dir", str(folder / "results"),
+                   *state["extra"]]
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus, "PYTHONPATH": path}
+    print(f"{label}: CUDA_VISIBLE_DEVICES={gpus} {' '.join(command[2:])}", flush=True)
+    started = time.perf_counter()
+    with (folder / "kbench.log").open("a") as log:
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        try:
+            child.wait(timeout=max(deadline - time.monotonic(), 1))
+            finished = True
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGTERM)
+            child.wait()
+            finished = False
+    state["seconds"] += time.perf_counter() - started
+    state_file.write_text(json.dumps(state, indent=1))
+    if finished and _run_dir(folder / "results") is not None:
+        (folder / "done").write_text("")
+        return True
+    print(f"{label}: cut short at the budget after {state['seconds']:.0f} s; run again to go on", flush=True)
+    return False
+
+
+def _load(run_dir: Path) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from kbench.results.storage import load_run
+
+    doc, _ = load_run(run_dir)
+    return doc
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def figures(folder: Path) -> dict:
+    """What one run of the bench measured (its run.json and its wall time)."""
+    state = json.loads((folder / "state.json").read_text())
+    doc = _load(_run_dir(folder / "results"))
+    rows = doc["evaluations"]
+    honest = [r for r in rows if r["solution"] not in REFERENCE_ROWS]
+    eager = [r for r in rows if r["solution"] == "eager"]
+    ran = [r for r in honest if r.get("phases")]
+    gpu = doc["environment"].get("gpu") or {}
+    speedups = [r["speedup_vs_eager"] for r in honest if r.get("speedup_vs_eager")]
+    by_regime: dict[str, list[float]] = {}
+    for r in honest:
+        if r.get("speedup_vs_eager") and r.get("timing"):
+            by_regime.setdefault(r["timing"].get("regime") or "?", []).append(r["speedup_vs_eager"])
+    statuses: dict[str, int] = {}
+    for r in honest:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    fresh = [((r.get("extra") or {}).get("processes") or {}).get("fresh_candidates", 0) for r in honest]
+    codes = [w["code"] for r in honest for w in r.get("warnings", [])]
+    return {
+        "label": folder.name, "gpu": gpu.get("name", "none"), "gpus": len(state["gpus"].split(",")),
+        "gpus_used": sorted({r.get("gpu") for r in rows} - {None}),
+        "evaluations": len(rows), "wall_s": round(state["seconds"], 1),
+        "per_hour": round(len(rows) * 3600 / state["seconds"]) if state["seconds"] else None,
+        "honest_s": _median([r["seconds"] for r in ran]), "eager_s": _median([r["seconds"] for r in eager]),
+        "phases": {p: _median([(r.get("phases") or {}).get(p, 0.0) for r in ran]) for p in PHASES},
+        "speedups": (min(speedups), statistics.median(speedups), max(speedups)) if speedups else None,
+        "outside": sum(abs(s - 1) > BAND for s in speedups),
+        "regimes": {k: (len(v), statistics.median(v)) for k, v in sorted(by_regime.items())},
+        "statuses": statuses, "fresh_candidates": sum(1 for f in fresh if f), "disagree": codes.count(
+            "processes_disagree"),
+    }
+
+
+def table(work: Path, rows: bool) -> None:
+    folders = sorted((p for p in (work / "runs").glob("*") if (p / "state.json").exists() and
+                      _run_dir(p / "results") is not None), key=lambda p: p.stat().st_mtime)
+    if not folders:
+        raise SystemExit(f"no runs under {work / 'runs'}")
+    found = [figures(f) for f in folders]
+    print("| run | GPU | GPUs | evaluations | wall s | per hour | vs first | honest s | eager s | calibration | load "
+          "| trials | timing | trust_fp64 | honest copies (min / median / max) | outside +-3% | by regime | verdicts "
+          "| fresh candidate | disagree |")
+    print("|" + "---|" * 20)
+    base = found[0]["per_hour"]
+    for f in found:
+        ratio = f["per_hour"] / base if f["per_hour"] and base else None
+        spread = " / ".join(f"{s:.3f}" for s in f["speedups"]) if f["speedups"] else "-"
+        regimes = ", ".join(f"{k} {n}: {m:.3f}" for k, (n, m) in f["regimes"].items())
+        verdicts = ", ".join(f"{k} {v}" for k, v in sorted(f["statuses"].items()))
+        ph = f["phases"]
+        print(f"| {f['label']} | {f['gpu']} | {f['gpus']} | {f['evaluations']} | {f['wall_s']:.0f} | {f['per_hour']} "
+              f"| {_fmt(ratio)} | {_fmt(f['honest_s'])} | {_fmt(f['eager_s'])} | {_fmt(ph['calibration'])} "
+              f"| {_fmt(ph['load'])} | {_fmt(ph['trials'])} | {_fmt(ph['timing'])} | {_fmt(ph['trust_fp64'])} "
+              f"| {spread} | {f['outside']} | {regimes} | {verdicts} | {f['fresh_candidates']} | {f['disagree']} |")
+    if rows:
+        for folder in folders:
+            _rows(folder)
+
+
+def _rows(folder: Path) -> None:
+    doc = _load(_run_dir(folder / "results"))
+    print(f"\n{folder.name}: problem | solution | GPU | status | vs eager | eager ms | solution ms | regime "
+          "| process ratios | warnings | top kernels (candidate's process, after timing)")
+    for r in sorted(doc["evaluations"], key=lambda r: (r["problem"], r["solution"])):
+        if r["solution"] in REFERENCE_ROWS:
+            continue
+        eager = (r.get("eager_timing") or {}).get("median")
+        own = (r.get("timing") or {}).get("median")
+        processes = ((r.get("extra") or {}).get("processes") or {}).get("ratios")
+        codes = ",".join(sorted({w["code"] for w in r.get("warnings", [])}))
+        top = "; ".join(f"{name[:60]} {us:.0f}us" for name, us in ((r.get("kernels") or {}).get("top") or [])[:2])
+        print(f"{r['problem']} | {r['solution']} | {r.get('gpu')} | {r['status']} "
+              f"| {_fmt(r.get('speedup_vs_eager') or (r.get('extra') or {}).get('speedup_vs_eager'), '.3f')} "
+              f"| {_fmt(eager and eager * 1e3, '.3f')} | {_fmt(own and own * 1e3, '.3f')} "
+              f"| {(r.get('timing') or {}).get('regime', '')} | {processes} | {codes} | {top}")
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kernelbench", type=Path, help="a KernelBench checkout's KernelBench/ folder (level1/ ...)")
+    parser.add_argument("work", type=Path, help="scratch folder: problems, solutions, and runs/<label>/")
+    parser.add_argument("--level", type=int, default=2)
+    parser.add_argument("--only", action="append", default=[], help="a problem's file name or number; repeatable")
+    parser.add_argument("--first", type=int, help="only the first N problems of the level")
+    parser.add_argument("--copies", type=int, default=1, help="honest solutions per problem")
+    parser.add_argument("--probe-kernels", action="store_true",
+                        help="honest copies declare an unbuilt kernel, so the kernel profile records their kernels")
+    parser.add_argument("--gpus", action="append", default=[], help="a CUDA_VISIBLE_DEVICES set; repeatable")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each --gpus set")
+    parser.add_argument("--label", default="", help="a prefix for the runs' folders")
+    parser.add_argument("--budget", type=float, default=560.0, help="seconds this invocation may spend")
+    parser.add_argument("--table", action="store_true", help="print the tables of the runs WORK holds; run nothing")
+    parser.add_argument("--rows", action="store_true", help="also one line per honest row")
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    args.run_args = argv[cut + 1:]  # extra `kbench run` options, after --
+    if not args.table:
+        deadline = time.monotonic() + args.budget
+        count = prepare(args.kernelbench, args.work, args.level, args.only, args.first, args.copies,
+                        args.probe_kernels)
+        print(f"{count} problems, {args.copies} honest copy(ies) each, in {args.work}", flush=True)
+        for repeat in range(args.repeat):
+            for gpus in args.gpus:
+                label = (f"{args.label}-" if args.label else "") + _label(gpus, repeat)
+                if not run_set(args.work, label, gpus, args.run_args, deadline):
+                    table(args.work, args.rows)
+                    return
+    table(args.work, args.rows)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -136,10 +136,15 @@ def test_reference_and_solution_children_differ_only_by_the_per_job_env(tmp_path
 
 
 def test_the_reference_child_reports_the_end_of_its_timing(tmp_path):
+    """...before its checks, which time nothing: the slot's next worker makes its CUDA context meanwhile, rather than
+    after the job while the next job waits for it."""
     job = ReferenceJob(**_judging())
     events: list[str] = []
     outcome = child._Child(isolation.worker_path_env()).run(job, 60, on_event=events.append)
     assert outcome.result.status == "correct" and events == ["timed"]
+    order = list(outcome.result.phases)
+    assert order.index("timing") < order.index("degenerate_check") < order.index("noise_check")
+    assert "noise" in outcome.result.figures  # the checks still ran
 
 
 def test_every_kernel_dsls_compile_cache_lives_beside_kbenchs_builds_and_travels_with_the_job(tmp_path):

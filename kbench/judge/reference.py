@@ -53,7 +53,7 @@ def time_reference(job: ReferenceJob, announce: Announce) -> ReferenceResult:
     problem = load_problem(job.problem)
     with torch.no_grad():
         reference, _, make = job_reference(problem, job)
-        result, peak = _checked_reference(job, reference, make, phases)
+        result, peak, first, out = _first_call(job, reference, make, phases)
         models = {"eager": reference}
         compiled: dict[str, Any] | None = None
         if job.compile_baseline:
@@ -63,7 +63,11 @@ def time_reference(job: ReferenceJob, announce: Announce) -> ReferenceResult:
             phases.mark("compile")
         measured = _time_models(job, reference, make, models, result)
         phases.mark("timing")
+        # The checks below time nothing: the slot's next worker starts now and makes its CUDA context meanwhile
+        # (kbench.execution.warm_starts), rather than after the job, while the next job waits for it.
         announce("timed")
+        _checks(job, reference, make, first, out, result, phases)
+        del first, out
     floor = None
     if device == "cuda" and job.ceilings_dir:
         floor = hardware_floor(job, reference, make(seed))
@@ -74,21 +78,26 @@ def time_reference(job: ReferenceJob, announce: Announce) -> ReferenceResult:
     return result.result(measured["eager"], PeakMemory(reference=peak), floor, compiled_result)
 
 
-def _checked_reference(job: ReferenceJob, reference: Any, make: Any, phases: Phases) -> tuple[ReferenceDraft, Any]:
-    """The reference's first call, then its degenerate-output and noise checks: the draft of the result, and the
-    first call's peak memory."""
-    device, seed = job.device, job.seed
-    first = make(seed)
-    out, peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *first)))
+def _first_call(job: ReferenceJob, reference: Any, make: Any,
+                phases: Phases) -> tuple[ReferenceDraft, Any, list[Any], Any]:
+    """The reference's first call: the draft of the result, the call's peak memory, its inputs and its output (for
+    `_checks`)."""
+    first = make(job.seed)
+    out, peak = guarded(job.device, "the reference", partial(with_peak, job.device, partial(reference, *first)))
     result = ReferenceDraft(phases=phases.seconds, output=describe_output(out))
     phases.mark("setup")
+    return result, peak, first, out
+
+
+def _checks(job: ReferenceJob, reference: Any, make: Any, first: list[Any], out: Any, result: ReferenceDraft,
+            phases: Phases) -> None:
+    """The degenerate-output and noise checks on the first call's inputs and output (after the timing: they time
+    nothing, and the next worker starts meanwhile)."""
     _degenerate_check(job, reference, make, out, result)
     phases.mark("degenerate_check")
     result.figures["noise"], found = _noise(job, reference, first, out)
     result.warnings += found
-    del out, first
     phases.mark("noise_check")
-    return result, peak
 
 
 def _time_models(job: ReferenceJob, reference: Any, make: Any, models: dict[str, Any],

@@ -173,3 +173,43 @@ def test_the_zygote_prepares_its_workers_without_asking_torch_about_cuda():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env=isolation.worker_path_env())
     assert done.stdout.strip() == "0", done.stdout + done.stderr
+
+
+# Run in a process of its own that reaps its descendants' orphans (a child subreaper): what the run leaves unreaped
+# comes to it as zombies, as it comes to PID 1 on a machine whose init reaps nothing (the H100's left three).
+LEAVES_NO_ZOMBIE = '''
+import ctypes, os, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+from kbench.execution import isolation, warm_starts
+from kbench.wire.jobs import ReferenceJob
+from tests.conftest import FIXTURES
+from tests.test_warm_starts import _job, _judging
+warm = warm_starts.WarmStarts()
+env = isolation.worker_path_env()
+statuses = [warm(ReferenceJob(**_judging()), 60, env).result.status,
+            warm(_job(FIXTURES / "solutions" / "tiny" / "good.py"), 60, env).result.status]
+warm.close()
+time.sleep(1)
+zombies = []
+for name in os.listdir("/proc"):
+    try:
+        rest = open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        continue
+    if rest[0] == "Z" and int(rest[1]) == os.getpid():
+        zombies.append(int(name))
+print([str(s) for s in statuses], zombies)
+'''
+
+
+def test_a_run_leaves_no_zombie_behind():
+    """The zygote is the run's child subreaper: the candidates, namespaces and spares its workers leave when they end
+    are reaped there, and at the end of a run it reaps its last children before it goes."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LEAVES_NO_ZOMBIE], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env={**isolation.worker_path_env(), "PYTHONPATH": str(ROOT)})
+    assert done.stdout.strip().splitlines()[-1] == "['correct', 'correct'] []", done.stdout + done.stderr[-2000:]

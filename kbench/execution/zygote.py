@@ -26,13 +26,16 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Any
 
 from kbench.results import codec
+from kbench.system import escapes
 from kbench.system.lifetime import die_with_parent
 from kbench.wire import jobs
 
 START_TIMEOUT_S = 120.0  # the zygote's imports; a fork request waits this long for its first answer
+CLOSE_REAP_S = 10.0  # at the end of a run, the zygote waits this long for its last children to end and reaps them
 # Variables that place a worker (its GPU): they differ between a run's slots, so a worker gets them with its fork, and
 # sets them before it makes a CUDA context; everything else a zygote's workers share.
 PLACEMENT_ENV = ("CUDA_VISIBLE_DEVICES",)
@@ -138,7 +141,16 @@ class Zygote:
         return f": {lines[-1][:300]}" if lines else ""
 
     def close(self) -> None:
-        """Kill the zygote; the workers it forked die with it."""
+        """End the zygote: it reaps what its workers' trees left (up to CLOSE_REAP_S) and exits; then, or if it does
+        not, it is killed (the workers it forked die with it)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # its end reads EOF
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=CLOSE_REAP_S + 1.0)
+        except subprocess.TimeoutExpired:
+            pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -170,7 +182,10 @@ def _warm() -> None:
     worker._warm_flop_counter()
 
 
-def _reap(sock: socket.socket) -> None:
+def _reap(sock: socket.socket, forked: set[int]) -> None:
+    """Reap every ended child: the workers this zygote forked (their exits are reported) and, as the run's child
+    subreaper, whatever a worker left behind when it ended (its candidate, the candidate's namespace), which would
+    otherwise stay a zombie of PID 1 where PID 1 reaps nothing (a machine's bare init: three were left on the H100)."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -178,7 +193,20 @@ def _reap(sock: socket.socket) -> None:
             return
         if pid == 0:
             return
-        sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+        if pid in forked:
+            forked.discard(pid)
+            sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def _reap_all(deadline: float) -> None:
+    """Reap children until none is left or the deadline passes (what ends later goes to this zygote's own reaper)."""
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.02)
 
 
 def _become_worker(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: dict[str, Any],
@@ -217,12 +245,14 @@ def main() -> None:
     # No PDEATHSIG here: it fires when the *thread* that started the zygote ends (a build pool's thread, say), not the
     # parent. The zygote ends when its socket reaches EOF, which the parent's death brings, and its workers with it.
     sock = socket.socket(fileno=args.control_fd)
+    escapes.become_subreaper()  # the orphans of its workers' trees come here to be reaped (`_reap`)
     _prepare()
     wake = os.pipe()
     os.set_blocking(wake[1], False)
     signal.set_wakeup_fd(wake[1])
     signal.signal(signal.SIGCHLD, lambda *_: None)
     warmed = False
+    forked: set[int] = set()
     while True:
         watched: list[socket.socket | int] = [sock, wake[0]]
         ready, _, _ = select.select(watched, [], [], None if warmed else 0)
@@ -232,12 +262,13 @@ def main() -> None:
             continue
         if wake[0] in ready:
             os.read(wake[0], 4096)
-        _reap(sock)
+        _reap(sock, forked)
         if sock not in ready:
             continue
         data, fds, _, _ = socket.recv_fds(sock, 4096, 3)
-        if not data:
-            os._exit(0)  # the parent closed its end
+        if not data:  # the parent closed its end: reap the last children (killed spares, their candidates), then go
+            _reap_all(time.monotonic() + CLOSE_REAP_S)
+            os._exit(0)
         sys.stdout.flush()
         sys.stderr.flush()
         started_r, started_w = os.pipe()
@@ -250,6 +281,7 @@ def main() -> None:
         os.close(started_r)
         for fd in fds:
             os.close(fd)
+        forked.add(pid)
         sock.send(json.dumps({"forked": pid}).encode())
 
 

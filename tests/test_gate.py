@@ -75,6 +75,18 @@ def test_gpu_checks_cover_build_full_and_small_size():
     assert cuda_checks(_cuda_eval(small=False))[-1].outcome == SKIP
 
 
+def test_on_a_gpu_a_solution_this_machine_cannot_run_is_skipped_with_its_reason_not_failed():
+    """On an H100 without TileLang and CuTe DSL the gate failed on their two solutions: `not_run` rows (a kernel DSL
+    missing here) read as build and correctness failures."""
+    missing = Evaluation(problem="p", solution="tilelang_fused", status=Status.NOT_RUN, device="cuda", size="full",
+                         message="needs tilelang, which is not installed here: pip install 'kbench[tilelang]'",
+                         compile=CompileInfo(ok=False))
+    (check,) = cuda_checks(missing)
+    assert check.outcome == SKIP and "not installed here" in check.message
+    result = GateResult("gpu", (check, *cuda_checks(_cuda_eval())), (), ())
+    assert result.passed and result.count(FAIL) == 0 and result.count(SKIP) == 1
+
+
 def test_a_gate_with_only_skipped_checks_does_not_pass():
     result = GateResult("cpu", (Check("p", "s", "build", SKIP, "no toolkit"),), (), ())
     assert not result.passed

@@ -255,13 +255,15 @@ def issue_bound(issue: Sequence[float], timed: Sequence[float]) -> bool:
 
 
 def launch_bound_warning(m: Measurement) -> Finding | None:
-    """`[launch_bound]` when the host's time to issue a call comes close to the call's GPU time (a time of the host
-    regime: one of the GPU regime holds the GPU's work alone)."""
+    """`[launch_bound]` when the host's time to issue a call comes close to the call's time (a time of the host regime,
+    which holds the host's issuing: one of the GPU regime holds the GPU's work alone). The host may be issuing
+    launches or waiting for the GPU inside the call; either way the time is the host's."""
     if not m.issue_samples or not m.samples or m.regime == "gpu":
         return None
     issue = median(m.issue_samples)
     if issue < LAUNCH_BOUND_SHARE * m.median:
         return None
-    return (Finding(FindingCode.LAUNCH_BOUND, f"the host takes {issue * 1e3:.3f} ms to issue a call whose GPU time "
-            f"is {m.median * 1e3:.3f} ms: launch overhead dominates, and the time follows the host CPU's speed (fewer, "
-            "larger kernels or a CUDA graph would help)"))
+    return (Finding(FindingCode.LAUNCH_BOUND, f"the host spends {issue * 1e3:.3f} ms of the call's "
+            f"{m.median * 1e3:.3f} ms issuing it (launches, Python, or a wait for the GPU inside the call: a "
+            "synchronize, .item(), a copy from a Python number or pageable memory): the time is the host's, and "
+            "follows the host CPU's speed (fewer, larger kernels, no wait inside the call or a CUDA graph would help)"))

@@ -195,3 +195,32 @@ def test_the_kernel_profile_covers_the_candidate_calls_and_nothing_else(monkeypa
     assert log[0] == "start" and log[-2:] == ["sync", "stop"] and len(log) == 6
     assert all(got is args[0] for got, args in zip(log[1:4], arg_sets))  # the prepared tensors, not copies made inside
     assert share["kernels_declared"] == ["k"] and share["own_s"] == 0 and share["own_share"] == 0.0
+
+
+class _Dropout(nn.Module):
+    """A training-mode dropout: every call draws a new mask (level-2 problems have them)."""
+
+    def __init__(self, generator=None):
+        super().__init__()
+        self.generator = generator
+
+    def forward(self, x):
+        mask = torch.rand(x.shape, generator=self.generator) > 0.2
+        return x * mask / 0.8
+
+
+def test_an_honest_copy_of_a_random_reference_is_not_called_non_deterministic():
+    """The candidate's process draws its own random numbers; the judge's input maker reseeds the judge's before each
+    call, so the reference drew the same dropout mask twice and an honest copy read as 'a race?' (issue: suite
+    reports). Each call now gets a fresh random state; a random candidate of a deterministic reference is still
+    flagged."""
+    def make(seed):
+        torch.manual_seed(seed)
+        return [torch.rand(64, 64)]
+
+    candidate = _Dropout(torch.Generator().manual_seed(7))  # its own state, as in a process of its own
+    *_, warning = trust.determinism(lambda x: candidate(*x), lambda x: candidate(*x), _Dropout(), make, 1, "cpu")
+    assert warning is None
+    *_, warning = trust.determinism(lambda x: candidate(*x), lambda x: candidate(*x), nn.Identity(), make, 1, "cpu")
+    assert warning is not None and warning.code == FindingCode.NON_DETERMINISTIC
+    assert "a race, or randomness the reference does not draw" in warning.message

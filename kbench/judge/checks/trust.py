@@ -64,12 +64,19 @@ FP64_OUTPUT_COPIES = 3  # float64 outputs alive at once in the oracle: the exact
 
 def _twice(call: Callable[[list[Any]], Any], keep: Callable[[list[Any]], Any], make: Callable[[int], list[Any]],
            seed: int, device: str) -> tuple[Any, float]:
-    """Two calls on the same input values, drawn afresh from `seed` each time (no copy of them is kept): the first
-    call's output (through `keep`, which must return outputs the second call does not overwrite) and the largest
-    difference between the two."""
-    first = keep(make(seed))
+    """Two calls on the same input values, drawn afresh from `seed` each time (no copy of them is kept), each with the
+    random number generators freshly seeded at random (a candidate's process never sees the judge's reseeding, so the
+    reference must not either: a dropout in training mode varies from call to call in both); the first call's output
+    (through `keep`, which must return outputs the second call does not overwrite) and the largest difference between
+    the two."""
+    inputs = make(seed)
+    torch.seed()  # a fresh random state for each call: make() reseeded it, so a dropout would draw the same mask twice
+    first = keep(inputs)
     synchronize(device)
-    second = call(make(seed))
+    del inputs
+    inputs = make(seed)
+    torch.seed()
+    second = call(inputs)
     synchronize(device)
     diff = 0.0 if comparison.identical(first, second) else comparison.max_abs_diff(first, second)
     return first, diff
@@ -86,7 +93,8 @@ def determinism(keep: Callable[[list[Any]], Any], call: Callable[[list[Any]], An
     if diff <= NONDETERMINISM_FACTOR * ref_diff:
         return first, ref_first, None
     return first, ref_first, (Finding(FindingCode.NON_DETERMINISTIC, "two calls on the same inputs differ by up to "
-                              f"{diff:.3g} (the reference: {ref_diff:.3g}): a race?"))
+                              f"{diff:.3g} (the reference's two calls: {ref_diff:.3g}): a race, or randomness the "
+                              "reference does not draw"))
 
 
 def skipped(what: str, exc: BaseException) -> Finding:

@@ -199,3 +199,14 @@ def test_a_row_of_a_spread_run_records_its_gpus_model_from_the_probe():
     row = _row("p", "s", 1.0, 1.0)
     assert (on_gpu(row, "3", plan).gpu, on_gpu(row, "3", plan).gpu_name) == ("3", "B")
     assert on_gpu(row, None, plan) is row
+
+
+def test_a_check_kbench_could_not_run_is_its_note_not_a_weakness_of_the_row():
+    from kbench.reports.caveats import caveats
+
+    row = _row("p", "s", 1.0, 2.0, warnings=["[check_skipped] float64 accuracy could not run: RuntimeError: mat1 and "
+                                             "mat2 must have the same dtype, but got Double and Float"])
+    found = caveats({"config": {"compile_baseline": False}}, [row])
+    assert found.weakened == ()
+    throttled = _row("p", "t", 1.0, 2.0, warnings=["[gpu_throttled] the GPU was slowed while this was timed"])
+    assert [e.solution for e, _ in caveats({}, [throttled]).weakened] == ["t"]

@@ -386,7 +386,7 @@ def test_honest_copies_read_about_one_and_count_for_nothing(tmp_path: Path, page
     page.goto(html.write_html_report(str(directory), tmp_path).as_uri())
     cells = page.eval_on_selector_all("table.leaderboard td.speedup", "c => c.map(x => x.innerText)")
     honest = [c for c in cells if c]
-    assert len(honest) == 20 and all(c.startswith("≈1") for c in honest), honest
+    assert len(honest) == 20 and all(c.startswith(("≈1", "~1.0", "~0.9")) for c in honest), honest
     significant = page.eval_on_selector_all("#fast-p-significant td", "c => c.map(x => x.innerText)")
     assert significant[1:4] == ["100%", "0%", "0%"]  # fast_0, fast_1, fast_1.5: no win counted
     assert "not measured" in page.locator("#compile-not-measured").inner_text()

@@ -30,6 +30,16 @@ def test_an_honest_copy_within_noise_reads_about_one_and_is_no_win():
     assert s.label().startswith("≈1x (")
 
 
+def test_a_slowdown_within_the_noise_band_is_not_called_about_one():
+    """An interval of 0.96-0.98 read '≈1x (0.96-0.98)' while a slower row read 0.96x (issue: suite reports)."""
+    from kbench.results.speedups import Speedup
+
+    slower = Speedup(0.97e-3, 1e-3, 0.96, 0.98)
+    assert not slower.significant and not slower.win
+    assert slower.label() == "~0.97x (0.96-0.98)"
+    assert Speedup(1e-3, 1e-3, 0.98, 1.02).label() == "≈1x (0.98-1.02)"
+
+
 def test_too_few_samples_are_never_a_win():
     s = speedup(Measurement((2e-3, 2e-3)), Measurement((1e-3, 1e-3)))
     assert s is not None and not s.significant and not s.beats(1.0)

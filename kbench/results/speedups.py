@@ -6,8 +6,8 @@ ratio's lower end is the eager interval's low over the solution's high, its uppe
 ratio at least as often as the two intervals hold their medians together. Statistics alone are not enough: the two
 sides of a row are timed in two processes, and honest copies of the reference measured 0.967-1.020x on the H100
 (34 KernelBench problems, docs/benchmarks.md), some of them significantly off 1 by a percent or two. So a speedup
-counts as a win or a loss only when its whole interval lies outside the band 1 ± NOISE_BAND; any other reads "≈1×",
-and fast_p does not count it.
+counts as a win or a loss only when its whole interval lies outside the band 1 ± NOISE_BAND; fast_p counts no other,
+which reads "≈1×" when its interval holds 1 and "~" with its ratio when it does not ("~0.97x (0.96-0.98)").
 """
 
 from __future__ import annotations
@@ -49,10 +49,14 @@ class Speedup:
         return self.low > max(p, 1.0 + NOISE_BAND)
 
     def label(self) -> str:
-        """"8.00x" for a significant ratio, "≈1x (0.99-1.02)" for one whose interval reaches the noise band."""
-        if not self.significant:
+        """"8.00x" for a significant ratio; for one whose interval reaches the noise band, "≈1x (0.99-1.02)" when the
+        interval holds 1, else "~" and the ratio with its interval ("~0.97x (0.96-0.98)": within noise, but not 1): a
+        slowdown wholly below 1 never reads as "≈1x"."""
+        if self.significant:
+            return f"{self.value:.2f}x"
+        if self.low <= 1.0 <= self.high:
             return f"≈1x ({self.low:.2f}-{self.high:.2f})"
-        return f"{self.value:.2f}x"
+        return f"~{self.value:.2f}x ({self.low:.2f}-{self.high:.2f})"
 
     def divided(self) -> str:
         """What was divided by what, in ms: "2.884 / 0.361 ms"."""

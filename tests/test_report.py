@@ -210,3 +210,14 @@ def test_a_check_kbench_could_not_run_is_its_note_not_a_weakness_of_the_row():
     assert found.weakened == ()
     throttled = _row("p", "t", 1.0, 2.0, warnings=["[gpu_throttled] the GPU was slowed while this was timed"])
     assert [e.solution for e, _ in caveats({}, [throttled]).weakened] == ["t"]
+
+
+def test_problems_sort_by_their_numbers_not_as_text():
+    """L2_100, L2_10, ..., L2_1, L2_20 read as text order in a 100-problem report (issue: suite reports)."""
+    from kbench.results.records import problem_order
+
+    names = ["L2_100", "L2_10", "L2_2", "L2_1", "L2_20", "conv3d_gelu", "L1_3"]
+    assert sorted(names, key=problem_order) == ["L1_3", "L2_1", "L2_2", "L2_10", "L2_20", "L2_100", "conv3d_gelu"]
+    rows = [_row(p, EAGER, 2.0, 2.0) for p in ("L2_10", "L2_9", "L2_100")]
+    text = markdown({"config": {}}, rows)
+    assert text.index("L2_9") < text.index("L2_10") < text.index("L2_100")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from kbench.results.codec import JsonObject
-from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status
+from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status, problem_order
 from kbench.results.stats import median
 
 # Findings on a `correct` row that weaken its verdict or its number (not enough to make it suspect), in words. A check
@@ -71,7 +71,8 @@ def caveats(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | Non
     if not compile_measured(doc, evaluations):
         unmeasured.append(f"torch.compile: {NOT_MEASURED} in this run (--no-compile-baseline): its column reads "
                           f"'{NOT_MEASURED}'")
-    failed = sorted({e.problem for e in evaluations if e.solution in (EAGER, COMPILED) and e.status != Status.CORRECT})
+    failed = sorted({e.problem for e in evaluations if e.solution in (EAGER, COMPILED) and e.status != Status.CORRECT},
+                    key=problem_order)
     if failed:
         unmeasured.append(f"failed on {len(failed)} problem(s): {', '.join(failed)}")
     state = state or str(doc.get("state", ""))

@@ -22,7 +22,7 @@ from kbench.reports.html_views import Assets, BoardRow, ComparisonView, Compiler
 from kbench.results import speedups
 from kbench.results.codec import JsonObject
 from kbench.results.figures import PeakMemory
-from kbench.results.records import COMPILED, EAGER, Evaluation, Status
+from kbench.results.records import COMPILED, EAGER, Evaluation, Status, problem_order
 from kbench.results.storage import RUN_FILE, LoadedRun, atomic_write, latest_run, load, resolve, run_state
 from kbench.system.toolkit import first_compiler_error
 
@@ -200,7 +200,7 @@ def speedup_svg(rows: Sequence[BoardRow]) -> markupsafe.Markup | None:
 def report_html(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | None = None) -> str:
     """The run's page: environment, configuration, suite summary, and per problem a leaderboard, a chart of the
     samples and a section per row."""
-    problems = sorted({e.problem for e in evaluations})
+    problems = sorted({e.problem for e in evaluations}, key=problem_order)
     views = [problem_view(doc, evaluations, p, i) for i, p in enumerate(problems)]
     anchors = {(r["e"].problem, r["e"].solution): r["anchor"] for v in views for r in v["rows"]}
     solutions = [e for e in evaluations if e.solution not in leaderboard.BASELINE_ROWS]

@@ -9,7 +9,7 @@ from typing import cast
 
 from kbench.problems.kernelbench_runs import write_eval_results
 from kbench.reports.speedup_chart import PAD, png_layout, speedup_ticks, tick_label
-from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status
+from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status, problem_order
 from kbench.results.stats import geometric_mean
 from kbench.results.storage import latest_run, load, resolve
 
@@ -47,7 +47,7 @@ def _best(evaluations: Sequence[Evaluation], problem: str, attr: str) -> float |
 
 def fast_p(evaluations: Sequence[Evaluation], p: float, attr: str = "speedup_vs_eager") -> float:
     """Share of problems with a correct solution more than p times faster than the baseline (fast_0: any correct)."""
-    problems = sorted({e.problem for e in evaluations})
+    problems = sorted({e.problem for e in evaluations}, key=problem_order)
     if not problems:
         return 0.0
     wins = 0
@@ -59,7 +59,7 @@ def fast_p(evaluations: Sequence[Evaluation], p: float, attr: str = "speedup_vs_
 
 
 def summarize(evaluations: Sequence[Evaluation]) -> Summary:
-    problems = sorted({e.problem for e in evaluations})
+    problems = sorted({e.problem for e in evaluations}, key=problem_order)
 
     def geo(attr: str) -> float | None:
         best = [b for p in problems if (b := _best(evaluations, p, attr)) is not None]
@@ -110,7 +110,7 @@ def chart(evaluations: Sequence[Evaluation], path: Path) -> Path | None:
              if e.status == Status.CORRECT and e.speedup_vs_eager and e.solution != EAGER}
     if not speed:
         return None
-    problems, solutions = sorted({p for p, _ in speed}), sorted({s for _, s in speed})
+    problems, solutions = sorted({p for p, _ in speed}, key=problem_order), sorted({s for _, s in speed})
     size, across = png_layout(len(problems), len(solutions))
     width = 0.8 / len(solutions)
     fig, ax = plt.subplots(figsize=size)

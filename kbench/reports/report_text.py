@@ -17,7 +17,7 @@ from tabulate import tabulate
 from kbench.reports import leaderboard
 from kbench.reports.caveats import NOT_MEASURED, caveats, compile_measured, headline, provenance
 from kbench.results.codec import JsonObject
-from kbench.results.records import COMPILED, EAGER, Evaluation, Status
+from kbench.results.records import COMPILED, EAGER, Evaluation, Status, problem_order
 from kbench.results.speedups import NOISE_BAND, of_row, over_compile, significant_fast_p
 from kbench.results.storage import atomic_write, latest_run, load, resolve, run_state
 
@@ -86,7 +86,7 @@ def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: 
 
 
 def suite_table(doc: JsonObject, evaluations: Sequence[Evaluation]) -> list[str]:
-    problems = sorted({e.problem for e in evaluations})
+    problems = sorted({e.problem for e in evaluations}, key=problem_order)
     strict = leaderboard.summarize(evaluations)
     significant = [significant_fast_p(evaluations, problems, p) for p in leaderboard.FAST_P]
     pct = lambda v: f"{v:.0%}"  # noqa: E731
@@ -119,7 +119,7 @@ def markdown(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | No
         "complete."]
     lines += ["", "## Suite", "", *suite_table(doc, evaluations)]
     compile_run = compile_measured(doc, evaluations)
-    for problem in sorted({e.problem for e in evaluations}):
+    for problem in sorted({e.problem for e in evaluations}, key=problem_order):
         lines += ["", f"## {problem}", "", *problem_table(evaluations, problem, compile_run)]
         lines += [w for line in leaderboard.noise_line(evaluations, problem) for w in _wrap(line, "")]
     return "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -29,6 +30,11 @@ class Status(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def problem_order(name: str) -> tuple[tuple[int, int | str], ...]:
+    """A problem name's sort key, numbers as numbers: L2_2 before L2_10 before L2_100 (text order put L2_100 first)."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
 
 
 # Names of the two rows every problem gets besides its solutions.

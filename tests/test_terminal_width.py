@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.cli import app
-from kbench.reports.tables import results_frame, to_markdown, to_terminal
+from kbench.reports.tables import row_order, run_table, results_frame, to_markdown, to_terminal
 from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status
 from tests.conftest import FIXTURES, ROOT
 
@@ -107,17 +107,19 @@ def _footnotes(text):
 
 def test_the_run_table_keeps_within_120_columns_and_every_warning_in_a_footnote():
     rows = _rows()
-    text = to_terminal(results_frame(rows))
+    text = to_terminal(run_table(rows))
     assert max(map(len, text.splitlines())) <= 120, text
     notes = _footnotes(text)
-    expected = [f"{e.problem}/{e.solution}: {' '.join(part.split())}" for e in rows
+    shown = sorted(rows, key=row_order)  # problems by name and number, then eager, torch.compile, the solutions
+    assert [e.solution for e in shown] == ["cuda_fused", EAGER, COMPILED, "tf32_igemm_with_a_longer_name"]
+    expected = [f"{e.problem}/{e.solution}: {' '.join(part.split())}" for e in shown
                 for part in (e.message, *(w.text for w in e.warnings)) if part]
     assert [n.split("] ", 1)[1] for n in notes] == expected  # each in full, numbered in order, correct rows too
     assert [n.split("]")[0] for n in notes] == [f"[{i}" for i in range(1, len(expected) + 1)]
     assert "..." not in text
     table = {line.split()[1]: line for line in text.split("\n\n")[0].splitlines() if line.startswith("conv")}
-    assert table[COMPILED].endswith("  1") and table["tf32_igemm_with_a_longer_name"].endswith("  2, 3, 4")
-    assert table["cuda_fused"].endswith("  5, 6") and table[EAGER].endswith("%")  # the notes hold only numbers
+    assert table["cuda_fused"].endswith("  1, 2") and table[COMPILED].endswith("  3")
+    assert table["tf32_igemm_with_a_longer_name"].endswith("  4, 5, 6") and table[EAGER].endswith("%")  # numbers
 
 
 def test_csv_and_markdown_keep_every_note_in_full():

@@ -97,9 +97,9 @@ def run_command(
 def _show_run(store: RunStore) -> None:
     """The results table and the run's folder on stdout (after the progress display has stopped); exit 1 when any
     row is not correct."""
-    from kbench.reports.tables import results_frame, to_terminal  # heavy: pandas; not for --help
+    from kbench.reports.tables import run_table, to_terminal  # heavy: pandas; not for --help
 
-    typer.echo(to_terminal(results_frame(store.evaluations)))
+    typer.echo(to_terminal(run_table(store.evaluations)))
     typer.echo(f"\nresults: {store.directory}")
     _exit_unless_correct(store.evaluations)
 
@@ -180,12 +180,12 @@ def baseline_command(
     """
     from kbench.cli.live import progress_sink  # slow: rich.live and the pipeline; not for --help
     from kbench.commands.baseline import baseline  # heavy: pandas; not for --help
-    from kbench.reports.tables import results_frame, to_terminal  # heavy: pandas; not for --help
+    from kbench.reports.tables import run_table, to_terminal  # heavy: pandas; not for --help
 
     config = run_config(device=device, size=size, no_compile_baseline=no_compile_baseline, **settings)
     with progress_sink(show_progress) as progress:
         store, target = baseline(config, problem or [], problems_dir, name, progress, resume)
-    typer.echo(to_terminal(results_frame(store.evaluations)))
+    typer.echo(to_terminal(run_table(store.evaluations)))
     typer.echo(f"\nbaseline: {target}")
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 from tabulate import tabulate
 
-from kbench.results.records import COMPILED, EAGER, Evaluation
+from kbench.results.records import COMPILED, EAGER, Evaluation, problem_order
 from kbench.results.storage import RunStore, atomic_write
 
 if TYPE_CHECKING:
@@ -62,7 +62,19 @@ def peak_bytes(e: Evaluation) -> int | None:
     return e.peak.solution if e.solution not in (EAGER, COMPILED) else e.peak.reference
 
 
+def row_order(e: Evaluation) -> tuple[object, ...]:
+    """Rows as a reader looks for them: problems by their numbers, then the eager row, torch.compile's, and the
+    solutions by name (a run on several GPUs stores them as they finish)."""
+    return problem_order(e.problem), {EAGER: 0, COMPILED: 1}.get(e.solution, 2), e.solution
+
+
+def run_table(evaluations: Sequence[Evaluation]) -> pd.DataFrame:
+    """A run's table (the terminal's after `kbench run`, results.csv, results.md): its rows in `row_order`."""
+    return results_frame(sorted(evaluations, key=row_order))
+
+
 def results_frame(evaluations: Sequence[Evaluation]) -> pd.DataFrame:
+    """The rows' frame, in the order given (a report may have ranked them)."""
     frame = pd.DataFrame([_row(e) for e in evaluations], columns=COLUMNS)
     frame["n"] = frame["n"].astype("Int64")  # a count, also where some rows have none (never 644.0 in the CSV)
     frame.attrs[NOTE_PARTS] = {i: note_parts(e) for i, e in enumerate(evaluations)}
@@ -216,6 +228,6 @@ def render(frame: pd.DataFrame, fmt: str) -> str:
 
 def write_tables(store: RunStore) -> None:
     """results.csv and results.md beside a run's run.json."""
-    frame = results_frame(store.evaluations)
+    frame = run_table(store.evaluations)
     atomic_write(store.directory / "results.csv", frame.to_csv(index=False))
     atomic_write(store.directory / "results.md", to_markdown(frame) + "\n")

@@ -218,8 +218,8 @@ def processes_warning(ratio: float, tries: int) -> Finding:
     """`[processes_disagree]`: the judge's and the candidate's processes ran the reference at different speeds, in
     each of `tries` candidate processes."""
     return Finding(FindingCode.PROCESSES_DISAGREE, f"the reference itself ran {ratio:.3f}x as long in the "
-                   f"candidate's process as in the judge's (in {tries} fresh candidate process(es) before the solution "
-                   "was imported): a speedup divided by the judge's eager would carry that difference")
+                   f"candidate's process as in the judge's (in each of the {tries} candidate processes tried, before "
+                   "the solution was imported): a speedup divided by the judge's eager would carry that difference")
 
 
 # Two halves of a timing's samples (in the order they were taken) this far apart, and significantly: the level moved.

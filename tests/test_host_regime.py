@@ -84,7 +84,7 @@ def test_the_candidate_starts_its_host_regime_interval_past_the_open_gate(monkey
     log: list[str] = []
     monkeypatch.setattr(candidate, "_cuda_event", _events(log))
     monkeypatch.setattr(candidate, "_synchronize", lambda device: log.append("synchronize"))
-    monkeypatch.setattr(candidate, "_current_stream", lambda: SimpleNamespace(cuda_stream=7))
+    monkeypatch.setattr(timers, "_current_stream", lambda: SimpleNamespace(cuda_stream=7))
     monkeypatch.setattr(candidate, "_elapsed_time", lambda start, end: 2.0)
     server = candidate.CommandServer()
     server.device = "cuda"

@@ -136,6 +136,24 @@ def test_close_ends_the_zygote_and_the_spare(tmp_path):
     assert all(child.proc.poll() is not None for child in spares)
 
 
+def test_a_zygote_closed_with_a_worker_still_running_ends_it_at_once(tmp_path):
+    """The zygote reaps its last children before it goes, but a worker still running when the parent closes it (or
+    dies) is killed first, not waited for: closing takes moments, and nothing the worker holds outlives it."""
+    from kbench.execution import child, zygote
+
+    env = isolation.worker_path_env()
+    owner = zygote.Zygote(child.zygote_env_of(env))
+    worker = child._Child(env, zygote=owner)  # forked, waiting for a job that never comes
+    assert worker.proc.poll() is None
+    started = time.monotonic()
+    owner.close()
+    assert time.monotonic() - started < zygote.CLOSE_REAP_S / 2
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{worker.proc.pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{worker.proc.pid}")
+
+
 def test_a_zygote_started_from_a_thread_that_ended_still_forks(tmp_path):
     """A run's builds start it from a pool thread; the thread's end must not end the zygote (PDEATHSIG would)."""
     import threading

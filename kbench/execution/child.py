@@ -125,6 +125,7 @@ class _Child:
         self.groups: list[int] = []  # further process groups the child reported (a judge's candidate)
         self.token = ""
         self.on_event: Callable[[str], Any] = lambda name: None
+        self.candidate = candidate  # whether a candidate process was started ahead with it (a solution's job)
         self.answered = threading.Event()  # a line with a result came (the worker exits right after writing it)
         self.reader = threading.Thread(target=_drain, args=(read_fd, self.chunks, self._event), daemon=True)
         self.reader.start()

@@ -25,7 +25,7 @@ class WarmStarts:
 
     def __init__(self, ahead: bool = True) -> None:
         self.ahead = ahead
-        self._spares: dict[tuple[Key, bool], _Child] = {}
+        self._spares: dict[Key, _Child] = {}  # a slot's next worker (of the kind `_Child.candidate` says)
         self._zygotes: dict[Key, Zygote | None] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -60,24 +60,22 @@ class WarmStarts:
         if not self.ahead:
             return
         with self._lock:
-            if self._closed or any(k == key for k, _ in self._spares):
+            if self._closed or key in self._spares:
                 return
         child = self._child(env, candidate)
         with self._lock:
-            if self._closed or any(k == key for k, _ in self._spares):
+            if self._closed or key in self._spares:
                 child.discard()
                 return
-            self._spares[(key, candidate)] = child
+            self._spares[key] = child
 
     def __call__(self, job: Job, timeout_s: float, env: dict[str, str]) -> ChildOutcome:
         shared = shared_env(env)
         key, solution = _key(shared), job.mode == "evaluate"
         with self._lock:
-            child = self._spares.pop((key, solution), None)
-            other = self._spares.pop((key, not solution), None)  # started for the other kind of job: of no use
-        if other is not None:
-            other.discard()
-        if child is None or child.proc.poll() is not None:  # none yet, or it died waiting
+            child = self._spares.pop(key, None)
+        # none yet, one that died waiting, or one started for the other kind of job
+        if child is None or child.proc.poll() is not None or child.candidate != solution:
             if child is not None:
                 child.discard()
             child = self._child(shared, solution)

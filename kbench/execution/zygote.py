@@ -198,6 +198,16 @@ def _reap(sock: socket.socket, forked: set[int]) -> None:
             sock.send(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
 
 
+def _end_workers(forked: set[int]) -> None:
+    """Kill every worker this zygote forked that has not ended (each is a session and group of its own): a parent
+    that died leaves them running otherwise until the zygote goes; their candidates die with them (PDEATHSIG)."""
+    for pid in forked:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _reap_all(deadline: float) -> None:
     """Reap children until none is left or the deadline passes (what ends later goes to this zygote's own reaper)."""
     while time.monotonic() < deadline:
@@ -266,7 +276,8 @@ def main() -> None:
         if sock not in ready:
             continue
         data, fds, _, _ = socket.recv_fds(sock, 4096, 3)
-        if not data:  # the parent closed its end: reap the last children (killed spares, their candidates), then go
+        if not data:  # the parent closed its end (or died): end its workers, reap what is left, then go
+            _end_workers(forked)
             _reap_all(time.monotonic() + CLOSE_REAP_S)
             os._exit(0)
         sys.stdout.flush()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from kbench.results.codec import JsonObject
+from kbench.results.findings import FindingCode
 from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status, problem_order
 from kbench.results.stats import median
 
@@ -136,7 +137,7 @@ def _spread(evaluations: Sequence[Evaluation]) -> str:
     if len({gpu for gpu, _ in placed}) < 2:
         return ""
     where = ", ".join(f"{gpu}{f' ({name})' if name else ''}: {n}"
-                      for (gpu, name), n in sorted(placed.items(), key=lambda kv: str(kv[0][0])))
+                      for (gpu, name), n in sorted(placed.items(), key=lambda kv: problem_order(str(kv[0][0]))))
     return f"; rows spread over {len({gpu for gpu, _ in placed})} GPUs (GPU: rows) {where}"
 
 
@@ -148,7 +149,7 @@ def _processes(evaluations: Sequence[Evaluation]) -> str:
     if not checked:
         return "not recorded (a run from before the check, or no solution timed)"
     fresh = sum(1 for e in checked if e.extra["processes"].get("fresh_candidates"))
-    disagree = sum(1 for e in checked if any(f.code.value == "processes_disagree" for f in e.warnings))
+    disagree = sum(1 for e in checked if FindingCode.PROCESSES_DISAGREE in e.flags)
     witness = sum(1 for e in checked if ((e.extra.get("protocol") or {}).get("divisor") or {}).get("by") == "witness")
     parts = [f"{len(checked) - fresh} of {len(checked)} row(s) agreed in their first candidate process"]
     if fresh:

@@ -131,7 +131,7 @@ class RunStore:
                  "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         with self._lock:
             self.in_flight.append(entry)
-            self._journal({"begin": entry})
+            self._journal("begin", json.dumps(entry))
 
     def add(self, evaluation: Evaluation) -> None:
         """Keep a finished evaluation: journaled at once, in run.json by the next rewrite."""
@@ -141,13 +141,9 @@ class RunStore:
                               if (x["problem"], x["solution"]) != (evaluation.problem, evaluation.solution)]
             self.evaluations.append(evaluation)
             self._texts[id(evaluation)] = text
-            self._journal_text(f'"evaluation": {text}')
+            self._journal("evaluation", text)
             if self._clock() - self._flushed >= FLUSH_INTERVAL_S:
                 self._save("running")
-
-    def document(self, state: str) -> JsonObject:
-        """run.json's content: the header, the state, the evaluations as JSON, what is under way."""
-        return cast(JsonObject, json.loads(self._document_text(state)))
 
     def save(self, state: str) -> None:
         """run.json rewritten in full now (and the journal emptied: the file holds all it said)."""
@@ -178,14 +174,12 @@ class RunStore:
         rows = ",\n  ".join(texts[id(e)] for e in self.evaluations)
         return head[:-2] + (f',\n "evaluations": [\n  {rows}\n ]\n}}\n' if rows else ',\n "evaluations": []\n}\n')
 
-    def _journal(self, event: JsonObject) -> None:
-        self._journal_text(json.dumps(event, default=str)[1:-1])
-
-    def _journal_text(self, body: str) -> None:
-        """Append one event (`body`: the inside of a JSON object) to the journal, on disk before this returns."""
+    def _journal(self, kind: str, payload: str) -> None:
+        """Append one event (`kind`: begin or evaluation; `payload`: its JSON) to the journal, on disk before this
+        returns."""
         self._seq += 1
         with open(self.directory / JOURNAL_FILE, "a", encoding="utf-8") as handle:
-            handle.write(f'{{"seq": {self._seq}, {body}}}\n')
+            handle.write(f'{{"seq": {self._seq}, "{kind}": {payload}}}\n')
             handle.flush()
             os.fsync(handle.fileno())
 

@@ -8,6 +8,7 @@ the figure: the machine's busy time over the window minus the session's own.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import shutil
 import subprocess
@@ -149,13 +150,14 @@ class Nvml:
                 "compute_processes": count.value}
 
 
-_nvml: list[Nvml] = []  # made on first use, once per process
+@functools.cache
+def _nvml() -> Nvml:
+    """The process's NVML, initialised on first use."""
+    return Nvml()
 
 
 def _nvml_read(index: int) -> dict[str, object] | None:
-    if not _nvml:
-        _nvml.append(Nvml())
-    return _nvml[0].read(index)
+    return _nvml().read(index)
 
 
 def gpu_state(run: Callable[[list[str]], str | None] = _smi,

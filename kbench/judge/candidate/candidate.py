@@ -38,7 +38,6 @@ _reset_peak = torch.cuda.reset_peak_memory_stats
 _synchronize = timers.synchronize
 _perf_counter = timers._perf_counter
 _cuda_event, _elapsed_time = timers._cuda_event, timers._elapsed_time
-_current_stream = timers._current_stream
 
 
 def warm_cuda() -> None:
@@ -156,7 +155,7 @@ class CommandServer:
         if not cmd.gated:
             return {"status": "ok"}
         assert self.gate is not None and self.page is not None
-        stream = _current_stream().cuda_stream
+        stream = timers.current_stream_handle()
         start, end = _cuda_event(enable_timing=True), _cuda_event(enable_timing=True)
         self.gate.close(stream, cmd.value)
         try:
@@ -179,7 +178,7 @@ class CommandServer:
         try:
             if cuda:
                 assert self.gate is not None and self.page is not None
-                stream = _current_stream().cuda_stream
+                stream = timers.current_stream_handle()
                 self.gate.close(stream, cmd.value)
                 start, end = _cuda_event(enable_timing=True), _cuda_event(enable_timing=True)
                 # The judge opened the gate before its `Go`: once the stream is past it (and the GPU has switched to

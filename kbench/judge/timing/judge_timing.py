@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -211,7 +212,9 @@ def witnessed_calibration(seen: Sequence[Observed], base: timing.Calibration) ->
         return None
     host = [o for o in seen if o.regime == timers.REGIME_HOST]
     gpu = [o for o in seen if o.regime == timers.REGIME_GPU]
-    return observed_calibration(host, gpu, base.eager, base.eager_issue, base.eager_regime)
+    # `reference` pairs the candidate's calls with the judge's eager of the same rounds: base's eager is not of these
+    return dataclasses.replace(observed_calibration(host, gpu, base.eager, base.eager_issue, base.eager_regime),
+                               reference=())
 
 
 # Eager first in every round, as in calibration: the judge's sample follows its own input refresh and the

@@ -18,6 +18,7 @@ from kbench.wire.jobs import EvaluateJob, ProblemRef, SolutionRef
 from tests.conftest import FIXTURES
 
 HERE = FIXTURES / "process_speed"
+ONE_OP = FIXTURES / "solutions" / "one_op" / "honest.py"  # the same one multiplication, as a solution
 EAGER = (1.00e-3, 1.01e-3, 0.99e-3, 1.00e-3, 1.02e-3, 0.98e-3, 1.00e-3, 1.01e-3)
 
 
@@ -48,7 +49,7 @@ def test_too_few_samples_decide_nothing():
 
 def _job(device: str = "cuda") -> EvaluateJob:
     return EvaluateJob(problem=ProblemRef("p", str(HERE / "model.py"), {}), device=device, seed=1, trials=1,
-                       atol=1e-4, rtol=1e-4, solution=SolutionRef("honest", str(HERE / "solutions" / "honest.py")))
+                       atol=1e-4, rtol=1e-4, solution=SolutionRef("honest", str(ONE_OP)))
 
 
 def _scripted(scales: list[float]):

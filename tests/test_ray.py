@@ -39,3 +39,20 @@ def test_ray_tasks_give_the_same_verdicts_as_local_children(tmp_path):
     assert rows["good"].timing is not None and rows["good"].speedup_vs_eager > 0
     assert {row.gpu for row in rows.values()} <= {"ray-0", "ray-1"}  # each ran in a Ray slot
     assert any("evaluating 2 at once (ray" in m for m in messages)
+
+
+def test_each_ray_slot_is_an_actor_that_forks_its_jobs_from_one_zygote():
+    from kbench.execution.ray_executor import SLOT_ENV, RayLauncher
+    from kbench.wire.jobs import ProbeJob
+
+    launcher = RayLauncher("cpu", None)
+    try:
+        launcher.start(2)
+        outcomes = [launcher(ProbeJob(), 120, {SLOT_ENV: slot}) for slot in ("ray-0", "ray-1", "ray-0", "ray-0")]
+        described = launcher.describe()
+    finally:
+        launcher.close()
+        ray.shutdown()
+    assert all(o.result is not None and o.result.status == "ok" for o in outcomes), [o.log for o in outcomes]
+    assert [(d["jobs"], d["zygotes"]) for d in described] == [(3, 1), (1, 1)]  # one zygote a slot, all its jobs
+    assert described[0]["pid"] != described[1]["pid"]  # a process per slot

@@ -21,6 +21,9 @@ class Executor:
     launch: Launcher
     pins: bool  # slots are GPU indices to pin children to (local); Ray pins its own tasks
     close: Callable[[], None] = lambda: None  # called once the run's evaluations are over
+    slot_env: str | None = None  # a variable naming the job's slot to `launch` (Ray: which slot actor runs it)
 
     def env(self, env: dict[str, str], slot: Slot) -> dict[str, str]:
-        return pinned_env(env, slot) if self.pins else env
+        if self.pins:
+            return pinned_env(env, slot)
+        return {**env, self.slot_env: str(slot)} if self.slot_env and slot is not None else env

@@ -29,6 +29,7 @@ class WarmStarts:
         self._zygotes: dict[Key, Zygote | None] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self.zygotes_started = 0  # by this launcher (an adopted one not counted)
 
     def adopt(self, zygote: Zygote, env: dict[str, str]) -> None:
         """Use an already started zygote (the run's probe's) for the jobs whose environment is `env` on any GPU; the
@@ -41,6 +42,7 @@ class WarmStarts:
         with self._lock:
             if key not in self._zygotes and not self._closed:
                 self._zygotes[key] = Zygote(zygote_env_of(env))
+                self.zygotes_started += 1
             zygote = self._zygotes.get(key)
         return zygote if zygote is not None and zygote.alive() else None
 

@@ -39,7 +39,9 @@ ROOT = Path(__file__).resolve().parent.parent
 HONEST = ('\n\nDEVICES = ("cuda", "cpu")\n\n\nclass ModelNew(Model):\n'
           '    """An honest solution: the reference itself."""\n')
 BAND = 0.03  # an honest copy reads within 1.00 +- BAND (issue: suites at scale)
-PHASES = ("calibration", "load", "trials", "other_sizes", "timing", "trust_determinism", "trust_profile", "trust_fp64")
+PHASES = ("setup", "calibration_start", "calibration", "load", "trials", "other_sizes", "timing", "trust_determinism",
+          "trust_profile", "trust_fp64")
+EAGER_PHASES = ("setup", "timing", "degenerate_check", "noise_check", "floor")
 REFERENCE_ROWS = ("eager", "torch.compile")
 
 
@@ -165,6 +167,10 @@ def figures(folder: Path) -> dict:
         "per_hour": round(len(rows) * 3600 / state["seconds"]) if state["seconds"] else None,
         "honest_s": _median([r["seconds"] for r in ran]), "eager_s": _median([r["seconds"] for r in eager]),
         "phases": {p: _median([(r.get("phases") or {}).get(p, 0.0) for r in ran]) for p in PHASES},
+        "eager_phases": {p: _median([(r.get("phases") or {}).get(p, 0.0) for r in eager]) for p in EAGER_PHASES},
+        # what lies outside the child's own phases: its start (unless started ahead), its exit, the result's way back
+        "honest_rest": _median([r["seconds"] - sum((r.get("phases") or {}).values()) for r in ran]),
+        "eager_rest": _median([r["seconds"] - sum((r.get("phases") or {}).values()) for r in eager]),
         "speedups": (min(speedups), statistics.median(speedups), max(speedups)) if speedups else None,
         "outside": sum(abs(s - 1) > BAND for s in speedups),
         "regimes": {k: (len(v), statistics.median(v)) for k, v in sorted(by_regime.items())},
@@ -194,6 +200,13 @@ def table(work: Path, rows: bool) -> None:
               f"| {_fmt(ratio)} | {_fmt(f['honest_s'])} | {_fmt(f['eager_s'])} | {_fmt(ph['calibration'])} "
               f"| {_fmt(ph['load'])} | {_fmt(ph['trials'])} | {_fmt(ph['timing'])} | {_fmt(ph['trust_fp64'])} "
               f"| {spread} | {f['outside']} | {regimes} | {verdicts} | {f['fresh_candidates']} | {f['disagree']} |")
+    print("\nPer-phase medians, seconds (honest rows, then eager rows; rest: outside the child's phases)")
+    print("| run | " + " | ".join(PHASES) + " | rest | eager: " + " | ".join(EAGER_PHASES) + " | rest |")
+    print("|" + "---|" * (len(PHASES) + len(EAGER_PHASES) + 3))
+    for f in found:
+        print(f"| {f['label']} | " + " | ".join(_fmt(f["phases"][p], ".3f") for p in PHASES)
+              + f" | {_fmt(f['honest_rest'], '.3f')} | " + " | ".join(_fmt(f["eager_phases"][p], ".3f")
+                                                         for p in EAGER_PHASES) + f" | {_fmt(f['eager_rest'], '.3f')} |")
     if rows:
         for folder in folders:
             _rows(folder)

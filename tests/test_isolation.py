@@ -160,11 +160,24 @@ def test_each_evaluation_records_where_its_time_went(fixture_run):
     by_name = {e.solution: e for e in store.evaluations}
     good, wrong = by_name["good"].phases, by_name["wrong_values"].phases
     # the fixture runs on CPU, where there is no kernel profile (trust_profile)
-    assert list(good) == ["calibration", "load", "trials", "other_sizes", "timing", "trust_determinism", "trust_fp64"]
+    assert list(good) == ["setup", "calibration_start", "calibration", "load", "trials", "other_sizes", "timing",
+                          "trust_determinism", "trust_fp64"]
     assert all(v >= 0 for v in good.values())
     assert sum(good.values()) <= by_name["good"].seconds  # the rest is the child's start-up and import of torch
     assert good["timing"] > 0
-    assert list(wrong) == ["calibration", "load", "trials"]  # an incorrect solution stops after its trials
+    assert list(wrong) == ["setup", "calibration_start", "calibration", "load", "trials"]  # stops after its trials
+
+
+def test_a_step_marked_again_adds_its_seconds_to_the_first(monkeypatch):
+    from kbench.judge import harness
+
+    ticks = iter([0.0, 1.0, 3.0, 3.5])
+    monkeypatch.setattr(harness, "_perf_counter", lambda: next(ticks))
+    phases = harness.Phases()
+    phases.mark("calibration")
+    phases.mark("load")
+    phases.mark("calibration")  # a fresh candidate process calibrated again
+    assert phases.seconds == {"calibration": 1.5, "load": 2.0}
 
 
 def test_children_can_import_kbench_from_where_the_parent_found_it(tmp_path):

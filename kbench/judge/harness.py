@@ -222,8 +222,9 @@ class Phases:
         self._last = _perf_counter()
 
     def mark(self, name: str) -> None:
+        """The seconds since the last mark go to `name` (added to what it has: a step done again adds up)."""
         now = _perf_counter()
-        self.seconds[name] = round(now - self._last, 4)
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._last, 4)
         self._last = now
 
 

@@ -91,10 +91,12 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     probe_inputs = make(seed)
     probe, ref_peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *probe_inputs)),
                               judge_work="the reference's first call")
+    phases.mark("setup")
     session.sandbox_plan = sandbox.plan_for(job.solution.path, env)  # in force before the solution is imported
     session, calibration, processes = _calibrated(
         job, session, lambda current: _fresh_session(job, current, announce, started),
-        partial(calibrate, job, reference=reference, init=init, make=make, inputs=probe_inputs, outputs=probe))
+        partial(calibrate, job, reference=reference, init=init, make=make, inputs=probe_inputs, outputs=probe,
+                phases=phases))
     phases.mark("calibration")
     try:
         session.load(job.solution.path, env)

@@ -41,9 +41,19 @@ _cuda_event, _elapsed_time = timers._cuda_event, timers._elapsed_time
 
 
 def warm_cuda() -> None:
-    """Create this process's CUDA context (a first allocation), if there is a GPU."""
-    if torch.cuda.is_available():
-        torch.empty(1, device="cuda")
+    """Create this process's CUDA context, if there is a GPU, and initialise the libraries most calls use: a small
+    convolution (cuDNN's handle and the libraries it loads on first use) and a small matrix product (cuBLAS's). In a
+    process started ahead of its job these first-use costs (tenths of a second) are paid while nobody is timed on
+    its GPU, not in the job's first calls. Nothing of it stays but the libraries' state: the memory goes back."""
+    if not torch.cuda.is_available():
+        return
+    x = torch.ones(1, 2, 6, 6, device="cuda")
+    torch.nn.functional.conv2d(x, torch.ones(2, 2, 3, 3, device="cuda"))
+    a = torch.ones(16, 16, device="cuda")
+    torch.mm(a, a)
+    _synchronize("cuda")
+    del x, a
+    torch.cuda.empty_cache()
 
 
 def preload() -> None:

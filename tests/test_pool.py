@@ -102,3 +102,46 @@ def test_an_interrupt_cancels_queued_builds_and_kills_running_ones(monkeypatch, 
     assert time.monotonic() - t0 < 4  # not 5 s per queued build
     assert killed.is_set()
     assert len(started) <= 3, started  # the first, the one running beside it, at most one picked up meanwhile
+
+
+def test_with_early_a_slots_next_job_starts_at_the_release_and_its_turn_comes_when_the_first_ends():
+    """Two jobs share a slot only from the first's release to its end; the second sees its turn (`previous`) set only
+    once the first has ended; never three at once on a slot."""
+    from kbench.execution.pool import current_turn
+
+    events: list[tuple[str, int, float]] = []
+    lock = threading.Lock()
+
+    def log(what: str, item: int) -> None:
+        with lock:
+            events.append((what, item, time.monotonic()))
+
+    def work(item: int, slot: str | None) -> int:
+        turn = current_turn()
+        assert turn is not None and turn.slot == slot
+        log("start", item)
+        assert turn.previous.wait(5)  # what a launcher does before its job times
+        log("turn", item)
+        time.sleep(0.05)  # timed
+        turn.release()  # "timed": the slot's next job may start
+        time.sleep(0.1)  # checks after the timing
+        log("end", item)
+        return item
+
+    done: list[int] = []
+    run_on_slots([0, 1, 2, 3], [None], work, lambda item, result: done.append(result), early=True)
+    assert sorted(done) == [0, 1, 2, 3]
+    at = {(what, item): t for what, item, t in events}
+    for item in (1, 2, 3):
+        assert at[("start", item)] < at[("end", item - 1)]  # it started while the one before finished its checks
+        assert at[("turn", item)] >= at[("end", item - 1)]  # but its turn came only once that one had ended
+    for item in (2, 3):
+        assert at[("start", item)] >= at[("end", item - 2)]  # never three on the slot
+
+
+def test_without_early_there_is_no_turn_to_release():
+    from kbench.execution.pool import current_turn
+
+    seen = []
+    run_on_slots([1, 2], ["0", "1"], lambda item, slot: seen.append(current_turn()), lambda item, result: None)
+    assert seen == [None, None]

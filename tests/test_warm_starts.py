@@ -249,3 +249,52 @@ def test_a_worker_that_has_answered_does_not_hold_up_the_next_job_while_it_exits
     assert worker.proc.returncode is not None  # reaped: killed with its group, no zombie left
     with process_tree._live_lock:
         assert worker.proc.pid not in process_tree._live
+
+
+def _turn_after(seconds: float):
+    import threading
+
+    turn = threading.Event()
+    threading.Timer(seconds, turn.set).start()
+    return turn
+
+
+def test_a_job_handed_before_its_turn_prepares_and_times_nothing_until_the_turn_comes():
+    """A solution's judge builds and calls the reference (and so does its candidate), then waits for its turn before
+    the calibration rounds; a reference's child waits before its timing. The wait is the `waiting` phase, and the
+    timeout counts from the turn."""
+    from kbench.execution.zygote import Zygote
+
+    env = isolation.worker_path_env()
+    forks = Zygote(child.zygote_env_of(env))  # workers with everything imported: the turn comes after their start
+    try:
+        solution = child._Child(env, zygote=forks).run(_job(FIXTURES / "solutions" / "tiny" / "good.py"), 60,
+                                                       turn=_turn_after(3.0))
+        reference = child._Child(env, zygote=forks).run(ReferenceJob(**_judging()), 60, turn=_turn_after(3.0))
+    finally:
+        forks.close()
+    assert solution.result.status == "correct" and reference.result.status == "correct", solution.log + reference.log
+    phases = solution.result.phases
+    assert list(phases)[:3] == ["setup", "calibration_start", "waiting"]
+    assert phases["waiting"] > 0.3  # the start-up and the preparation came first, then the wait for the turn
+    assert solution.seconds > 3.0 and reference.seconds > 3.0  # neither could end before its turn
+    steps = list(reference.result.phases)
+    assert reference.result.phases["waiting"] > 0.3 and steps.index("setup") < steps.index("waiting") < steps.index(
+        "timing")
+
+
+def test_a_job_whose_preparation_fails_answers_without_its_turn(tmp_path):
+    """A reference that raises in its first call ends the job before it would time: the child answers at once,
+    though its turn never comes."""
+    import threading
+
+    never = threading.Event()
+    problem = tmp_path / "raises.py"
+    problem.write_text((FIXTURES / "problems" / "tiny" / "model.py").read_text().replace(
+        "return torch.tanh(self.linear(x)) * self.scale", "raise ValueError('no forward here')"))
+    broken = {**_judging(), "problem": ProblemRef("raises", str(problem))}
+    started = time.monotonic()
+    outcome = child._Child(isolation.worker_path_env()).run(ReferenceJob(**broken), 60, turn=never)
+    assert outcome.result is not None and outcome.result.status == "runtime_error", outcome.log
+    assert "no forward here" in outcome.result.message
+    assert time.monotonic() - started < 30

@@ -186,10 +186,14 @@ class _Child:
             _live.add(pgid)
 
     def run(self, job: Job, timeout_s: float, env: dict[str, str] | None = None,
-            on_event: Callable[[str], Any] | None = None) -> ChildOutcome:
+            on_event: Callable[[str], Any] | None = None, turn: threading.Event | None = None) -> ChildOutcome:
         """Hand the child its job (with `env`, the job's own variables, for a child started before it); wait at most
-        timeout_s (counted from now) for it to end. on_event(name) is called (from a reader thread) for each progress
-        event the worker reports."""
+        timeout_s (counted from its turn) for it to end. on_event(name) is called (from a reader thread) for each
+        progress event the worker reports.
+
+        The job is the first line of the worker's stdin; the end of stdin is its turn to time on its GPU (the worker's
+        wait_turn). With `turn` (the slot's previous job still finishing, kbench.execution.pool.Turn) stdin ends once
+        `turn` is set, and the worker prepares what times nothing meanwhile; without, at once."""
         token = self.token = secrets.token_hex(16)
         if on_event is not None:
             self.on_event = on_event
@@ -199,7 +203,10 @@ class _Child:
         try:
             try:
                 assert self.proc.stdin is not None
-                self.proc.stdin.write(encode(Envelope(job, token, env or {})).encode())
+                self.proc.stdin.write(encode(Envelope(job, token, env or {})).encode() + b"\n")
+                self.proc.stdin.flush()
+                if turn is not None:
+                    self._wait_turn(turn)
                 self.proc.stdin.close()
             except BrokenPipeError:
                 pass
@@ -215,6 +222,12 @@ class _Child:
         raw = None if timed_out else _parse(b"".join(self.chunks), token)
         result, refused = _checked(job, raw)
         return ChildOutcome(result, self.proc.returncode, timed_out, seconds, text[-LOG_TAIL_CHARS:], refused)
+
+    def _wait_turn(self, turn: threading.Event) -> None:
+        """Until `turn` is set, or the worker answered or ended before it needed its turn (a failed set-up)."""
+        while not turn.wait(0.01):
+            if self.answered.is_set() or self.proc.poll() is not None:
+                return
 
     def _ended(self, timeout_s: float) -> bool:
         """Wait until the worker has written its result or exited, at most timeout_s; False if neither came.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import Any, TypeVar
@@ -43,29 +44,74 @@ def drain(futures: Sequence[Future[Result]], on_done: Callable[[Future[Result]],
         raise
 
 
-def run_on_slots(items: Sequence[Item], slots: Sequence[Slot], work: Callable[[Item, Slot], Result],
-                 on_done: Callable[[Item, Result], Any]) -> None:
-    """Run work(item, slot) for every item, never two at once on one slot; on_done runs in the caller's thread.
+class Turn:
+    """A job's hold on its slot (run_on_slots with `early`). The job may `release` the slot before it ends, once
+    nothing of it is timed any more: the slot's next job then starts its untimed preparation while this one finishes
+    its checks, and waits for `previous` (set when the job before it on the slot has ended) before it times
+    anything. A job holds at most one release: after the first, `release` does nothing."""
 
-    With one slot the items run in order in the caller's own thread, so Ctrl-C reaches the running
-    child directly. With several, on_done sees results in the order they finish.
+    def __init__(self, slot: Slot, previous: threading.Event, hand_on: Callable[[Slot, threading.Event], None]) -> None:
+        self.slot = slot
+        self.previous = previous
+        self.ended = threading.Event()
+        self._hand_on = hand_on
+        self._released = False
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        """Let the slot's next job start; it waits for this one's `ended` before its timed part."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        self._hand_on(self.slot, self.ended)
+
+
+_turns = threading.local()
+
+
+def current_turn() -> Turn | None:
+    """The turn of the job this thread runs for run_on_slots (with `early`), if any: a launcher releases it."""
+    return getattr(_turns, "turn", None)
+
+
+def run_on_slots(items: Sequence[Item], slots: Sequence[Slot], work: Callable[[Item, Slot], Result],
+                 on_done: Callable[[Item, Result], Any], early: bool = False) -> None:
+    """Run work(item, slot) for every item; on_done runs in the caller's thread.
+
+    Never two at once on one slot, unless `early`: then a job may release its slot before it ends (its `Turn`,
+    which the launcher finds through `current_turn`), and the slot's next job starts meanwhile; at most two jobs share a
+    slot, the second held until the first ends before it times anything (the launcher waits for `Turn.previous`).
+
+    With one slot and not `early` the items run in order in the caller's own thread, so Ctrl-C reaches the running
+    child directly. Otherwise on_done sees results in the order they finish.
     """
-    if len(slots) <= 1:
+    if len(slots) <= 1 and not early:
         for item in items:
             on_done(item, work(item, slots[0] if slots else None))
         return
-    free: queue.Queue[Slot] = queue.Queue()
-    for slot in slots:
-        free.put(slot)
+    free: queue.Queue[tuple[Slot, threading.Event]] = queue.Queue()
+    for slot in slots or [None]:
+        done = threading.Event()
+        done.set()
+        free.put((slot, done))
+
+    def hand_on(slot: Slot, ended: threading.Event) -> None:
+        free.put((slot, ended))
 
     def task(item: Item) -> Result:
-        slot = free.get()
+        slot, previous = free.get()
+        turn = Turn(slot, previous, hand_on)
+        _turns.turn = turn if early else None
         try:
             return work(item, slot)
         finally:
-            free.put(slot)
+            _turns.turn = None
+            turn.ended.set()
+            turn.release()
 
-    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+    width = max(len(slots), 1) * (2 if early else 1)  # with `early`, a slot's next job starts before its last ends
+    with ThreadPoolExecutor(max_workers=width) as pool:
         futures = {pool.submit(task, item): item for item in items}
         drain(list(futures), lambda future: on_done(futures[future], future.result()))
 

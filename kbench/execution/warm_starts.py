@@ -6,6 +6,7 @@ import sys
 import threading
 
 from kbench.execution.child import ChildOutcome, _Child, job_env, shared_env, zygote_env_of
+from kbench.execution.pool import current_turn
 from kbench.execution.zygote import Zygote, ZygoteError
 from kbench.wire.jobs import Job
 
@@ -21,6 +22,11 @@ class WarmStarts:
     anybody's timing on this slot. The next job is taken to be of the running one's kind: a run evaluates its
     references first, then its solutions. On the CPU a worker is forked when its job comes (a spare's start-up would
     share the timed cores). If a zygote cannot start, workers start the slow way (`python -m kbench.execution.worker`).
+
+    When the jobs come through run_on_slots with `early`, a job's "timed" (or its end) also releases its turn
+    (kbench.execution.pool.Turn): the slot's next job goes to its worker (the spare, on CUDA) at once and prepares
+    what times nothing (the judge's reference built and called, the candidate's) while this one finishes its checks;
+    it times nothing until this one has ended.
     """
 
     def __init__(self, ahead: bool = True) -> None:
@@ -82,12 +88,17 @@ class WarmStarts:
                 child.discard()
             child = self._child(shared, solution)
 
-        def on_event(name: str) -> None:  # the job's timing began: start the next job's child now
+        turn = current_turn()
+
+        def on_event(name: str) -> None:  # the job's timing is over: the slot's next job may start now
             if name == "timed":
                 self._start_spare(key, shared, solution)
+                if turn is not None:
+                    turn.release()  # the next job takes the spare and prepares while this one finishes
 
-        outcome = child.run(job, timeout_s, env=job_env(env), on_event=on_event)
-        self._start_spare(key, shared, solution)  # the job ended without timing (a failure, a reference job)
+        outcome = child.run(job, timeout_s, env=job_env(env), on_event=on_event,
+                            turn=turn.previous if turn is not None else None)
+        self._start_spare(key, shared, solution)  # the job ended without timing (a failure)
         return outcome
 
     def waiting(self) -> int:

@@ -48,13 +48,19 @@ _spare: Any = None  # a candidate process spawned while this worker waited for i
 _env: dict[str, str] = {}  # the job's own environment variables (kbench.execution.child.JOB_ENV)
 
 
+def wait_turn() -> None:
+    """Return once this job may time on its GPU: the parent ends the job's stdin when the slot's previous job has
+    ended (kbench.execution.pool.Turn), at once when there is none. The job itself is the first line."""
+    sys.stdin.read()
+
+
 def evaluate(job: EvaluateJob) -> EvaluateResult:
     """A solution's evaluation: this process becomes its judge (kbench.judge.judge); the solution runs in its child."""
-    return judge.evaluate(job, _env, _announce, _spare)
+    return judge.evaluate(job, _env, _announce, _spare, wait_turn)
 
 
 def reference(job: ReferenceJob) -> Any:
-    return time_reference(job, _announce)
+    return time_reference(job, _announce, wait_turn)
 
 
 def build(job: BuildJob) -> BuildJobResult:
@@ -104,7 +110,7 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
     if warm and not forked:
         _warm_flop_counter()  # a forked worker has it from the zygote
         codec.prepare(*WIRE_TYPES)
-    envelope, token, problem = _read_envelope(sys.stdin.read())
+    envelope, token, problem = _read_envelope(sys.stdin.readline())
     solution = envelope is not None and envelope.job.mode == "evaluate"
     if _spare is not None and not solution:
         _spare.kill()

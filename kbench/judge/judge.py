@@ -50,7 +50,7 @@ TIMING_CLOCKS = ("torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.Event
 
 
 def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
-             cand: CandidateProcess | None = None) -> EvaluateResult:
+             cand: CandidateProcess | None = None, wait_turn: Callable[[], None] = lambda: None) -> EvaluateResult:
     """The `evaluate` mode of the worker: this process is the judge; the solution runs in a candidate it spawned
     (ahead of the job, when the worker was started ahead) and imports it with the job's `env`.
 
@@ -59,6 +59,9 @@ def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
         env: the environment the solution is imported with (its build folder, the kernel DSLs' caches).
         announce: called with each phase reached ("timed": the parent may start the next child).
         cand: the candidate process, when it was started ahead of the job.
+        wait_turn: returns once this job may time on its GPU (the slot's previous job has ended: the worker's stdin
+            ends, kbench.execution.pool.Turn); what comes before it times nothing and runs only kbench's and the
+            reference's code (the judge's set-up, the candidate's reference built and called).
 
     Returns:
         The EvaluateResult: a status (correct, incorrect) with its trials, the timing (seconds) and the findings.
@@ -71,10 +74,9 @@ def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
     escapes.become_subreaper()  # before any of the solution's code runs: its orphans stay in view (system.escapes)
     cand = cand or CandidateProcess()
     cand.announce(announce)
-    pin_timing_core(job.device, cand, judge=True)
     started = [cand]  # every candidate process of the evaluation (a fresh one replaces one that disagreed)
     try:
-        return _evaluate(job, env, Session(cand, job.device), announce, started)
+        return _evaluate(job, env, Session(cand, job.device), announce, started, wait_turn)
     finally:
         for each in started:
             each.kill()
@@ -82,7 +84,7 @@ def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
 
 
 def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce: Announce,
-              started: list[CandidateProcess]) -> EvaluateResult:
+              started: list[CandidateProcess], wait_turn: Callable[[], None]) -> EvaluateResult:
     """Each step in its order; `draft` holds what they found until the verdict closes it."""
     device, seed = job.device, job.seed
     phases = Phases()
@@ -93,10 +95,17 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
                               judge_work="the reference's first call")
     phases.mark("setup")
     session.sandbox_plan = sandbox.plan_for(job.solution.path, env)  # in force before the solution is imported
+
+    def before_rounds(current: Session) -> None:  # the candidate's start is over; from here on things are timed
+        phases.mark("calibration_start")
+        wait_turn()
+        phases.mark("waiting")
+        pin_timing_core(job.device, current.cand, judge=True)
+
     session, calibration, processes = _calibrated(
         job, session, lambda current: _fresh_session(job, current, announce, started),
         partial(calibrate, job, reference=reference, init=init, make=make, inputs=probe_inputs, outputs=probe,
-                phases=phases))
+                before_rounds=before_rounds))
     phases.mark("calibration")
     try:
         session.load(job.solution.path, env)

@@ -43,12 +43,13 @@ from kbench.wire.jobs import CheckJob, CheckResult, CompiledResult, Judging, Ref
 _perf_counter = time.perf_counter
 
 
-def time_reference(job: ReferenceJob, announce: Announce) -> ReferenceResult:
-    """The eager reference timed (and, if asked, torch.compile of it, checked against eager and timed)."""
+def time_reference(job: ReferenceJob, announce: Announce, wait_turn: Callable[[], None] = lambda: None
+                   ) -> ReferenceResult:
+    """The eager reference timed (and, if asked, torch.compile of it, checked against eager and timed). What comes
+    before `wait_turn` returns (the problem, the reference built and called, torch.compile checked) times nothing
+    and may overlap the end of the slot's previous job (kbench.execution.pool.Turn)."""
     device, seed = job.device, job.seed
     apply_math_flags(job.math)
-    if device == "cuda":  # the core a solution's judge times from (harness.timing_core)
-        pin(0, timing_core())
     phases = Phases()
     problem = load_problem(job.problem)
     with torch.no_grad():
@@ -61,6 +62,10 @@ def time_reference(job: ReferenceJob, announce: Announce) -> ReferenceResult:
             if compiled["status"] == Status.CORRECT:
                 models["compiled"] = compiled.pop("model")
             phases.mark("compile")
+        wait_turn()
+        phases.mark("waiting")
+        if device == "cuda":  # the core a solution's judge times from (harness.timing_core)
+            pin(0, timing_core())
         measured = _time_models(job, reference, make, models, result)
         phases.mark("timing")
         # The checks below time nothing: the slot's next worker starts now and makes its CUDA context meanwhile

@@ -10,7 +10,7 @@ from typing import Any
 
 from kbench.config.run_config import TimingPolicy
 from kbench.judge.candidate.session import CandidateProcess, Session
-from kbench.judge.harness import Phases, guarded, make_timer, pin, timing_core
+from kbench.judge.harness import guarded, make_timer, pin, timing_core
 from kbench.judge.timing.rounds import SolutionRounds
 from kbench.judge.timing.timed_call import Observed, TimedCalls
 from kbench.measure import timers, timing
@@ -42,17 +42,18 @@ def pin_timing_core(device: str, cand: CandidateProcess, judge: bool = False) ->
 
 
 def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], make: Callable[[int], list[Any]],
-              inputs: list[Any], outputs: Any, phases: Phases | None = None) -> timing.Calibration:
+              inputs: list[Any], outputs: Any,
+              before_rounds: Callable[[Session], None] = lambda session: None) -> timing.Calibration:
     """Rounds of the timing protocol with the reference on both sides, in each regime (only the host's on the CPU):
     the candidate's process still holds nothing but kbench and the reference, so each call's excess of the judge's
     window over the reported time is what the protocol costs for a call like this one, on this machine now. The
-    judge's eager samples are interleaved, as in timing; its timer decides the reference's own regime first. The
-    candidate's start (the reference built, its first calls) goes to `phases` as "calibration_start"."""
+    judge's eager samples are interleaved, as in timing; its timer decides the reference's own regime first.
+    `before_rounds(session)` is called once the candidate's start is over (the reference built, its first calls),
+    before anything is timed: the judge waits there for its turn on the GPU (judge.evaluate)."""
     session.start_calibration(job, reference, init, inputs, outputs)
     for _ in range(CALIBRATION_WARMUP):  # first calls initialise libraries, which waits for the GPU: not behind a gate
         session.call()
-    if phases is not None:
-        phases.mark("calibration_start")
+    before_rounds(session)
     calls = TimedCalls(session, job.atol, job.rtol)
     timer = make_timer(job.device)
     eager_regime = timer.decide(lambda: reference(*inputs))

@@ -145,3 +145,24 @@ def test_without_early_there_is_no_turn_to_release():
     seen = []
     run_on_slots([1, 2], ["0", "1"], lambda item, slot: seen.append(current_turn()), lambda item, result: None)
     assert seen == [None, None]
+
+
+def test_a_turn_the_launcher_ends_later_holds_the_next_job_until_then():
+    """A launcher whose child answered but still exits (its CUDA contexts going) ends the turn itself: the slot's
+    next job gets its turn only then, not when the first job's result came."""
+    from kbench.execution.pool import current_turn
+
+    at: dict[str, float] = {}
+
+    def work(item: int, slot: str | None) -> int:
+        turn = current_turn()
+        assert turn is not None and turn.previous.wait(5)
+        at[f"turn {item}"] = time.monotonic()
+        if item == 0:
+            done = turn.end_later()
+            threading.Timer(0.3, lambda: (at.__setitem__("exited 0", time.monotonic()), done())).start()
+            at["result 0"] = time.monotonic()
+        return item
+
+    run_on_slots([0, 1], [None], work, lambda item, result: None, early=True)
+    assert at["turn 1"] >= at["exited 0"] > at["result 0"] + 0.2

@@ -186,14 +186,16 @@ class _Child:
             _live.add(pgid)
 
     def run(self, job: Job, timeout_s: float, env: dict[str, str] | None = None,
-            on_event: Callable[[str], Any] | None = None, turn: threading.Event | None = None) -> ChildOutcome:
+            on_event: Callable[[str], Any] | None = None, turn: threading.Event | None = None,
+            on_exit: Callable[[], Any] | None = None) -> ChildOutcome:
         """Hand the child its job (with `env`, the job's own variables, for a child started before it); wait at most
         timeout_s (counted from its turn) for it to end. on_event(name) is called (from a reader thread) for each
         progress event the worker reports.
 
         The job is the first line of the worker's stdin; the end of stdin is its turn to time on its GPU (the worker's
         wait_turn). With `turn` (the slot's previous job still finishing, kbench.execution.pool.Turn) stdin ends once
-        `turn` is set, and the worker prepares what times nothing meanwhile; without, at once."""
+        `turn` is set, and the worker prepares what times nothing meanwhile; without, at once. `on_exit` is called
+        once the worker and every group it reported have ended (which may come after this returns)."""
         token = self.token = secrets.token_hex(16)
         if on_event is not None:
             self.on_event = on_event
@@ -212,7 +214,7 @@ class _Child:
                 pass
             timed_out = not self._ended(timeout_s)
         finally:
-            self.discard(reap_later=self.answered.is_set())
+            self.discard(reap_later=self.answered.is_set(), on_exit=on_exit)
         seconds = time.monotonic() - start
         if not self.answered.is_set():
             self.reader.join(timeout=5)  # what the worker wrote before it died
@@ -244,21 +246,25 @@ class _Child:
                     return self.answered.is_set()
         return True
 
-    def discard(self, reap_later: bool = False) -> None:
+    def discard(self, reap_later: bool = False, on_exit: Callable[[], Any] | None = None) -> None:
         """Kill the child's process group, and any group it reported (a child still waiting for its job, or one whose
         job has ended); with `reap_later` (the worker has answered and is exiting) a thread of its own waits for the
-        ends, so the caller goes on now."""
+        ends, so the caller goes on now. `on_exit` is called when they have ended."""
         with _live_lock:
             groups, self.groups = self.groups, []
 
         def end() -> None:
-            _kill_group(self.proc)
-            for pgid in groups:
-                kill_tree(pgid)
-            self.proc.wait()
-            with _live_lock:
-                _live.discard(self.proc.pid)
-                _live.difference_update(groups)
+            try:
+                _kill_group(self.proc)
+                for pgid in groups:
+                    kill_tree(pgid)
+                self.proc.wait()
+                with _live_lock:
+                    _live.discard(self.proc.pid)
+                    _live.difference_update(groups)
+            finally:
+                if on_exit is not None:
+                    on_exit()
 
         if reap_later:
             threading.Thread(target=end, daemon=True).start()

@@ -6,7 +6,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from typing import Any, TypeVar
 
 from kbench.execution import process_tree
@@ -56,7 +56,14 @@ class Turn:
         self.ended = threading.Event()
         self._hand_on = hand_on
         self._released = False
+        self._ended_by_launcher = False
         self._lock = threading.Lock()
+
+    def end_later(self) -> Callable[[], None]:
+        """The launcher ends this turn itself, once its child has exited (its CUDA contexts gone), which may come
+        after the job's result: the slot's next job then times on a GPU nobody else holds. Returns what ends it."""
+        self._ended_by_launcher = True
+        return self.ended.set
 
     def release(self) -> None:
         """Let the slot's next job start; it waits for this one's `ended` before its timed part."""
@@ -96,24 +103,50 @@ def run_on_slots(items: Sequence[Item], slots: Sequence[Slot], work: Callable[[I
         done.set()
         free.put((slot, done))
 
+    stopping = threading.Event()  # the run was stopped: a task still waiting for a slot gives up
+
     def hand_on(slot: Slot, ended: threading.Event) -> None:
         free.put((slot, ended))
 
+    def take() -> tuple[Slot, threading.Event]:
+        while True:
+            try:
+                return free.get(timeout=0.1)
+            except queue.Empty:
+                if stopping.is_set():
+                    raise RunStopped from None
+
     def task(item: Item) -> Result:
-        slot, previous = free.get()
+        slot, previous = take()
+        if stopping.is_set():
+            hand_on(slot, previous)
+            raise RunStopped
         turn = Turn(slot, previous, hand_on)
         _turns.turn = turn if early else None
         try:
             return work(item, slot)
         finally:
             _turns.turn = None
-            turn.ended.set()
+            if not turn._ended_by_launcher:
+                turn.ended.set()
             turn.release()
 
     width = max(len(slots), 1) * (2 if early else 1)  # with `early`, a slot's next job starts before its last ends
     with ThreadPoolExecutor(max_workers=width) as pool:
         futures = {pool.submit(task, item): item for item in items}
-        drain(list(futures), lambda future: on_done(futures[future], future.result()))
+        try:
+            drain(list(futures), lambda future: on_done(futures[future], future.result()))
+        except BaseException:
+            stopping.set()  # a task still waiting for its slot gives up
+            # One that took its slot as drain killed the children may start a child after that: kill again until
+            # every task has returned, so the pool's shutdown never waits for a whole evaluation.
+            while wait(list(futures), timeout=0.2).not_done:
+                process_tree.kill_all()
+            raise
+
+
+class RunStopped(Exception):
+    """A task that was still waiting for its slot when the run stopped (run_on_slots)."""
 
 
 def visible_devices() -> str | None:

@@ -97,7 +97,8 @@ class WarmStarts:
                     turn.release()  # the next job takes the spare and prepares while this one finishes
 
         outcome = child.run(job, timeout_s, env=job_env(env), on_event=on_event,
-                            turn=turn.previous if turn is not None else None)
+                            turn=turn.previous if turn is not None else None,
+                            on_exit=turn.end_later() if turn is not None else None)
         self._start_spare(key, shared, solution)  # the job ended without timing (a failure)
         return outcome
 

@@ -298,3 +298,32 @@ def test_a_job_whose_preparation_fails_answers_without_its_turn(tmp_path):
     assert outcome.result is not None and outcome.result.status == "runtime_error", outcome.log
     assert "no forward here" in outcome.result.message
     assert time.monotonic() - started < 30
+
+
+def test_after_a_job_that_timed_no_further_child_starts_while_the_next_job_times(tmp_path, monkeypatch):
+    """With early turns the next job takes the spare started when the running job timed; none may start when the
+    running job ends, as its CUDA context would be made while the next job times: the next child starts at the next
+    job's own "timed" (here 2 s of loading later)."""
+    from kbench.execution.pool import run_on_slots
+
+    created: list[float] = []
+
+    class Recording(child._Child):
+        def __init__(self, *args, **kwargs):
+            created.append(time.monotonic())
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(warm_starts, "_Child", Recording)
+    first, env = _solution(tmp_path / "first")
+    slow, _ = _solution(tmp_path / "slow")
+    slow.write_text(slow.read_text().replace(str(tmp_path / "slow" / "ext"), str(tmp_path / "first" / "ext")))
+    slow.write_text("import time\ntime.sleep(2)\n" + slow.read_text())  # loaded after its turn, before it times
+    ended: dict[str, float] = {}
+    warm = warm_starts.WarmStarts()
+    try:
+        run_on_slots([first, slow], [None], lambda path, slot: warm(_job(path), 60, env),
+                     lambda path, outcome: ended.setdefault(path.parent.name, time.monotonic()), early=True)
+    finally:
+        warm.close()
+    assert len(created) == 3  # the first job's child, the spare the second took, the spare after the second timed
+    assert created[2] - ended["first"] >= 1.5

@@ -89,9 +89,11 @@ class WarmStarts:
             child = self._child(shared, solution)
 
         turn = current_turn()
+        timed = threading.Event()
 
         def on_event(name: str) -> None:  # the job's timing is over: the slot's next job may start now
             if name == "timed":
+                timed.set()
                 self._start_spare(key, shared, solution)
                 if turn is not None:
                     turn.release()  # the next job takes the spare and prepares while this one finishes
@@ -99,7 +101,10 @@ class WarmStarts:
         outcome = child.run(job, timeout_s, env=job_env(env), on_event=on_event,
                             turn=turn.previous if turn is not None else None,
                             on_exit=turn.end_later() if turn is not None else None)
-        self._start_spare(key, shared, solution)  # the job ended without timing (a failure)
+        if not timed.is_set():  # the job ended without timing (a failure): the next job's child starts now
+            self._start_spare(key, shared, solution)
+        # After a job that timed, its spare is started already (the next job may hold it): another started now would
+        # make its CUDA context while the next job times.
         return outcome
 
     def waiting(self) -> int:

@@ -187,3 +187,22 @@ def test_children_can_import_kbench_from_where_the_parent_found_it(tmp_path):
 
     first = isolation.worker_path_env()["PYTHONPATH"].split(os.pathsep)[0]
     assert (Path(first) / "kbench" / "__init__.py").resolve() == Path(kbench.__file__).resolve()
+
+
+def test_a_cpu_run_leaves_no_multiprocessing_temp_folder(tmp_path):
+    """The judge hands its candidate CPU tensors by descriptor, through multiprocessing's resource sharer and its
+    socket in a pymp-* temp folder; the worker ends with os._exit, so it removes that folder itself."""
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "kbench", "run", "-p", "tiny", "-s", "good", "--device", "cpu", "--no-compile-baseline",
+         "--problems-dir", str(FIXTURES / "problems"), "--solutions-dir", str(FIXTURES / "solutions"),
+         "--results-dir", str(tmp_path / "results"), "--cache-dir", str(tmp_path / "cache"), "--max-time", "0.1",
+         "--no-progress"], capture_output=True, text=True, timeout=300,
+        env={**isolation.worker_path_env(), "TMPDIR": str(scratch)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "correct" in done.stdout
+    assert sorted(p.name for p in scratch.iterdir() if p.name.startswith("pymp-")) == []

@@ -29,6 +29,7 @@ from kbench.judge.verdicts import Verdict, short
 from kbench.results import codec
 from kbench.results.codec import ProtocolError, decode, to_wire
 from kbench.system.environment import describe_torch
+from kbench.system.lifetime import remove_temp_dir
 from kbench.system.toolkit import BUILT_MARKER
 from kbench.wire.jobs import (
     WIRE_TYPES,
@@ -135,6 +136,7 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
     out.write(json.dumps({"token": token, "result": result}) + "\n")
     out.flush()
     # Skip interpreter teardown: a solution's atexit hooks or threads must not hang or alter the exit.
+    remove_temp_dir()  # which that teardown would have removed
     os._exit(0)
 
 

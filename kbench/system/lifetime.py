@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
+import shutil
 import signal
 
 from kbench.results.records import Status
@@ -16,6 +18,16 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
+
+
+def remove_temp_dir() -> None:
+    """Remove this process's multiprocessing temp folder, if it made one: its resource sharer's socket lives there
+    when tensors went to another process by descriptor (a CPU judge's inputs to its candidate). Interpreter exit
+    removes it, but kbench's children end with os._exit, and every CPU evaluation left a /tmp/pymp-* folder."""
+    config = getattr(multiprocessing.current_process(), "_config", {})  # multiprocessing.util.get_temp_dir keeps it
+    folder = config.get("tempdir")
+    if isinstance(folder, str):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def exit_failure(code: int, who: str, before: str) -> tuple[Status, str]:

@@ -343,3 +343,20 @@ def test_work_that_runs_past_the_candidates_signal_shows_in_the_verification_tim
     warning = timing.unfinished_warning(early, 0.36e-3, calibration)
     assert warning is not None and warning.code == "unfinished_work"
     assert timing.unfinished_warning(early, 0.36e-3, Calibration()) is None  # nothing calibrated: nothing to say
+
+
+def test_at_the_cap_rounds_go_on_to_min_samples_when_they_fit_in_twice_the_cap():
+    """A 100 ms call beside the reference with a round's overheads (0.45 s a round) reaches the 3 s cap after 7
+    rounds: it goes on to 10 (4.5 s, within twice the cap). One whose rounds take 0.8 s stops at the cap: 10 of them
+    would take 8 s."""
+    policy = TimingPolicy(warmup_calls=0, warmup_s=0, min_samples=10, min_time_s=0.1, max_time_s=3.0, rel_ci=0.001)
+    spread = [0.1 + 0.01 * ((i * 0.6180339887) % 1) for i in range(100)]  # never converges at +-0.1%
+    clock = FakeClock()
+    out = measure_interleaved(fns("a", "b"), FakeTimer(clock, {"a": spread, "b": spread}, host_extra=0.125), policy,
+                              clock)
+    assert out["a"].stop_reason == "max_time" and len(out["a"].samples) == len(out["b"].samples) == 10
+    assert 4.4 < clock.now < 4.7
+    clock = FakeClock()
+    out = measure_interleaved(fns("a", "b"), FakeTimer(clock, {"a": [0.3, 0.31], "b": [0.3, 0.31]}, host_extra=0.1),
+                              policy, clock)
+    assert out["a"].stop_reason == "max_time" and len(out["a"].samples) == 4  # 3.2 s: the first round past the cap

@@ -146,7 +146,9 @@ def measure_rounds(
     (`alternate=False`: forward order in every round, so each sampler always follows the same one). `before_round(i)`
     runs before round i (fresh inputs: round -1 before the warm-up) and `after_round(i)` after it (output checks); both
     lie outside every timed interval. Sampling stops when every sampler has converged (see `converged`) or when the
-    loop has run for `max_time_s`, whichever comes first; at least one round always runs.
+    loop has run for `max_time_s`, whichever comes first, except that rounds go on past the cap up to `min_samples`
+    while that fits in MIN_SAMPLES_OVERRUN times the cap at the pace so far (`_room_for_min_samples`); at least one
+    round always runs.
     """
     names = list(samplers)
     before_round(-1)
@@ -164,10 +166,23 @@ def measure_rounds(
         if all(converged([s.timed for s in taken[n]], elapsed, policy) for n in names):
             reason = STOP_CONVERGED
             break
-        if elapsed >= policy.max_time_s:
+        if elapsed >= policy.max_time_s and not _room_for_min_samples(rounds, elapsed, policy):
             reason = STOP_MAX_TIME
             break
     return {n: _measurement(taken[n], reason) for n in names}
+
+
+# At the cap, rounds go on up to `min_samples` when that fits in this many times `max_time_s` at the rounds' pace so far
+MIN_SAMPLES_OVERRUN = 2.0
+
+
+def _room_for_min_samples(rounds: int, elapsed: float, policy: TimingPolicy) -> bool:
+    """Whether the loop, at its cap with fewer than `min_samples` rounds, goes on: when `min_samples` rounds at the
+    pace so far take at most MIN_SAMPLES_OVERRUN times the cap. A call of up to a few hundred milliseconds (with its
+    round's protocol) then gets its `min_samples` samples whatever its overheads did to the first ones; a slower one
+    stops at the cap, with `[few_samples]`."""
+    pace = elapsed / rounds
+    return rounds < policy.min_samples and policy.min_samples * pace <= MIN_SAMPLES_OVERRUN * policy.max_time_s
 
 
 def _measurement(taken: list[Sampled], reason: str) -> Measurement:

@@ -221,3 +221,46 @@ def test_problems_sort_by_their_numbers_not_as_text():
     rows = [_row(p, EAGER, 2.0, 2.0) for p in ("L2_10", "L2_9", "L2_100")]
     text = markdown({"config": {}}, rows)
     assert text.index("L2_9") < text.index("L2_10") < text.index("L2_100")
+
+
+def _suite(problems=40):
+    """A suite whose every honest copy was timed on a busy GPU and is plain PyTorch, and one problem whose eager
+    output is mostly zeros."""
+    busy = "[gpu_busy] 1 other process(es) held a context on this GPU while this was timed"
+    plain = "[no_custom_kernel] line 9: no load_inline; the solution is plain PyTorch"
+    rows = []
+    for i in range(1, problems + 1):
+        rows.append(_row(f"L2_{i}_P", EAGER, 2.0, 2.0, warnings=["[degenerate_zeros] 51% of the outputs are exactly "
+                                                                 "zero"] if i == 7 else []))
+        rows.append(_row(f"L2_{i}_P", "honest", 2.0, 2.0, warnings=[plain, busy]))
+    return rows
+
+
+def test_a_weakness_of_many_rows_is_one_line_that_counts_them_and_names_a_few():
+    first = markdown(DOC, _suite()).split("## Suite")[0]
+    lines = [line for line in first.splitlines() if "gpu_busy" in line or "other processes held" in line]
+    assert len([line for line in first.splitlines() if line.startswith("- weakened")]) == 1
+    assert "weakened, 40 rows: other processes held the GPU while it was timed [gpu_busy]" in " ".join(lines)
+    assert "L2_1_P/honest, L2_2_P/honest, L2_3_P/honest, L2_4_P/honest, L2_5_P/honest and 35 more" in " ".join(
+        first.split())  # in problem order, the first five, then a count
+
+
+def test_warnings_on_many_rows_are_said_once_and_not_under_each_problem():
+    text = markdown(DOC, _suite())
+    notes = text.split("## Notes on many rows")[1].split("## L2_1_P")[0]
+    assert "[no_custom_kernel] on 40 of 80 rows (honest)" in " ".join(notes.split())
+    assert "[gpu_busy] on 40 of 80 rows" in " ".join(notes.split())
+    problems = text.split("## L2_1_P")[1]
+    assert "no_custom_kernel" not in problems and "gpu_busy" not in problems
+    assert "[degenerate_zeros] 51% of the outputs" in problems  # one row's note stays with its problem
+    few = markdown(DOC, _suite(problems=4))  # a short run keeps every note under its problem
+    assert "## Notes on many rows" not in few and few.count("[no_custom_kernel]") == 4
+
+
+def test_the_html_box_folds_a_weakness_of_many_rows_into_one_item_with_links():
+    from kbench.reports.html import report_html
+
+    page = report_html(DOC, _suite())
+    box = page.split('id="before-you-quote"')[1].split("</section>")[0]
+    assert box.count('<li class="weakened">') == 1
+    assert "(40 rows)" in box and "and 35 more" in box and box.count('<a href="#') == 5

@@ -27,6 +27,7 @@ WEAKENING = {
     "tolerance_below_noise": "the tolerance is below the reference's own error",
 }
 NOT_MEASURED = "not measured"
+FOLD_NAMES = 5  # a weakness shared by more rows names this many of them, then counts the rest
 
 
 def weakening(row: Evaluation) -> list[str]:
@@ -46,12 +47,26 @@ class Caveats:
     def empty(self) -> bool:
         return not (self.suspects or self.weakened or self.unmeasured or self.incomplete)
 
+    @property
+    def weaknesses(self) -> tuple[tuple[str, tuple[Evaluation, ...]], ...]:
+        """Each weakness (a WEAKENING code) once, with the rows it weakens: a suite's hundred rows timed on a busy
+        GPU make one line, not a hundred."""
+        rows: dict[str, list[Evaluation]] = {code: [] for code in WEAKENING}
+        for e, found in self.weakened:
+            for code in found:
+                rows[code].append(e)
+        return tuple((code, tuple(sorted(found, key=lambda e: (problem_order(e.problem), e.solution))))
+                     for code, found in rows.items() if found)
+
     def lines(self) -> list[str]:
         """The box as plain lines (the terminal and markdown reports)."""
         out = [f"incomplete run: {self.incomplete}"] if self.incomplete else []
         out += [f"suspect: {e.problem}/{e.solution}: {why}" for e, why in self.suspects]
-        out += [f"weakened: {e.problem}/{e.solution}: " + "; ".join(WEAKENING[c] for c in found)
-                for e, found in self.weakened]
+        for code, rows in self.weaknesses:
+            names = ", ".join(f"{e.problem}/{e.solution}" for e in rows[:FOLD_NAMES])
+            more = f" and {len(rows) - FOLD_NAMES} more" if len(rows) > FOLD_NAMES else ""
+            out.append(f"weakened: {names}: {WEAKENING[code]}" if len(rows) == 1 else
+                       f"weakened, {len(rows)} rows: {WEAKENING[code]} [{code}]: {names}{more}")
         out += [f"baseline {u}" for u in self.unmeasured]
         return out
 

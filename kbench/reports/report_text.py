@@ -15,7 +15,7 @@ from typing import Any
 from tabulate import tabulate
 
 from kbench.reports import leaderboard
-from kbench.reports.caveats import NOT_MEASURED, caveats, compile_measured, headline, provenance
+from kbench.reports.caveats import NOT_MEASURED, caveats, compile_measured, headline, provenance, weakening
 from kbench.results.codec import JsonObject
 from kbench.results.records import COMPILED, EAGER, Evaluation, Status, problem_order
 from kbench.results.speedups import NOISE_BAND, of_row, over_compile, significant_fast_p
@@ -57,8 +57,36 @@ def _span(numbers: list[str]) -> str:
     return ", ".join(numbers)
 
 
-def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: bool) -> list[str]:
-    """One problem's ranking: the table, then its footnotes (every warning of every row, numbered)."""
+# A warning whose code is on at least this many rows, and on a quarter of them or more, is said once for the run
+# ("Notes on many rows") rather than under each problem: a suite's hundred honest copies of plain PyTorch.
+RECURRING_ROWS = 10
+
+
+def recurring(evaluations: Sequence[Evaluation]) -> dict[str, list[tuple[Evaluation, str]]]:
+    """The warning codes that recur on many rows (RECURRING_ROWS), each with its rows and their warnings' texts."""
+    by_code: dict[str, list[tuple[Evaluation, str]]] = {}
+    for e in evaluations:
+        for w in e.warnings:
+            by_code.setdefault(w.code.value, []).append((e, w.message))
+    return {code: rows for code, rows in by_code.items()
+            if len(rows) >= RECURRING_ROWS and 4 * len(rows) >= len(evaluations)}
+
+
+def recurring_notes(evaluations: Sequence[Evaluation]) -> list[str]:
+    """The run's recurring warnings, each once: its code, on how many rows (of which solutions), one of its texts."""
+    lines = []
+    for code, rows in sorted(recurring(evaluations).items(), key=lambda kv: -len(kv[1])):
+        names = sorted({e.solution for e, _ in rows})
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        lines += _wrap(f"- [{code}] on {len(rows)} of {len(evaluations)} rows ({shown}); the first: {rows[0][1]}",
+                       "      ")
+    return lines
+
+
+def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: bool,
+                  folded: frozenset[str] = frozenset()) -> list[str]:
+    """One problem's ranking: the table, then its footnotes (every warning of every row, numbered, but those whose
+    code is in `folded`: the run's recurring ones, said once)."""
     rows = leaderboard.ranked(evaluations, problem)
     eager = next((e for e in rows if e.solution == EAGER), None)
     compiled = next((e for e in rows if e.solution == COMPILED), None)
@@ -68,7 +96,7 @@ def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: 
     for rank, e in enumerate(rows, start=1):
         marks = []
         for warning in (([e.message.splitlines()[0]] if e.message and e.status != Status.CORRECT else [])
-                        + [w.text for w in e.warnings]):
+                        + [w.text for w in e.warnings if w.code.value not in folded]):
             notes.append(f"[{len(notes) + 1}] {e.solution}: {warning}")
             marks.append(str(len(notes)))
         name = e.solution + (f" {DAGGER}" if e is best and weakened else "")
@@ -79,7 +107,7 @@ def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: 
     if not compile_run:  # every cell would say "not measured": the suite's table and the box say it once
         headers, table = headers[:6] + headers[7:], [r[:6] + r[7:] for r in table]
     lines = [tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)]
-    if best is not None and weakened:
+    if best is not None and weakened and not set(weakening(best)) <= folded:  # else "Notes on many rows" says it
         lines += ["",
                   f"{DAGGER} the fastest correct solution carries a warning that weakens its verdict or its number."]
     return lines + ([""] if notes else []) + [wrapped for note in notes for wrapped in _wrap(f"- {note}", "      ")]
@@ -118,9 +146,15 @@ def markdown(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | No
         "Nothing to flag: no suspect row, no warning that weakens a correct row, every baseline measured, the run "
         "complete."]
     lines += ["", "## Suite", "", *suite_table(doc, evaluations)]
+    folded = frozenset(recurring(evaluations))
+    if folded:
+        lines += ["", "## Notes on many rows", "", *_wrap(
+            "Said once here, not under each problem (run.json and the HTML report keep every row's); a "
+            f"{DAGGER} on a problem's fastest correct solution may mean one of these weakens it:", ""),
+            *recurring_notes(evaluations)]
     compile_run = compile_measured(doc, evaluations)
     for problem in sorted({e.problem for e in evaluations}, key=problem_order):
-        lines += ["", f"## {problem}", "", *problem_table(evaluations, problem, compile_run)]
+        lines += ["", f"## {problem}", "", *problem_table(evaluations, problem, compile_run, folded)]
         lines += [w for line in leaderboard.noise_line(evaluations, problem) for w in _wrap(line, "")]
     return "\n".join(lines) + "\n"
 

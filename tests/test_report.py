@@ -100,7 +100,7 @@ def test_a_baseline_that_was_not_measured_reads_not_measured_and_an_incomplete_r
     rows = [r for r in ROWS if r.solution != COMPILED]
     text = markdown(doc, rows)
     assert "torch.compile: not measured" in text.split("## Suite")[0]
-    assert "| vs torch.compile" in text and "not measured" in text.split("## Suite")[1].split("## a")[0]
+    assert "vs torch.compile: not measured in this run." in text.split("## Suite")[1].split("## a")[0]
     assert "vs compile" not in text.split("## a")[1]  # a column of "not measured" only: the suite says it once
     assert "incomplete run: still running" in text
     clean = markdown({**DOC, "git": {"commit": "abc", "dirty": False}}, [ROWS[0], ROWS[1], ROWS[3]])
@@ -264,3 +264,16 @@ def test_the_html_box_folds_a_weakness_of_many_rows_into_one_item_with_links():
     box = page.split('id="before-you-quote"')[1].split("</section>")[0]
     assert box.count('<li class="weakened">') == 1
     assert "(40 rows)" in box and "and 35 more" in box and box.count('<a href="#') == 5
+
+
+def test_the_suite_counts_verdicts_and_quotes_fast_p_below_1_as_not_slower_than_p():
+    """fast_0.5 and fast_0.8 (the thresholds KernelBench users quote) count a correct solution whose interval lies
+    above p: a 0.9x one (0.89-0.91) is a fast_0.8 but no fast_1 win."""
+    rows = [_row("a", EAGER, 1.0, 1.0), _row("a", "slower", 1.0 / 0.9, 1.0), _row("b", EAGER, 1.0, 1.0),
+            _row("b", "broken", None, None, status=Status.INCORRECT, message="no")]
+    suite = markdown(DOC, rows).split("## Suite")[1].split("## a")[0]
+    assert "Verdicts of the 2 solution row(s): 1 correct, 1 incorrect." in suite
+    header = next(line for line in suite.splitlines() if line.startswith("| baseline"))
+    wins = next(line for line in suite.splitlines() if "significant wins" in line)
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in wins.split("|")]))
+    assert (cells["fast_0.5"], cells["fast_0.8"], cells["fast_1"]) == ("50%", "50%", "0%")

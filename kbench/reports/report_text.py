@@ -8,6 +8,7 @@ every row is kept as a numbered footnote under its problem's table, so that the 
 from __future__ import annotations
 
 import textwrap
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -120,18 +121,22 @@ def suite_table(doc: JsonObject, evaluations: Sequence[Evaluation]) -> list[str]
     pct = lambda v: f"{v:.0%}"  # noqa: E731
     rows = [["vs eager: significant wins", *map(pct, significant), leaderboard._x(strict.geomean_eager)],
             ["vs eager: KernelBench's fast_p", *[pct(v) for _, v in strict.fast_p_eager], ""]]
-    if compile_measured(doc, evaluations):
-        rows.append(["vs torch.compile, KernelBench's fast_p", *[pct(v) for _, v in strict.fast_p_compile],
+    measured = compile_measured(doc, evaluations)
+    if measured:
+        rows.append(["vs compile: KernelBench's fast_p", *[pct(v) for _, v in strict.fast_p_compile],
                      leaderboard._x(strict.geomean_compile)])
-    else:
-        rows.append(["vs torch.compile", *[NOT_MEASURED] * len(leaderboard.FAST_P), NOT_MEASURED])
-    table = tabulate(rows, headers=["baseline", *[f"fast_{p:g}" for p in leaderboard.FAST_P], "geomean of bests"],
+    table = tabulate(rows, headers=["baseline", *[f"fast_{p:g}" for p in leaderboard.FAST_P], "geomean"],
                      tablefmt="github", disable_numparse=True)
-    return [table, "", *_wrap(
+    solutions = [e for e in evaluations if e.solution not in (EAGER, COMPILED)]
+    counts = Counter(e.status for e in solutions)
+    verdicts = ", ".join(f"{counts[s]} {s.value}" for s in Status if counts[s]) or "none"
+    return [f"Verdicts of the {len(solutions)} solution row(s): {verdicts}.", "", table,
+            *([] if measured else ["", f"vs torch.compile: {NOT_MEASURED} in this run."]), "", *_wrap(
         f"fast_p: the share of the {len(problems)} problem(s) with a correct solution more than p times faster than "
         "the baseline (fast_0: any correct solution). KernelBench's fast_p counts any ratio above p. A significant "
-        f"win: the speedup's 95% interval lies above p and above 1 + {NOISE_BAND:g} (honest copies of the reference "
-        f"measure within 1 ± {NOISE_BAND:g}); a speedup whose interval reaches that band counts for no one and reads "
+        f"win: the speedup's 95% interval lies above p and, for p >= 1, above 1 + {NOISE_BAND:g} (honest copies of "
+        f"the reference measure within 1 ± {NOISE_BAND:g}); a speedup whose interval reaches that band wins nothing "
+        "and reads "
         "≈1x when its interval holds 1, ~ and its ratio when not (~0.97x: within noise, but slower). The geomean is of "
         "each problem's best speedup.", "")]
 

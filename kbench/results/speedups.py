@@ -45,8 +45,9 @@ class Speedup:
         return self.low > 1.0 + NOISE_BAND
 
     def beats(self, p: float) -> bool:
-        """A significant win by more than p (fast_p's test): the interval's lower end above p and above the band."""
-        return self.low > max(p, 1.0 + NOISE_BAND)
+        """Significantly more than p times faster (fast_p's test): the interval's lower end above p, and for p >= 1
+        above the noise band too (a win); for p < 1 (fast_0.5, fast_0.8: not slower than p) above p alone."""
+        return self.low > (max(p, 1.0 + NOISE_BAND) if p >= 1.0 else p)
 
     def label(self) -> str:
         """"8.00x" for a significant ratio; for one whose interval reaches the noise band, "≈1x (0.99-1.02)" when the

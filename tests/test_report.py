@@ -277,3 +277,13 @@ def test_the_suite_counts_verdicts_and_quotes_fast_p_below_1_as_not_slower_than_
     wins = next(line for line in suite.splitlines() if "significant wins" in line)
     cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in wins.split("|")]))
     assert (cells["fast_0.5"], cells["fast_0.8"], cells["fast_1"]) == ("50%", "50%", "0%")
+
+
+def test_problems_whose_reference_is_degenerate_are_counted_before_the_numbers():
+    first = " ".join(markdown(DOC, _suite()).split("## Suite")[0].split())
+    assert ("degenerate problems, 1: most of the reference's output is exactly zero [degenerate_zeros]: L2_7_P"
+            in first)
+    from kbench.reports.html import report_html
+
+    box = report_html(DOC, _suite()).split('id="before-you-quote"')[1].split("</section>")[0]
+    assert box.count('<li class="degenerate">') == 1 and "L2_7_P" in box

@@ -26,6 +26,13 @@ WEAKENING = {
     "degenerate_inputs": "the problem's inputs make a wrong answer pass",
     "tolerance_below_noise": "the tolerance is below the reference's own error",
 }
+# What the reference's own checks found wrong with a problem (on its eager row): its rows' numbers rest on a problem
+# that tells right from wrong poorly, so the box counts such problems.
+DEGENERATE = {
+    "degenerate_zeros": "most of the reference's output is exactly zero",
+    "degenerate_constant": "a constant passes for the reference's output",
+    "degenerate_inputs": "outputs for two input seeds agree within the tolerance",
+}
 NOT_MEASURED = "not measured"
 FOLD_NAMES = 5  # a weakness shared by more rows names this many of them, then counts the rest
 
@@ -42,10 +49,11 @@ class Caveats:
     weakened: tuple[tuple[Evaluation, tuple[str, ...]], ...]
     unmeasured: tuple[str, ...]
     incomplete: str
+    degenerate: tuple[tuple[str, tuple[str, ...]], ...] = ()  # a DEGENERATE code, the problems its reference has it
 
     @property
     def empty(self) -> bool:
-        return not (self.suspects or self.weakened or self.unmeasured or self.incomplete)
+        return not (self.suspects or self.weakened or self.unmeasured or self.incomplete or self.degenerate)
 
     @property
     def weaknesses(self) -> tuple[tuple[str, tuple[Evaluation, ...]], ...]:
@@ -67,6 +75,10 @@ class Caveats:
             more = f" and {len(rows) - FOLD_NAMES} more" if len(rows) > FOLD_NAMES else ""
             out.append(f"weakened: {names}: {WEAKENING[code]}" if len(rows) == 1 else
                        f"weakened, {len(rows)} rows: {WEAKENING[code]} [{code}]: {names}{more}")
+        for code, problems in self.degenerate:
+            names = ", ".join(problems[:FOLD_NAMES]) + (f" and {len(problems) - FOLD_NAMES} more"
+                                                         if len(problems) > FOLD_NAMES else "")
+            out.append(f"degenerate problems, {len(problems)}: {DEGENERATE[code]} [{code}]: {names}")
         out += [f"baseline {u}" for u in self.unmeasured]
         return out
 
@@ -97,7 +109,10 @@ def caveats(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | Non
         "running": "still running: rows may be missing",
         "interrupted": f"interrupted: rows are missing (kbench run --resume {run} finishes it)",
     }.get(state, f"its process is gone and it never finished: rows are missing (kbench run --resume {run} finishes it)")
-    return Caveats(suspects, weakened, tuple(unmeasured), incomplete)
+    degenerate = tuple((code, problems) for code in DEGENERATE if (problems := tuple(sorted(
+        {e.problem for e in evaluations if e.solution == EAGER and code in {f.value for f in e.flags}},
+        key=problem_order))))
+    return Caveats(suspects, weakened, tuple(unmeasured), incomplete, degenerate)
 
 
 def headline(evaluations: Sequence[Evaluation], problem: str) -> tuple[Evaluation | None, bool]:

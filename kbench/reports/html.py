@@ -211,6 +211,7 @@ def report_html(doc: JsonObject, evaluations: Sequence[Evaluation], state: str |
         significant=[speedups.significant_fast_p(evaluations, problems, p) for p in leaderboard.FAST_P],
         compile_measured=caveats.compile_measured(doc, evaluations), caveats=found,
         provenance=caveats.provenance(doc, evaluations), weakening=caveats.WEAKENING, fold=caveats.FOLD_NAMES,
+        degenerate=caveats.DEGENERATE,
         noise_band=speedups.NOISE_BAND,
         counts=[(s.value, counts[s]) for s in Status if counts[s]], n_solutions=len(solutions),
         suspects=[e for e in solutions if e.status == Status.SUSPECT],

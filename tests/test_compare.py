@@ -18,9 +18,12 @@ def noisy(center, n=40, spread=0.002, seed=0):
     return tuple(center * (1 + rng.uniform(-spread, spread)) for _ in range(n))
 
 
-def ev(solution, samples=None, status=Status.CORRECT, problem="p"):
+def ev(solution, samples=None, status=Status.CORRECT, problem="p", eager=None):
     timing = Measurement(samples) if samples else None
-    return Evaluation(problem=problem, solution=solution, status=status, device="cuda", size="full", timing=timing)
+    beside = Measurement(eager) if eager else None
+    x = sorted(eager)[len(eager) // 2] / sorted(samples)[len(samples) // 2] if eager and samples else None
+    return Evaluation(problem=problem, solution=solution, status=status, device="cuda", size="full", timing=timing,
+                      eager_timing=beside, speedup_vs_eager=x)
 
 
 def run(label, *evaluations, gpu="NVIDIA H100 80GB HBM3", torch="2.11.0"):
@@ -82,7 +85,8 @@ def test_rows_match_on_size_too():
 
 
 def test_different_gpus_or_torch_versions_are_refused_unless_asked():
-    a, b = run("a", ev("s", noisy(1.0))), run("b", ev("s", noisy(1.0)), gpu="NVIDIA A100")
+    a = run("a", ev("s", noisy(1.0), eager=noisy(2.0, seed=1)))
+    b = run("b", ev("s", noisy(1.0), eager=noisy(2.0, seed=2)), gpu="NVIDIA A100")
     with pytest.raises(UsageError, match="different machines or torch versions.*--ignore-env"):
         compare.compare_runs(a, b, 0.01)
     with pytest.raises(UsageError):
@@ -170,7 +174,8 @@ def test_the_cli_prints_the_summary_first_and_each_one_run_only_section_once(tmp
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
     assert lines[0].startswith(f"before {a.run_id} on ") and f"after {b.run_id} on " in lines[0]  # both machines
-    assert lines[1].startswith("3 rows: 0 faster, 0 slower, 1 same") and lines[3] == f"before: {a.run_id}"
+    assert lines[1].startswith("3 rows: 0 faster, 0 slower, 1 same") and lines[2].startswith("suite (1 problem in both")
+    assert lines[4] == f"before: {a.run_id}"
     assert out.output.count("only in the before run: 20 problems (40 rows)") == 1
     assert out.output.count("only in the after run: 1 problem (1 row): fresh") == 1
     table = out.output.split(f"after:  {b.run_id}")[1].split("only in the")[0]
@@ -267,3 +272,46 @@ def test_the_compare_page_shows_the_summary_and_the_one_run_only_problems_once(t
     assert 'id="only-after"' in head and "1 problem (1 row)" in head
     assert 'data-problem="old0"' not in page and 'data-problem="fresh"' not in page and 'data-problem="p"' in page
     assert page.count('class="removed"') == 1  # p's dropped solution, the one removed row
+
+
+def test_across_machines_rows_compare_by_their_own_runs_eager_and_the_largest_change_comes_first():
+    """On a GPU twice as fast every time halves: that is the hardware, the same speedup reads `same`. A copy whose
+    speedup went from 1.00x to 0.77x reads `slower` and comes first, a 2% change after it."""
+    before = run("a", ev("steady", noisy(2.0, seed=1), problem="p1", eager=noisy(4.0, seed=2)),
+                 ev("copy", noisy(4.0, seed=3), problem="p2", eager=noisy(4.0, seed=4)),
+                 ev("small", noisy(2.0, seed=5), problem="p3", eager=noisy(2.0, seed=6)))
+    after = run("b", ev("steady", noisy(1.0, seed=7), problem="p1", eager=noisy(2.0, seed=8)),
+                ev("copy", noisy(2.6, seed=9), problem="p2", eager=noisy(2.0, seed=10)),
+                ev("small", noisy(1.02, seed=11), problem="p3", eager=noisy(1.0, seed=12)), gpu="NVIDIA B200")
+    rows = compare.compare_runs(before, after, 0.01, ignore_env=True)
+    assert [(r.solution, r.change) for r in rows] == [("copy", "slower"), ("small", "slower"), ("steady", "same")]
+    copy = rows[0]
+    assert copy.before_x == pytest.approx(1.0, abs=0.01) and copy.after_x == pytest.approx(0.77, abs=0.01)
+    assert copy.x_ratio == pytest.approx(0.77, abs=0.01) and copy.ratio == pytest.approx(0.65, abs=0.01)
+
+
+def test_on_one_machine_the_largest_time_change_comes_first_and_status_changes_before_it():
+    before = run("a", ev("a", noisy(1.0, seed=1)), ev("b", noisy(1.0, seed=2)), ev("c", noisy(1.0, seed=3)))
+    after = run("b", ev("a", noisy(1.05, seed=4)), ev("b", noisy(1.5, seed=5)), ev("c", status=Status.INCORRECT))
+    assert [(r.solution, r.change) for r in compare.compare_runs(before, after, 0.01)] == [
+        ("c", "newly failing"), ("b", "slower"), ("a", "slower")]
+
+
+def test_the_cli_gives_the_suites_change_and_lists_only_changes_when_asked(tmp_path):
+    import time
+
+    def rows(copy_ms, seeds):
+        return [ev("eager", noisy(2.0, seed=seeds), problem=f"p{i}", eager=noisy(2.0, seed=seeds + 1))
+                for i in range(3)] + [
+            ev("same", noisy(2.0, seed=seeds + 2), problem="p0", eager=noisy(2.0, seed=seeds + 3)),
+            ev("fast", noisy(copy_ms, seed=seeds + 4), problem="p1", eager=noisy(2.0, seed=seeds + 5))]
+
+    a = _stored(tmp_path, rows(2.0, 10))
+    time.sleep(1.1)
+    b = _stored(tmp_path, rows(1.0, 20))
+    out = CliRunner().invoke(app, ["compare", a.run_id, b.run_id, "--results-dir", str(tmp_path), "--changes-only"])
+    assert out.exit_code == 0, out.output
+    suite = next(line for line in out.output.splitlines() if line.startswith("suite ("))
+    assert "fast_1 0% -> 33%" in suite and "fast_2 0% -> 0%" in suite  # 2.00x is no significant win over 2
+    table = out.output.split(suite)[1]
+    assert "fast" in table and " same " not in table and "2.00x" in table  # the same rows left out; speedups shown

@@ -22,13 +22,17 @@ def compare_command(
     fail_on_regression: Annotated[bool, typer.Option("--fail-on-regression", help="Exit 1 when a row is slower or newly failing.")] = False,
     ignore_env: Annotated[bool, typer.Option("--ignore-env", help="Compare runs from different GPUs or torch versions anyway.")] = False,
     html: Annotated[bool, typer.Option("--html", help="Also write compare-<before>.html beside the after run's run.json: both runs' samples per row, verdicts and status changes.")] = False,
+    changes_only: Annotated[bool, typer.Option("--changes-only", help="List only the rows that changed (not those the same in both runs).")] = False,
     results_dir: ResultsDir = DEFAULT.results_dir,
 ) -> None:
     """Did it get faster or slower for real? Compare two runs row by row.
 
     Each row's verdict comes from the raw samples of both runs (Mann-Whitney U test, p < 0.05) and a
     minimum effect (--threshold). Marks: + slower, - faster, ~ unclear, ! newly failing, x failing,
-    * fixed, n new, r removed. A summary line comes first; problems that only one run has are listed once
+    * fixed, n new, r removed. Both runs and their machines come first, then a summary line and the suite's
+    fast_p and geomean before and after; rows follow, status changes first, then by the size of the change.
+    Runs on different GPUs (--ignore-env) compare each row's time relative to its own run's eager, so the
+    hardware is not a change; each row shows both speedups. Problems that only one run has are listed once
     after the table, not as rows; a run that did not finish gets a warning.
 
     Examples:
@@ -40,6 +44,8 @@ def compare_command(
       kbench compare --baseline h100 --fail-on-regression
 
       kbench compare --html
+
+      kbench compare A100RUN H100RUN --ignore-env --changes-only
     """
     from kbench.reports.compare import compare  # slow: the pipeline; not for --help
     from kbench.reports.tables import (  # heavy: pandas; not for --help
@@ -53,7 +59,8 @@ def compare_command(
     result = compare(a, b, baseline, results_dir, fraction(threshold), ignore_env)
     for warning in result.warnings:
         typer.secho(f"[warning] {warning}", err=True, fg=typer.colors.YELLOW)
-    frame, aside = comparison_frame(result.rows), [o.line() for o in result.one_run_only]
+    frame = comparison_frame(result.changes if changes_only else result.rows)
+    aside = [o.line() for o in result.one_run_only]
     if fmt == "json":
         typer.echo(json.dumps(result.document(json.loads(render(frame, fmt))), indent=1))
     elif fmt == "csv":  # the rows alone on stdout; the machines and the problems they leave out on stderr
@@ -62,7 +69,8 @@ def compare_command(
         typer.echo(render(frame, fmt))
     else:
         typer.echo(result.machines)
-        typer.echo(result.summary.line + "\n")
+        typer.echo(result.summary.line)
+        typer.echo(result.suite + "\n")
         if fmt == "table":
             typer.echo(f"before: {result.before.label}\nafter:  {result.after.label}\n")
         typer.echo(render(frame, fmt) + ("\n\n" + "\n\n".join(aside) if aside else ""))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +23,12 @@ from kbench.reports.compare_summary import (
     UNCLEAR,
     OneRunOnly,
     Verdict,
+    plural,
     run_warning,
     split_one_run_only,
     verdict,
 )
-from kbench.results.records import Evaluation, Status
+from kbench.results.records import Evaluation, Status, problem_order
 from kbench.results.stats import mann_whitney_u, median
 from kbench.results.storage import LoadedRun, latest_run, latest_two, load, resolve
 
@@ -48,6 +51,20 @@ class Row:
     p_value: float | None = None
     before_status: str = ""
     after_status: str = ""
+    before_x: float | None = None  # the row's speedup over its own run's eager (a correct row that has one)
+    after_x: float | None = None
+    by_eager: bool = False  # the change was decided on the time relative to each run's own eager (other machines)
+
+    @property
+    def x_ratio(self) -> float | None:
+        """after / before speedup over eager: what changed whatever the machines."""
+        return self.after_x / self.before_x if self.after_x and self.before_x else None
+
+    @property
+    def magnitude(self) -> float:
+        """How large the change is, for ordering: |log| of the ratio that decided it (0 when there is none)."""
+        ratio = (1 / self.x_ratio if self.x_ratio else None) if self.by_eager else self.ratio
+        return abs(math.log(ratio)) if ratio and ratio > 0 else 0.0
 
     @property
     def mark(self) -> str:
@@ -118,11 +135,33 @@ class _RowKey(TypedDict):
     after_status: str
 
 
-def _row(b: Evaluation | None, a: Evaluation | None, threshold: float) -> Row:
+def _relative(e: Evaluation) -> tuple[float, ...] | None:
+    """The row's time in each round over the eager reference's time in the same round (its own run's eager divides:
+    what compares across machines), or None without paired samples."""
+    if e.timing is None or e.eager_timing is None:
+        return None
+    mine, eager = e.timing.samples, e.eager_timing.samples
+    if not mine or len(mine) != len(eager) or any(g <= 0 for g in eager):
+        return None
+    return tuple(t / g for t, g in zip(mine, eager))
+
+
+def _x(e: Evaluation | None) -> float | None:
+    return e.speedup_vs_eager if e is not None and e.status == Status.CORRECT else None
+
+
+def _row(b: Evaluation | None, a: Evaluation | None, threshold: float, by_eager: bool = False) -> Row:
+    """One row's change: statuses first, then speed; `by_eager` (runs on other machines) decides the speed on each
+    run's time relative to its own eager, not on absolute times, which differ by the hardware."""
     ref = a or b
     assert ref is not None
     base: _RowKey = {"problem": ref.problem, "solution": ref.solution, "size": ref.size,
                      "before_status": b.status.value if b else "", "after_status": a.status.value if a else ""}
+    row = _decided(b, a, threshold, base, by_eager)
+    return dataclasses.replace(row, before_x=_x(b), after_x=_x(a))
+
+
+def _decided(b: Evaluation | None, a: Evaluation | None, threshold: float, base: _RowKey, by_eager: bool) -> Row:
     if b is None:
         return Row(change=NEW, after_ms=_ms(a), **base)
     if a is None:
@@ -136,6 +175,13 @@ def _row(b: Evaluation | None, a: Evaluation | None, threshold: float) -> Row:
         return Row(change=FIXED, after_ms=_ms(a), **base)
     if b.timing is None or a.timing is None:
         return Row(change=UNCLEAR, before_ms=_ms(b), after_ms=_ms(a), **base)
+    if by_eager:
+        rel_b, rel_a = _relative(b), _relative(a)
+        if rel_b is None or rel_a is None:
+            return Row(change=UNCLEAR, before_ms=_ms(b), after_ms=_ms(a), by_eager=True, **base)
+        change, _, p = speed_verdict(rel_b, rel_a, threshold)
+        return Row(change=change, before_ms=_ms(b), after_ms=_ms(a), ratio=a.timing.median / b.timing.median,
+                   p_value=p, by_eager=True, **base)
     change, ratio, p = speed_verdict(b.timing.samples, a.timing.samples, threshold)
     return Row(change=change, before_ms=_ms(b), after_ms=_ms(a), ratio=ratio, p_value=p, **base)
 
@@ -144,14 +190,22 @@ def _ms(e: Evaluation | None) -> float | None:
     return e.timing.median * 1e3 if e is not None and e.timing is not None else None
 
 
+# The order of a comparison's rows: status changes first, then the speeds by the size of their change, then the rest
+ORDER = {BROKEN: 0, FIXED: 1, SLOWER: 2, FASTER: 2, UNCLEAR: 2, SAME: 2, NEW: 3, REMOVED: 3, FAILING: 4, NOT_RUN: 5}
+
+
 def compare_runs(before: LoadedRun, after: LoadedRun, threshold: float, ignore_env: bool = False) -> list[Row]:
-    """Rows matched by problem, solution, size and math flags, in the after run's order."""
+    """Rows matched by problem, solution, size and math flags: status changes first, then by the size of the change
+    (largest first), then rows new, removed or failing in both. Runs on other machines (`ignore_env`) compare each
+    row's time relative to its own run's eager."""
     if not ignore_env:
         check_environments(before, after)
+    by_eager = environment_key(before) != environment_key(after)
     old = {_key(e, before): e for e in before.evaluations}
     new = {_key(e, after): e for e in after.evaluations}
     keys = list(new) + [k for k in old if k not in new]
-    return [_row(old.get(k), new.get(k), threshold) for k in keys]
+    rows = [_row(old.get(k), new.get(k), threshold, by_eager) for k in keys]
+    return sorted(rows, key=lambda r: (ORDER[r.change], -r.magnitude, problem_order(r.problem), r.solution))
 
 
 def select_runs(a: str | None, b: str | None, baseline: str | None, results_dir: Path,
@@ -186,6 +240,30 @@ class Comparison:
         return machines_line(self.before, self.after)
 
     @property
+    def suite(self) -> str:
+        """fast_p (significant wins over each run's own eager) and the geomean of bests, before -> after, over the
+        problems both runs have: what a suite's change comes to, whatever the machines."""
+        from kbench.reports import leaderboard  # the reports' summary; compare's rows do not need it
+        from kbench.results.speedups import significant_fast_p
+
+        both = sorted({e.problem for e in self.before.evaluations} & {e.problem for e in self.after.evaluations},
+                      key=problem_order)
+        if not both:
+            return "suite: no problem in both runs"
+        sides = [[e for e in run.evaluations if e.problem in both] for run in (self.before, self.after)]
+        fast = ", ".join(f"fast_{p:g} " + " -> ".join(f"{significant_fast_p(rows, both, p):.0%}" for rows in sides)
+                         for p in leaderboard.FAST_P)
+        means = [leaderboard.summarize(rows).geomean_eager for rows in sides]
+        geomean = " -> ".join(f"{m:.2f}x" if m else "-" for m in means)
+        return f"suite ({plural(len(both), 'problem')} in both; significant, vs each run's eager): {fast}; " \
+               f"geomean {geomean}"
+
+    @property
+    def changes(self) -> tuple[Row, ...]:
+        """The rows that changed: every row but those the same in both runs or run in neither."""
+        return tuple(r for r in self.rows if r.change not in (SAME, NOT_RUN))
+
+    @property
     def regressions(self) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.regression)
 
@@ -203,7 +281,7 @@ class Comparison:
         only = {f"only_in_{o.side}": {"problems": list(o.problems), "rows": o.rows}
                 for o in (self.only_before, self.only_after)}
         return {"machines": self.machines, "before": self.before.label, "after": self.after.label,
-                "summary": self.summary.line,
+                "summary": self.summary.line, "suite": self.suite,
                 "counts": dict(self.summary.counts), "warnings": list(self.warnings), **only, "rows": rows}
 
 

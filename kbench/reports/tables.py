@@ -86,7 +86,8 @@ RESULT_FORMATS = {
     "ci_pct": "±{:.1f}%", "floor_pct": "{:.0f}%", "max_abs_err": "{:.1e}", "peak_mib": "{:.0f}", "compile_s": "{:.1f}",
     "n": "{:.0f}",
 }
-COMPARISON_FORMATS = {"before_ms": "{:.3f}", "after_ms": "{:.3f}", "ratio": "{:.3f}", "p_value": "{:.2g}"}
+COMPARISON_FORMATS = {"before_ms": "{:.3f}", "after_ms": "{:.3f}", "ratio": "{:.3f}", "before_x": "{:.2f}x",
+                      "after_x": "{:.2f}x", "x_ratio": "{:.3f}", "p_value": "{:.2g}"}
 
 
 def _formatted(frame: pd.DataFrame, patterns: dict[str, str]) -> pd.DataFrame:
@@ -205,13 +206,19 @@ def build_table(results: Sequence[BuildResult]) -> str:
                     tablefmt="simple")
 
 
+COMPARISON_COLUMNS = ["mark", "problem", "solution", "size", "change", "before_ms", "after_ms", "ratio", "before_x",
+                      "after_x", "x_ratio", "p_value", "before_status", "after_status"]
+
+
 def comparison_frame(rows: Sequence[Row]) -> pd.DataFrame:
+    """A comparison's rows: the times and their ratio, each side's speedup over its own run's eager and their ratio
+    (what compares across machines), the test's p-value and the statuses."""
     return pd.DataFrame(
         [{"mark": r.mark, "problem": r.problem, "solution": r.solution, "size": r.size, "change": r.change,
-          "before_ms": r.before_ms, "after_ms": r.after_ms, "ratio": r.ratio, "p_value": r.p_value,
-          "before_status": r.before_status, "after_status": r.after_status} for r in rows],
-        columns=["mark", "problem", "solution", "size", "change", "before_ms", "after_ms", "ratio", "p_value",
-                 "before_status", "after_status"],
+          "before_ms": r.before_ms, "after_ms": r.after_ms, "ratio": r.ratio, "before_x": r.before_x,
+          "after_x": r.after_x, "x_ratio": r.x_ratio, "p_value": r.p_value, "before_status": r.before_status,
+          "after_status": r.after_status} for r in rows],
+        columns=COMPARISON_COLUMNS,
     )
 
 

@@ -56,3 +56,24 @@ def test_each_ray_slot_is_an_actor_that_forks_its_jobs_from_one_zygote():
     assert all(o.result is not None and o.result.status == "ok" for o in outcomes), [o.log for o in outcomes]
     assert [(d["jobs"], d["zygotes"]) for d in described] == [(3, 1), (1, 1)]  # one zygote a slot, all its jobs
     assert described[0]["pid"] != described[1]["pid"]  # a process per slot
+
+
+def test_a_slot_actor_starts_its_next_job_at_the_release_and_chains_their_turns():
+    """The actor class itself (no Ray): `start` returns once the job has timed, so the slot's next job can be handed
+    in while the first finishes its checks; each job's turn is the one before's end."""
+    from kbench.execution.ray_executor import SlotActor
+    from kbench.wire.jobs import ReferenceJob
+    from tests.test_warm_starts import _judging
+
+    slot = SlotActor("cpu")
+    try:
+        first_turn = slot._ended
+        slot.start("a", ReferenceJob(**_judging()), 120, {}, {})
+        after_first = slot._ended
+        slot.start("b", ReferenceJob(**_judging()), 120, {}, {})
+        outcomes = [slot.finish("a"), slot.finish("b")]
+    finally:
+        slot.close()
+    assert [o.result.status for o in outcomes] == ["correct", "correct"], [o.log for o in outcomes]
+    assert first_turn is not after_first and after_first is not slot._ended and after_first.is_set()
+    assert all("waiting" in o.result.phases for o in outcomes) and slot.launch.zygotes_started == 1

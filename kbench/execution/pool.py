@@ -82,6 +82,20 @@ def current_turn() -> Turn | None:
     return getattr(_turns, "turn", None)
 
 
+def in_turn(turn: Turn | None, work: Callable[[], Result]) -> Result:
+    """Run `work` in this thread as the job of `turn` (its launcher finds it through `current_turn`); when it returns
+    the turn is released if it was not yet, and ended unless its launcher ends it later (`Turn.end_later`)."""
+    _turns.turn = turn
+    try:
+        return work()
+    finally:
+        _turns.turn = None
+        if turn is not None:
+            if not turn._ended_by_launcher:
+                turn.ended.set()
+            turn.release()
+
+
 def run_on_slots(items: Sequence[Item], slots: Sequence[Slot], work: Callable[[Item, Slot], Result],
                  on_done: Callable[[Item, Result], Any], early: bool = False) -> None:
     """Run work(item, slot) for every item; on_done runs in the caller's thread.
@@ -122,14 +136,13 @@ def run_on_slots(items: Sequence[Item], slots: Sequence[Slot], work: Callable[[I
             hand_on(slot, previous)
             raise RunStopped
         turn = Turn(slot, previous, hand_on)
-        _turns.turn = turn if early else None
-        try:
-            return work(item, slot)
-        finally:
-            _turns.turn = None
-            if not turn._ended_by_launcher:
+        if not early:
+            try:
+                return work(item, slot)
+            finally:
                 turn.ended.set()
-            turn.release()
+                turn.release()
+        return in_turn(turn, lambda: work(item, slot))
 
     width = max(len(slots), 1) * (2 if early else 1)  # with `early`, a slot's next job starts before its last ends
     with ThreadPoolExecutor(max_workers=width) as pool:

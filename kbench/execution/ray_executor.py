@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import shutil
 import tempfile
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from kbench.errors import UsageError
 from kbench.execution import isolation
 from kbench.execution.child import ChildOutcome
 from kbench.execution.executor import Executor
+from kbench.execution.pool import Turn, current_turn, in_turn
 from kbench.execution.warm_starts import WarmStarts
 from kbench.system import toolkit
 from kbench.wire.jobs import Job
@@ -33,12 +37,37 @@ SLOT_ENV = "KBENCH_RAY_SLOT"  # which slot actor a job goes to (Executor.env set
 
 
 class SlotActor:
-    """One Ray slot (made a Ray actor by `RayLauncher`): its jobs run one at a time, each in a fresh worker that the
-    slot's warm starts fork on the GPU Ray gave the actor."""
+    """One Ray slot (made a Ray actor by `RayLauncher`): each job runs in a fresh worker that the slot's warm starts
+    fork on the GPU Ray gave the actor. As on a local slot (kbench.execution.pool.Turn), the next job starts once the
+    running one has timed (`start` returns then) and times nothing before the running one's worker has exited: the
+    actor chains its jobs' turns itself. `start` hands a job in and returns at its release; `finish` returns its
+    outcome."""
 
     def __init__(self, device: str) -> None:
         self.launch = WarmStarts(ahead=device == "cuda")
         self.jobs = 0
+        self._ended = threading.Event()  # the last job's turn ended (its worker gone): the next one's `previous`
+        self._ended.set()
+        self._running: dict[str, Future[ChildOutcome]] = {}
+        self._threads = ThreadPoolExecutor(max_workers=2)  # the running job and the next one
+        self._lock = threading.Lock()
+
+    def start(self, key: str, job: Job, timeout_s: float, env_updates: dict[str, str],
+              files: dict[str, tuple[str, bytes]]) -> None:
+        """Begin `job` (named `key`) after the slot's last; return once it has timed or ended."""
+        released = threading.Event()
+        with self._lock:
+            turn = Turn(None, self._ended, lambda slot, ended: released.set())
+            self._ended = turn.ended
+            self._running[key] = self._threads.submit(
+                in_turn, turn, lambda: self.run(job, timeout_s, env_updates, files))
+        released.wait()
+
+    def finish(self, key: str) -> ChildOutcome:
+        """The outcome of the job `start` began as `key`."""
+        with self._lock:
+            running = self._running.pop(key)
+        return running.result()
 
     def run(self, job: Job, timeout_s: float, env_updates: dict[str, str],
             files: dict[str, tuple[str, bytes]]) -> ChildOutcome:
@@ -66,6 +95,7 @@ class SlotActor:
 
     def close(self) -> None:
         self.launch.close()
+        self._threads.shutdown(wait=False, cancel_futures=True)
 
 
 class RayLauncher:
@@ -76,7 +106,9 @@ class RayLauncher:
 
         self._ray = ray
         ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
-        one = ray.remote(max_restarts=0, num_gpus=1) if device == "cuda" else ray.remote(max_restarts=0, num_cpus=1)
+        # a job's start, the running one's finish and describe/close may be under way at once: a threaded actor
+        remote: Any = ray.remote  # its typed overloads know no actor options (max_concurrency)
+        one = remote(max_restarts=0, max_concurrency=4, **({"num_gpus": 1} if device == "cuda" else {"num_cpus": 1}))
         self._actor = one(SlotActor)
         self._device = device
         self.slots: list[Any] = []
@@ -94,11 +126,18 @@ class RayLauncher:
         self.slots = [self._actor.remote(self._device) for _ in range(width)]
 
     def __call__(self, job: Job, timeout_s: float, env: dict[str, str]) -> ChildOutcome:
+        """Run `job` on its slot's actor; once it has timed, release this slot's turn (run_on_slots' `early`), so the
+        slot's next job reaches the actor and prepares there while this one finishes."""
         actor = self.slots[int(env[SLOT_ENV].removeprefix("ray-"))]
         refs = {s: getattr(job, s) for s in SHIPPED if hasattr(job, s)}
         files = {s: (Path(ref.path).name, Path(ref.path).read_bytes()) for s, ref in refs.items()}
         updates = {k: env[k] for k in FORWARDED_ENV if k in env}
-        return self._ray.get(actor.run.remote(job, timeout_s, updates, files))
+        key = secrets.token_hex(8)
+        self._ray.get(actor.start.remote(key, job, timeout_s, updates, files))
+        turn = current_turn()
+        if turn is not None:
+            turn.release()
+        return self._ray.get(actor.finish.remote(key))
 
     def describe(self) -> list[dict[str, Any]]:
         return self._ray.get([actor.describe.remote() for actor in self.slots])
@@ -124,4 +163,4 @@ def ray_executor(device: str, address: str | None, parallel: int | None) -> Exec
     width = launcher.width(parallel)
     launcher.start(width)
     return Executor("ray", tuple(f"ray-{i}" for i in range(width)), launcher, pins=False, close=launcher.close,
-                    slot_env=SLOT_ENV)
+                    slot_env=SLOT_ENV, early=True)

@@ -105,7 +105,8 @@ def test_a_job_that_never_times_still_leaves_the_next_child_started(tmp_path):
         warm.close()
 
 
-def test_the_next_child_starts_only_after_the_running_job_has_timed(tmp_path, monkeypatch):
+def _record_children(monkeypatch) -> list[float]:
+    """When each child of the warm starts is started, from now on."""
     created: list[float] = []
 
     class Recording(child._Child):
@@ -114,6 +115,11 @@ def test_the_next_child_starts_only_after_the_running_job_has_timed(tmp_path, mo
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(warm_starts, "_Child", Recording)
+    return created
+
+
+def test_the_next_child_starts_only_after_the_running_job_has_timed(tmp_path, monkeypatch):
+    created = _record_children(monkeypatch)
     path, env = _solution(tmp_path / "slow")
     path.write_text("import time\ntime.sleep(2)\n" + path.read_text())  # 2 s of loading, before any timing
     warm = warm_starts.WarmStarts()
@@ -306,14 +312,7 @@ def test_after_a_job_that_timed_no_further_child_starts_while_the_next_job_times
     job's own "timed" (here 2 s of loading later)."""
     from kbench.execution.pool import run_on_slots
 
-    created: list[float] = []
-
-    class Recording(child._Child):
-        def __init__(self, *args, **kwargs):
-            created.append(time.monotonic())
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(warm_starts, "_Child", Recording)
+    created = _record_children(monkeypatch)
     first, env = _solution(tmp_path / "first")
     slow, _ = _solution(tmp_path / "slow")
     slow.write_text(slow.read_text().replace(str(tmp_path / "slow" / "ext"), str(tmp_path / "first" / "ext")))

@@ -163,6 +163,23 @@ def test_every_kernel_dsls_compile_cache_lives_beside_kbenchs_builds_and_travels
     assert len({env[v] for v in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR", "CUTE_DSL_CACHE_DIR")}) == 3
 
 
+def test_each_solution_has_kernel_dsl_caches_of_its_own(tmp_path):
+    """A solution that writes into its Triton cache (a kernel another solution would load) writes where no other
+    solution looks: the caches are keyed like its build folder; the references keep kbench's own."""
+    ctx = BuildContext(cache_dir=tmp_path / "ext", cuda_home=None, arch="9.0", torch_version="x", timeout_s=1, jobs=1)
+    one, other = tmp_path / "one.py", tmp_path / "other.py"
+    one.write_text("class ModelNew: pass\n")
+    other.write_text("class ModelNew: pass  # another\n")
+    envs = [child_env(ctx, SolutionSpec("tiny", path.stem, path), 1) for path in (one, other)]
+    reference = child_env(ctx, None, 1)
+    for var in ("TRITON_CACHE_DIR", "TILELANG_CACHE_DIR", "CUTE_DSL_CACHE_DIR"):
+        mine, theirs = Path(envs[0][var]), Path(envs[1][var])
+        assert mine != theirs and reference[var] not in (str(mine), str(theirs))
+        assert tmp_path in mine.parents and tmp_path in theirs.parents
+    again = child_env(ctx, SolutionSpec("tiny", "one", one), 1)
+    assert again["TRITON_CACHE_DIR"] == envs[0]["TRITON_CACHE_DIR"]  # the same file keeps its kernels between runs
+
+
 # Prepended to the tiny problem: imported by the judge (the worker), it prints the worker's parent (the zygote that
 # forked it) and the GPU the worker was placed on.
 PLACES = '''import os

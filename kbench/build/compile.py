@@ -46,17 +46,21 @@ def extension_dir(ctx: BuildContext, solution: SolutionSpec) -> tuple[Path, str]
 
 
 def child_env(ctx: BuildContext, solution: SolutionSpec | None, max_jobs: int) -> dict[str, str]:
-    """A child's environment. The reference's (solution None) differs from a solution's only by the extension dir,
-    a per-job variable (child.JOB_ENV), so one child started ahead serves either."""
+    """A child's environment. The reference's (solution None) differs from a solution's only by the extension dir and
+    the kernel DSLs' caches, per-job variables (child.JOB_ENV), so one child started ahead serves either."""
     env = isolation.worker_path_env()
-    ext = extension_dir(ctx, solution)[0] if solution is not None else None
+    ext, key = extension_dir(ctx, solution) if solution is not None else (None, "")
     env.update(toolkit.build_env(ext, ctx.cuda_home, ctx.arch, max_jobs))
-    env.update(dsl_cache_env(ctx.cache_dir.parent))
+    root = ctx.cache_dir.parent
+    env.update(dsl_cache_env(root / SOLUTION_DSL_CACHES / key if key else root))
     return env
 
 
-# The kernel DSLs' own compile caches, by environment variable: beside kbench's builds, not in the user's home.
+# The kernel DSLs' own compile caches, by environment variable: beside kbench's builds, not in the user's home. A
+# solution's are its own (under SOLUTION_DSL_CACHES, by the key of its build folder): what one solution writes there
+# (a kernel, a poisoned cache entry) no other solution reads; the references' (torch.compile's) are kbench's.
 DSL_CACHES = {"TRITON_CACHE_DIR": "triton", "TILELANG_CACHE_DIR": "tilelang", "CUTE_DSL_CACHE_DIR": "cute_dsl"}
+SOLUTION_DSL_CACHES = "solution_caches"
 
 
 def dsl_cache_env(root: Path) -> dict[str, str]:

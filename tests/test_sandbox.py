@@ -54,3 +54,52 @@ def test_a_build_folder_beside_the_solution_is_kept_and_the_folders_are_emptied_
     apart = sandbox.Plan(str(tmp_path / "s.py"), "/c/ext/abc")
     assert sandbox._hidden(apart) == [(Path("/c/ext"), [Path("/c/ext/abc")]),
                                       (tmp_path, [tmp_path / "data.bin", tmp_path / "s.py"])]
+
+
+def test_a_solution_sees_its_own_dsl_caches_and_none_of_the_other_solutions(tmp_path):
+    (tmp_path / "s.py").write_text("")
+    caches = tmp_path / "c" / sandbox.SOLUTION_CACHES
+    plan = sandbox.Plan(str(tmp_path / "s.py"), None, (str(caches / "k1" / "triton"), str(caches / "k1" / "tilelang")))
+    assert (caches, [caches / "k1"]) in sandbox._hidden(plan)
+    shared = sandbox.Plan(str(tmp_path / "s.py"), None, (str(tmp_path / "c" / "triton"),))  # kbench's own: kept as is
+    assert [folder for folder, _ in sandbox._hidden(shared)] == [tmp_path]
+
+
+WRITES_CACHE = '''import os
+from pathlib import Path
+
+Path(os.environ["TRITON_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
+(Path(os.environ["TRITON_CACHE_DIR"]) / "planted_kernel.py").write_text("poisoned")
+'''
+LOOKS_FOR_IT = '''import os
+from pathlib import Path
+
+found = [str(p) for p in Path(os.environ["TRITON_CACHE_DIR"]).parents[1].rglob("planted_kernel.py")]
+if found:
+    raise RuntimeError(f"another solution's cache entry is visible: {found}")
+'''
+
+
+def test_a_kernel_one_solution_writes_into_its_triton_cache_is_not_there_for_the_next(tmp_path):
+    """A solution plants a file in its Triton cache; the solution evaluated after it looks for it in every solution's
+    cache folder and finds nothing (its own cache is another folder, and the sandbox hides the others)."""
+    from kbench.commands.execute import execute
+    from kbench.config.run_config import RunConfig, TimingPolicy
+    from kbench.problems.discovery import select
+    from kbench.results.records import Status
+    from tests.conftest import FIXTURES
+
+    good = (FIXTURES / "solutions" / "tiny" / "good.py").read_text()
+    folder = tmp_path / "solutions" / "tiny"
+    folder.mkdir(parents=True)
+    (folder / "a_plants.py").write_text(WRITES_CACHE + good)
+    (folder / "b_looks.py").write_text(LOOKS_FOR_IT + good)
+    config = RunConfig(device="cpu", trials=1, timeout_s=60, timing=TimingPolicy(max_time_s=0.1), compile_baseline=False,
+                       results_dir=tmp_path / "results", cache_dir=tmp_path / "cache" / "extensions")
+    problems, solutions = select(["tiny"], None, FIXTURES / "problems", tmp_path / "solutions")
+    store = execute(config, problems, solutions, Path.cwd(), lambda event: None)
+    rows = {e.solution: e for e in store.evaluations}
+    assert rows["a_plants"].status == Status.CORRECT, rows["a_plants"].message
+    assert rows["b_looks"].status == Status.CORRECT, rows["b_looks"].message
+    planted = list((tmp_path / "cache").rglob("planted_kernel.py"))
+    assert len(planted) == 1 and sandbox.SOLUTION_CACHES in planted[0].parts  # in the planting solution's own cache

@@ -13,7 +13,7 @@ from pathlib import Path
 from kbench.execution import child, isolation
 from kbench.execution.pool import drain
 from kbench.results.records import CompileInfo, SolutionSpec
-from kbench.system import toolkit
+from kbench.system import sandbox, toolkit
 from kbench.wire.jobs import BuildJob, BuildJobResult, SolutionRef
 
 Launch = Callable[[BuildJob, float, dict[str, str]], child.ChildOutcome]
@@ -60,7 +60,7 @@ def child_env(ctx: BuildContext, solution: SolutionSpec | None, max_jobs: int) -
 # solution's are its own (under SOLUTION_DSL_CACHES, by the key of its build folder): what one solution writes there
 # (a kernel, a poisoned cache entry) no other solution reads; the references' (torch.compile's) are kbench's.
 DSL_CACHES = {"TRITON_CACHE_DIR": "triton", "TILELANG_CACHE_DIR": "tilelang", "CUTE_DSL_CACHE_DIR": "cute_dsl"}
-SOLUTION_DSL_CACHES = "solution_caches"
+SOLUTION_DSL_CACHES = sandbox.SOLUTION_CACHES  # the sandbox hides the other solutions' caches from a candidate
 
 
 def dsl_cache_env(root: Path) -> dict[str, str]:

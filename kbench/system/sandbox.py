@@ -57,6 +57,9 @@ class Plan:
 
 
 _entered = [NONE]  # what enter() got in this process: restrict() mounts only inside a mount namespace of its own
+# The folder under which each solution file's kernel DSL caches live, one folder per file (kbench.build.compile): the
+# candidate sees its own and none of the others'
+SOLUTION_CACHES = "solution_caches"
 
 
 def plan_for(solution: str, env: dict[str, str]) -> Plan:
@@ -200,15 +203,19 @@ def _private_tmp() -> str:
 
 def _hidden(plan: Plan) -> list[tuple[Path, list[Path]]]:
     """The folders to empty, shallowest first, each with what it keeps: the solution's folder keeps its file and the
-    files that are not Python, the build cache keeps the job's build folder. Where one lies inside the other (a build
-    folder beside or below the solution), every folder on the way down keeps only the next step of it, and each is
-    emptied after the one above it."""
+    files that are not Python, the build cache keeps the job's build folder, the solutions' DSL caches keep the
+    job's. Where one lies inside the other (a build folder beside or below the solution), every folder on the way
+    down keeps only the next step of it, and each is emptied after the one above it."""
     solution = Path(plan.solution)
     folders: dict[Path, set[Path]] = {solution.parent: {p for p in solution.parent.iterdir() if p.is_file() and (
         p.suffix != ".py" or p == solution)}}
     if plan.build_dir:
         build = Path(plan.build_dir).resolve()
         folders.setdefault(build.parent, set()).add(build)
+    for cache in plan.writable:  # a solution's own DSL caches: the other solutions' beside them are emptied
+        own = Path(cache).resolve().parent
+        if own.parent.name == SOLUTION_CACHES:
+            folders.setdefault(own.parent, set()).add(own)
     for inner in list(folders):
         for outer in list(folders):
             if outer in inner.parents:

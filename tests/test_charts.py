@@ -182,3 +182,15 @@ def test_the_suite_png_has_a_log_axis_with_1x_for_speedups_near_one(tmp_path: Pa
     assert "1x" in [t.get_text() for t in few.get_yticklabels()]
     assert "1x" in [t.get_text() for t in many.get_xticklabels()]
     assert len(many.get_yticklabels()) == 40  # one row per problem
+
+
+def test_a_correct_slowdown_is_drawn_in_its_own_colour_never_a_wins_green() -> None:
+    chart = speedup_chart.speedup_chart([("win", 2.0, 1.9, 2.1, "correct"), ("copy", 0.77, 0.76, 0.78, "correct"),
+                                         ("noise", 0.99, 0.97, 1.01, "correct")])
+    assert chart is not None
+    win, copy, noise = chart.bars
+    assert "slower" in copy.css.split() and "slower" not in win.css.split() and noise.about_one
+    svg = speedup_svg(chart)
+    colours = re.findall(r'<g class="([^"]+)" color="([^"]+)"', svg)
+    assert dict(colours)["correct slower"] == speedup_chart.COLORS["slower"] != speedup_chart.COLORS["correct"]
+    assert dict(colours)["correct"] == speedup_chart.COLORS["correct"]

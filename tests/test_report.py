@@ -1,6 +1,7 @@
 """The leaderboard: fast_p and geometric mean by hand, the report's text, the chart file."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -287,3 +288,15 @@ def test_problems_whose_reference_is_degenerate_are_counted_before_the_numbers()
 
     box = report_html(DOC, _suite()).split('id="before-you-quote"')[1].split("</section>")[0]
     assert box.count('<li class="degenerate">') == 1 and "L2_7_P" in box
+
+
+def test_the_html_colours_a_win_and_a_slowdown_apart_and_leaves_noise_plain():
+    from kbench.reports.html import report_html
+
+    rows = [_row("a", EAGER, 4.0, 4.0), _row("a", "win", 2.0, 4.0), _row("a", "slow", 5.2, 4.0),
+            _row("a", "copy", 4.0, 4.0)]
+    page = report_html({**DOC, "config": {"compile_baseline": False}}, rows)
+    cells = re.findall(r'<td class="n speedup([^"]*)"[^>]*>([^<]*)</td>', page)
+    tones = {text.strip(): tone.strip() for tone, text in cells if text.strip()}
+    assert tones["2.00x"] == "win" and tones["0.77x"] == "slower"
+    assert [tone for text, tone in tones.items() if text.startswith("≈1x")] == [""]

@@ -170,6 +170,14 @@ def leaderboard_rows(rows: Sequence[Evaluation]) -> list[BoardRow]:
     return out
 
 
+def _tone(row: Evaluation) -> str:
+    """A solution's speedup as its cell is coloured: a win, a slowdown, or neither (kbench.results.speedups)."""
+    if row.solution in leaderboard.BASELINE_ROWS or row.status != Status.CORRECT:
+        return ""
+    s = speedups.of_row(row)
+    return s.tone if s is not None else ""
+
+
 def problem_view(doc: JsonObject, evaluations: Sequence[Evaluation], problem: str, index: int) -> ProblemView:
     ranked = leaderboard.ranked(evaluations, problem)
     eager = next((e for e in ranked if e.solution == EAGER), None)
@@ -178,6 +186,7 @@ def problem_view(doc: JsonObject, evaluations: Sequence[Evaluation], problem: st
     best, weakened = caveats.headline(evaluations, problem)
     rows: list[RankedRow] = [{**row, "anchor": f"p{index}-{j}", "repro": reproduce.run_command(row["e"], doc),
              "speed": report_text.speedup_cells(row["e"], eager, compiled, measured),
+             "tone": _tone(row["e"]),
              "headline": row["e"] is best, "weakened": row["e"] is best and weakened}
             for j, row in enumerate(leaderboard_rows(ranked))]
     chart = strips.chart([(e.solution, _kind(e), e.timing.samples if e.timing else ()) for e in ranked])

@@ -64,6 +64,7 @@ class RankedRow(BoardRow):
     anchor: str
     repro: str
     speed: tuple[str, str, str]
+    tone: str  # the speedup's: "win", "slower" (wholly below the noise band) or "" (within noise, none)
     headline: bool
     weakened: bool
 

@@ -4,7 +4,8 @@ A speedup is a ratio, so the axis is logarithmic: 2x and 0.5x lie the same dista
 and each bar runs from that line to its value (faster to the right, slower to the left), with the speedup's interval
 as a whisker. The axis always shows at least 0.5x-2x, so values near 1 are never blown up into a large difference.
 A bar whose interval reaches the noise band ABOUT_ONE (0.97-1.03, as kbench.results.speedups' NOISE_BAND) is not told
-apart from 1x: it gets the neutral class "about-one". `speedup_chart` gives the geometry, `speedup_svg` draws it as a
+apart from 1x: it gets the neutral class "about-one"; a correct row wholly below the band is a slowdown, "slower", in
+its own colour, never the green of a win. `speedup_chart` gives the geometry, `speedup_svg` draws it as a
 self-contained <svg> (presentation attributes, no style sheet, no script, no external resource); its classes (bar,
 whisker, one, grid-line, axis, and each bar's kind) let a page's CSS restyle it.
 """
@@ -27,7 +28,7 @@ WHISKER_REACH = 4.0  # intervals widen the axis at most this factor beyond the o
 MAX_TICKS = 12
 PNG_COLUMNS, PNG_MAX_WIDTH, PNG_MAX_HEIGHT = 12, 14.0, 60.0  # the suite PNG (kbench.reports.leaderboard.chart), inches
 COLORS = {"correct": "#1b7f3b", "suspect": "#a05a00", "failed": "#b3261e", "reference": "#6b7280",
-          "about-one": "#8a93a3"}
+          "about-one": "#8a93a3", "slower": "#c2410c"}  # slower: a correct row significantly below 1x, never green
 ACCENT, INK, GRID = "#2457a6", "#1d2430", "#e5e8ee"
 
 
@@ -123,7 +124,8 @@ def speedup_chart(rows: Sequence[tuple[str, float, float, float, str]]) -> Speed
     one, bars = x(1.0), []
     for i, (label, value, low, high, kind) in enumerate(rows):
         end, y = x(value), TOP + ROW * (i + 0.5)
-        css = f"{kind} about-one" if _about_one(low, high) else kind
+        css = (f"{kind} about-one" if _about_one(low, high) else
+               f"{kind} slower" if kind == "correct" and value < 1.0 else kind)
         short = label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "…"
         title = f"{label}: {value:.3g}x vs eager, interval {_ratio(low)}-{_ratio(high)}x"
         bars.append(SpeedupBar(short, css, y, min(one, end), round(abs(end - one), 1), end,
@@ -135,7 +137,9 @@ def speedup_chart(rows: Sequence[tuple[str, float, float, float, str]]) -> Speed
 
 
 def _bar_svg(b: SpeedupBar, chart: SpeedupChart) -> str:
-    color = COLORS["about-one"] if b.about_one else COLORS.get(b.css.split()[0], ACCENT)
+    kinds = b.css.split()
+    color = (COLORS["about-one"] if b.about_one else COLORS["slower"] if "slower" in kinds
+             else COLORS.get(kinds[0], ACCENT))
     y0, half = b.y - BAR / 2, BAR / 2 - 3
     return (f'<g class="{escape(b.css)}" color="{color}"><title>{escape(b.title)}</title>'
             f'<text x="{chart.left - 8}" y="{b.y + 4}" text-anchor="end">{escape(b.label)}</text>'

@@ -44,6 +44,11 @@ class Speedup:
     def win(self) -> bool:
         return self.low > 1.0 + NOISE_BAND
 
+    @property
+    def tone(self) -> str:
+        """How a report shows it: "win" above the noise band, "slower" wholly below it, "" within noise."""
+        return "win" if self.win else "slower" if self.high < 1.0 - NOISE_BAND else ""
+
     def beats(self, p: float) -> bool:
         """Significantly more than p times faster (fast_p's test): the interval's lower end above p, and for p >= 1
         above the noise band too (a win); for p < 1 (fast_0.5, fast_0.8: not slower than p) above p alone."""

@@ -194,3 +194,28 @@ def test_a_correct_slowdown_is_drawn_in_its_own_colour_never_a_wins_green() -> N
     colours = re.findall(r'<g class="([^"]+)" color="([^"]+)"', svg)
     assert dict(colours)["correct slower"] == speedup_chart.COLORS["slower"] != speedup_chart.COLORS["correct"]
     assert dict(colours)["correct"] == speedup_chart.COLORS["correct"]
+
+
+def test_a_long_suites_png_is_its_sorted_speedups_at_a_fixed_size(tmp_path: Path) -> None:
+    """250 problems as one bar each would be thousands of pixels tall with bars too thin to see: the chart becomes
+    each solution's speedups sorted over the problems, one line each, on a fixed 1440x720 canvas."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    saved: list = []
+    original = plt.Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        saved.append(fig.axes[0])
+        return original(fig, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plt.Figure, "savefig", keep)
+        png = leaderboard.chart(suite(250), tmp_path / "speedups.png")
+    assert png is not None and png_size(png) == (1440, 720)
+    ax = saved[0]
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("eager")}
+    assert sorted(lines) == ["a (250 problems)", "b (250 problems)"]
+    ys = list(lines["a (250 problems)"].get_ydata())
+    assert ys == sorted(ys) and len(ys) == 250 and ax.get_yscale() == "log"

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from kbench.problems.kernelbench_runs import write_eval_results
 from kbench.reports.speedup_chart import PAD, png_layout, speedup_ticks, tick_label
 from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status, problem_order
+from kbench.results.speedups import NOISE_BAND
 from kbench.results.stats import geometric_mean
 from kbench.results.storage import latest_run, load, resolve
 
@@ -111,6 +112,8 @@ def chart(evaluations: Sequence[Evaluation], path: Path) -> Path | None:
     if not speed:
         return None
     problems, solutions = sorted({p for p, _ in speed}, key=problem_order), sorted({s for _, s in speed})
+    if len(problems) > DISTRIBUTION_FROM:
+        return _distribution(plt, speed, solutions, path)
     size, across = png_layout(len(problems), len(solutions))
     width = 0.8 / len(solutions)
     fig, ax = plt.subplots(figsize=size)
@@ -141,6 +144,41 @@ def chart(evaluations: Sequence[Evaluation], path: Path) -> Path | None:
                                                   f"{'higher' if across else 'further right'} is faster)")
     ax.set_title("kbench: speedup per problem and solution")
     ax.legend(fontsize="small", loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+DISTRIBUTION_FROM = 40  # problems beyond which the suite chart is each solution's sorted speedups, not a bar each
+DISTRIBUTION_SIZE = (12.0, 6.0)  # inches, at dpi 120: 1440 x 720 px whatever the number of problems
+
+
+def _distribution(plt: Any, speed: dict[tuple[str, str], float], solutions: list[str], path: Path) -> Path:
+    """The suite chart of a long run: per solution, its speedups over the problems sorted from slowest to fastest
+    (x: the share of the problems at or below, y: the speedup on a log axis), the 1x line and the noise band."""
+    from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter  # heavy and optional: the plot extra
+
+    fig, ax = plt.subplots(figsize=DISTRIBUTION_SIZE)
+    for solution in solutions:
+        values = sorted(v for (_, s), v in speed.items() if s == solution)
+        share = [100.0 * (i + 1) / len(values) for i in range(len(values))]
+        ax.step(share, values, where="post", label=f"{solution} ({len(values)} problems)")
+    lo, hi = min(0.5, min(speed.values()) / PAD), max(2.0, max(speed.values()) * PAD)
+    ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    ax.yaxis.set_major_locator(FixedLocator(speedup_ticks(lo, hi)))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(lambda v, _: tick_label(v))
+    ax.axhspan(1.0 - NOISE_BAND, 1.0 + NOISE_BAND, color="#e5e8ee", label=f"noise (1 ± {NOISE_BAND:g})")
+    ax.axhline(1.0, color="black", linewidth=1, linestyle="--", label="eager (1x)")
+    ax.set_xlim(0, 100)
+    ax.xaxis.set_major_formatter(PercentFormatter())
+    ax.set_xlabel("problems with a correct row, sorted by speedup (share at or below)")
+    ax.set_ylabel("speedup vs eager (log scale)")
+    ax.set_title("kbench: speedups over the suite, sorted")
+    ax.grid(True, color="#e5e8ee")
+    ax.legend(fontsize="small", loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -306,8 +306,11 @@ def test_every_solution_has_its_detail_section_and_chart(report: Path, page: Any
     assert sorted(details) == sorted(expected)
     assert page.locator("svg.strips").count() == 2 and page.locator("svg.strips g.suspect").count() == 1
     anchor = page.get_attribute("section.detail[data-problem='conv'][data-solution='cheat']", "id")
+    assert page.evaluate("document.querySelectorAll('details.card[open]').length") == 0  # every card folded
     page.click("section[data-problem='conv'] table.leaderboard a:has-text('cheat')")
     assert page.evaluate("location.hash") == f"#{anchor}"
+    opened = page.eval_on_selector_all("details.card[open]", "c => c.map(d => d.closest('section').id)")
+    assert opened == [anchor]  # the card a link leads to opens
 
 
 def test_a_screenshot_is_not_blank_and_the_page_prints(report: Path, page: Any) -> None:

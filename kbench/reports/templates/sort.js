@@ -28,3 +28,12 @@ document.querySelectorAll("table.sortable").forEach(function (table) {
     th.addEventListener("keydown", function (event) { if (event.key === "Enter") sort(); });
   });
 });
+
+// A row's card opens when a link leads to it (the leaderboard's names, the box's rows): its figures are folded.
+function openLinkedCard() {
+  var target = location.hash && document.getElementById(location.hash.slice(1));
+  var card = target && target.querySelector("details.card");
+  if (card) card.open = true;
+}
+window.addEventListener("hashchange", openLinkedCard);
+openLinkedCard();

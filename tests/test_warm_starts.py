@@ -343,3 +343,38 @@ def test_after_a_job_that_timed_no_further_child_starts_while_the_next_job_times
         warm.close()
     assert len(created) == 3  # the first job's child, the spare the second took, the spare after the second timed
     assert created[2] - ended["first"] >= 1.5
+
+
+def test_a_job_that_ran_out_of_memory_before_its_turn_runs_again_once_the_slot_is_free(tmp_path, monkeypatch):
+    """While the slot's previous job still holds the GPU, the next one's preparation may find too little memory: that
+    try does not count; the job runs again, in a fresh worker, once the previous job has ended."""
+    import threading
+
+    from kbench.execution.pool import Turn, in_turn
+
+    marker = tmp_path / "gpu_full"
+    marker.write_text("")
+    problem = tmp_path / "tight.py"
+    problem.write_text((FIXTURES / "problems" / "tiny" / "model.py").read_text().replace(
+        "        return torch.tanh(self.linear(x)) * self.scale",
+        f"        if __import__('os').path.exists({str(marker)!r}):\n"
+        "            raise RuntimeError('CUDA out of memory (simulated: the previous job holds the GPU)')\n"
+        "        return torch.tanh(self.linear(x)) * self.scale"))
+    job = ReferenceJob(**{**_judging(), "problem": ProblemRef("tight", str(problem))})
+    created = _record_children(monkeypatch)
+    previous = threading.Event()
+
+    def previous_job_ends() -> None:
+        marker.unlink()
+        previous.set()
+
+    threading.Timer(2.0, previous_job_ends).start()
+    turn = Turn(None, previous, lambda slot, ended: None)
+    warm = warm_starts.WarmStarts(ahead=False)
+    try:
+        outcome = in_turn(turn, lambda: warm(job, 60, isolation.worker_path_env()))
+    finally:
+        warm.close()
+    assert outcome.result.status == "correct", outcome.log
+    assert len(created) == 2  # the try that ran out of memory, then the one after the previous job
+    assert turn.ended.wait(10)

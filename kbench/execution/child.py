@@ -127,6 +127,7 @@ class _Child:
         self.on_event: Callable[[str], Any] = lambda name: None
         self.candidate = candidate  # whether a candidate process was started ahead with it (a solution's job)
         self.answered = threading.Event()  # a line with a result came (the worker exits right after writing it)
+        self.ended_before_turn = False  # it answered or ended while its turn had not come (run's `turn`)
         self.reader = threading.Thread(target=_drain, args=(read_fd, self.chunks, self._event), daemon=True)
         self.reader.start()
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the child's log, open until run() reads it
@@ -226,9 +227,11 @@ class _Child:
         return ChildOutcome(result, self.proc.returncode, timed_out, seconds, text[-LOG_TAIL_CHARS:], refused)
 
     def _wait_turn(self, turn: threading.Event) -> None:
-        """Until `turn` is set, or the worker answered or ended before it needed its turn (a failed set-up)."""
+        """Until `turn` is set, or the worker answered or ended before it needed its turn (a failed set-up:
+        `ended_before_turn`)."""
         while not turn.wait(0.01):
             if self.answered.is_set() or self.proc.poll() is not None:
+                self.ended_before_turn = True
                 return
 
     def _ended(self, timeout_s: float) -> bool:

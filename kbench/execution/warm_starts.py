@@ -98,9 +98,24 @@ class WarmStarts:
                 if turn is not None:
                     turn.release()  # the next job takes the spare and prepares while this one finishes
 
+        gone = threading.Event()
+        end = turn.end_later() if turn is not None else None
+
+        def exited() -> None:
+            gone.set()
+            if end is not None:
+                end()
+
         outcome = child.run(job, timeout_s, env=job_env(env), on_event=on_event,
-                            turn=turn.previous if turn is not None else None,
-                            on_exit=turn.end_later() if turn is not None else None)
+                            turn=turn.previous if turn is not None else None, on_exit=exited)
+        if turn is not None and child.ended_before_turn and short_of_memory(outcome):
+            # It ran out of memory while the slot's previous job still held the GPU: once that one and this first
+            # try have ended, again. The first try's exit ends nothing now: the turn gets an end of its own.
+            gone.wait(CLOSE_WAIT_S)
+            turn.previous.wait()
+            turn.ended = threading.Event()
+            child = self._child(shared, solution)
+            outcome = child.run(job, timeout_s, env=job_env(env), on_event=on_event, on_exit=turn.end_later())
         if not timed.is_set():  # the job ended without timing (a failure): the next job's child starts now
             self._start_spare(key, shared, solution)
         # After a job that timed, its spare is started already (the next job may hold it): another started now would
@@ -125,6 +140,14 @@ class WarmStarts:
 
 
 Key = tuple[tuple[str, str], ...]
+CLOSE_WAIT_S = 30.0  # how long a job run again waits for its first try's worker to be gone
+
+
+def short_of_memory(outcome: ChildOutcome) -> bool:
+    """Whether the job failed for want of memory (the judge's `[check_skipped]` or a process's failure that says so)."""
+    result = outcome.result
+    message = str(getattr(result, "message", ""))
+    return result is not None and result.status in ("not_run", "runtime_error") and "out of memory" in message
 
 
 def _key(env: dict[str, str]) -> Key:

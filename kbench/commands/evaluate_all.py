@@ -109,7 +109,8 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
         progress(EvaluationFinished(problem.name, label, tuple(r.status for r in rows), rows[0].message,
                                     reference=True))
 
-    run_on_slots(references, slots, reference, stored, early=plan.executor.early)
+    # Every executor's launcher releases a slot once its job has timed (kbench.execution.pool.Turn)
+    run_on_slots(references, slots, reference, stored, early=True)
     rows_of = {p.name: [e for e in store.evaluations if e.problem == p.name and e.solution in (EAGER, COMPILED)]
                for p in problems}
 
@@ -135,4 +136,4 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
         store.add(row)
         progress(EvaluationFinished(row.problem, row.solution, (row.status,), row.message))
 
-    run_on_slots(pending, slots, solution_row, record, early=plan.executor.early)
+    run_on_slots(pending, slots, solution_row, record, early=True)

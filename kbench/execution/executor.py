@@ -22,7 +22,6 @@ class Executor:
     pins: bool  # slots are GPU indices to pin children to (local); Ray pins its own tasks
     close: Callable[[], None] = lambda: None  # called once the run's evaluations are over
     slot_env: str | None = None  # a variable naming the job's slot to `launch` (Ray: which slot actor runs it)
-    early: bool = False  # a job's launch releases its slot once it has timed (run_on_slots' `early`, pool.Turn)
 
     def env(self, env: dict[str, str], slot: Slot) -> dict[str, str]:
         if self.pins:

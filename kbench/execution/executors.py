@@ -19,7 +19,7 @@ def local_executor(device: str, gpu_count: int, zygote: Zygote | None = None) ->
     warm = warm_starts.WarmStarts(ahead=device == "cuda")
     if zygote is not None:  # started before the probe with the environment every child shares: warm by now
         warm.adopt(zygote, zygote.env)
-    return Executor("local", slots, warm, pins=True, close=warm.close, early=True)
+    return Executor("local", slots, warm, pins=True, close=warm.close)
 
 
 def make_executor(name: str, device: str, gpu_count: int, address: str | None, parallel: int | None,

@@ -65,6 +65,13 @@ class Turn:
         self._ended_by_launcher = True
         return self.ended.set
 
+    def end_again(self) -> Callable[[], None]:
+        """The job runs again before its release (its first try failed before its turn): what ended the first try
+        ends nothing now; the second try's end, returned, is the one the slot's next job waits for."""
+        assert not self._released, "a released turn's end is the next job's already"
+        self.ended = threading.Event()
+        return self.end_later()
+
     def release(self) -> None:
         """Let the slot's next job start; it waits for this one's `ended` before its timed part."""
         with self._lock:
@@ -135,14 +142,12 @@ def run_on_slots(items: Sequence[Item], slots: Sequence[Slot], work: Callable[[I
         if stopping.is_set():
             hand_on(slot, previous)
             raise RunStopped
-        turn = Turn(slot, previous, hand_on)
         if not early:
             try:
                 return work(item, slot)
             finally:
-                turn.ended.set()
-                turn.release()
-        return in_turn(turn, lambda: work(item, slot))
+                hand_on(slot, previous)  # the slot back, its job over
+        return in_turn(Turn(slot, previous, hand_on), lambda: work(item, slot))
 
     width = max(len(slots), 1) * (2 if early else 1)  # with `early`, a slot's next job starts before its last ends
     with ThreadPoolExecutor(max_workers=width) as pool:

@@ -163,4 +163,4 @@ def ray_executor(device: str, address: str | None, parallel: int | None) -> Exec
     width = launcher.width(parallel)
     launcher.start(width)
     return Executor("ray", tuple(f"ray-{i}" for i in range(width)), launcher, pins=False, close=launcher.close,
-                    slot_env=SLOT_ENV, early=True)
+                    slot_env=SLOT_ENV)

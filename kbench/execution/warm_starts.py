@@ -110,12 +110,11 @@ class WarmStarts:
                             turn=turn.previous if turn is not None else None, on_exit=exited)
         if turn is not None and child.ended_before_turn and short_of_memory(outcome):
             # It ran out of memory while the slot's previous job still held the GPU: once that one and this first
-            # try have ended, again. The first try's exit ends nothing now: the turn gets an end of its own.
+            # try have ended, again (the first try's exit ends nothing now: Turn.end_again).
             gone.wait(CLOSE_WAIT_S)
             turn.previous.wait()
-            turn.ended = threading.Event()
             child = self._child(shared, solution)
-            outcome = child.run(job, timeout_s, env=job_env(env), on_event=on_event, on_exit=turn.end_later())
+            outcome = child.run(job, timeout_s, env=job_env(env), on_event=on_event, on_exit=turn.end_again())
         if not timed.is_set():  # the job ended without timing (a failure): the next job's child starts now
             self._start_spare(key, shared, solution)
         # After a job that timed, its spare is started already (the next job may hold it): another started now would

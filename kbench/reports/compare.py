@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from kbench.errors import UsageError
+from kbench.reports import leaderboard
 from kbench.reports.compare_summary import (
     BROKEN,
     FAILING,
@@ -29,6 +30,7 @@ from kbench.reports.compare_summary import (
     verdict,
 )
 from kbench.results.records import Evaluation, Status, problem_order
+from kbench.results.speedups import significant_fast_p
 from kbench.results.stats import mann_whitney_u, median
 from kbench.results.storage import LoadedRun, latest_run, latest_two, load, resolve
 
@@ -243,9 +245,6 @@ class Comparison:
     def suite(self) -> str:
         """fast_p (significant wins over each run's own eager) and the geomean of bests, before -> after, over the
         problems both runs have: what a suite's change comes to, whatever the machines."""
-        from kbench.reports import leaderboard  # the reports' summary; compare's rows do not need it
-        from kbench.results.speedups import significant_fast_p
-
         both = sorted({e.problem for e in self.before.evaluations} & {e.problem for e in self.after.evaluations},
                       key=problem_order)
         if not both:

@@ -84,10 +84,24 @@ def recurring_notes(evaluations: Sequence[Evaluation]) -> list[str]:
     return lines
 
 
+NOTES_CELL = 28  # characters a notes cell may take before its recurring codes are counted rather than named
+
+
+def _notes_cell(footnotes: str, codes: Sequence[str]) -> str:
+    """A row's notes cell: its footnote numbers, then the recurring warnings it has by code ("2, gpu_busy"); codes
+    that would widen the table beyond NOTES_CELL are counted ("+2 recurring")."""
+    for named in range(len(codes), -1, -1):
+        more = [f"+{len(codes) - named} recurring"] if named < len(codes) else []
+        cell = ", ".join(filter(None, [footnotes, *codes[:named], *more]))
+        if len(cell) <= NOTES_CELL or named == 0:
+            return cell
+    return footnotes
+
+
 def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: bool,
                   folded: frozenset[str] = frozenset()) -> list[str]:
     """One problem's ranking: the table, then its footnotes (every warning of every row, numbered, but those whose
-    code is in `folded`: the run's recurring ones, said once)."""
+    code is in `folded`: the run's recurring ones, said once, which the row's notes cell names by their code)."""
     rows = leaderboard.ranked(evaluations, problem)
     eager = next((e for e in rows if e.solution == EAGER), None)
     compiled = next((e for e in rows if e.solution == COMPILED), None)
@@ -100,10 +114,13 @@ def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: 
                         + [w.text for w in e.warnings if w.code.value not in folded]):
             notes.append(f"[{len(notes) + 1}] {e.solution}: {warning}")
             marks.append(str(len(notes)))
+        # a recurring warning is said once for the run, but the row still shows that it has it
+        recurring_codes = [c for c in dict.fromkeys(w.code.value for w in e.warnings) if c in folded]
         name = e.solution + (f" {DAGGER}" if e is best and weakened else "")
         vs_eager, eager_ms, vs_compile = speedup_cells(e, eager, compiled, compile_run)
         table.append([rank, name, e.status.value, _ms(e.timing.median if e.timing else None), vs_eager, eager_ms,
-                      vs_compile, f"{e.max_abs_err:.1e}" if e.max_abs_err is not None else "", _span(marks)])
+                      vs_compile, f"{e.max_abs_err:.1e}" if e.max_abs_err is not None else "",
+                      _notes_cell(_span(marks), recurring_codes)])
     headers = ["#", "solution", "status", "median ms", "vs eager", "eager ms", "vs compile", "max err", "notes"]
     if not compile_run:  # every cell would say "not measured": the suite's table and the box say it once
         headers, table = headers[:6] + headers[7:], [r[:6] + r[7:] for r in table]
@@ -154,8 +171,9 @@ def markdown(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | No
     folded = frozenset(recurring(evaluations))
     if folded:
         lines += ["", "## Notes on many rows", "", *_wrap(
-            "Said once here, not under each problem (run.json and the HTML report keep every row's); a "
-            f"{DAGGER} on a problem's fastest correct solution may mean one of these weakens it:", ""),
+            "Said once here, not under each problem: a row's notes name those it has by their code (run.json and the "
+            f"HTML report keep every row's text); a {DAGGER} on a problem's fastest correct solution may mean one of "
+            "these weakens it:", ""),
             *recurring_notes(evaluations)]
     compile_run = compile_measured(doc, evaluations)
     for problem in sorted({e.problem for e in evaluations}, key=problem_order):

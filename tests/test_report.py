@@ -266,7 +266,8 @@ def test_the_html_box_folds_a_weakness_of_many_rows_into_one_item_with_links():
     page = report_html(DOC, _suite())
     box = page.split('id="before-you-quote"')[1].split("</section>")[0]
     assert box.count('<li class="weakened">') == 1
-    assert "(40 rows)" in box and "and 35 more" in box and box.count('<a href="#') == 5
+    weakened = box.split('<li class="weakened">')[1].split("</li>")[0]
+    assert "(40 rows)" in weakened and "and 35 more" in weakened and weakened.count('<a href="#') == 5
 
 
 def test_the_suite_counts_verdicts_and_quotes_fast_p_below_1_as_not_slower_than_p():
@@ -290,6 +291,10 @@ def test_problems_whose_reference_is_degenerate_are_counted_before_the_numbers()
 
     box = report_html(DOC, _suite()).split('id="before-you-quote"')[1].split("</section>")[0]
     assert box.count('<li class="degenerate">') == 1 and "L2_7_P" in box
+    page = report_html({**DOC, "config": {"compile_baseline": False}}, _suite())
+    assert '<a href="#p6">L2_7_P</a>' in page  # each names a link to its problem's section
+    problems_table = page.split('id="problems"')[1].split("</table>")[0]
+    assert "vs compile" not in problems_table and "not measured" not in problems_table  # the box says it once
 
 
 def test_the_html_colours_a_win_and_a_slowdown_apart_and_leaves_noise_plain():

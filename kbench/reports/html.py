@@ -227,7 +227,8 @@ def report_html(doc: JsonObject, evaluations: Sequence[Evaluation], state: str |
         references=[e for e in evaluations if e.solution in leaderboard.BASELINE_ROWS and e.status != Status.CORRECT],
         environment=flatten(doc.get("environment") or {}), git=flatten(doc.get("git") or {}),
         config=flatten(doc.get("config") or {}), selection=flatten(doc.get("selection") or {}),
-        problems=views, anchors=anchors, profiles=profile_view.section(doc))
+        problems=views, anchors=anchors, problem_ids={v["name"]: v["id"] for v in views},
+        profiles=profile_view.section(doc))
 
 
 def _directory(run: LoadedRun) -> Path:

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HONEST = ('\n\nDEVICES = ("cuda", "cpu")\n\n\nclass ModelNew(Model):\n'
           '    """An honest solution: the reference itself."""\n')
 BAND = 0.03  # an honest copy reads within 1.00 +- BAND (issue: suites at scale)
-PHASES = ("setup", "calibration_start", "calibration", "load", "trials", "other_sizes", "timing", "trust_determinism",
+PHASES = ("setup", "calibration_start", "calibration", "load", "build", "trials", "other_sizes", "timing", "trust_determinism",
           "trust_profile", "trust_fp64")
 EAGER_PHASES = ("setup", "timing", "degenerate_check", "noise_check", "floor")
 REFERENCE_ROWS = ("eager", "torch.compile")

@@ -160,12 +160,12 @@ def test_each_evaluation_records_where_its_time_went(fixture_run):
     by_name = {e.solution: e for e in store.evaluations}
     good, wrong = by_name["good"].phases, by_name["wrong_values"].phases
     # the fixture runs on CPU, where there is no kernel profile (trust_profile)
-    assert list(good) == ["setup", "calibration_start", "waiting", "calibration", "load", "trials", "other_sizes",
-                          "timing", "trust_determinism", "trust_fp64"]
+    assert list(good) == ["setup", "calibration_start", "waiting", "calibration", "load", "build", "trials",
+                          "other_sizes", "timing", "trust_determinism", "trust_fp64"]
     assert all(v >= 0 for v in good.values())
     assert sum(good.values()) <= by_name["good"].seconds  # the rest is the child's start-up and import of torch
     assert good["timing"] > 0
-    assert list(wrong) == ["setup", "calibration_start", "waiting", "calibration", "load", "trials"]  # stops there
+    assert list(wrong) == ["setup", "calibration_start", "waiting", "calibration", "load", "build", "trials"]  # stops there
 
 
 def test_a_step_marked_again_adds_its_seconds_to_the_first(monkeypatch):

@@ -401,3 +401,73 @@ def test_a_flag_is_confirmed_in_the_rounds_timed_again_at_a_lower_significance()
     assert timer_mismatch_warning(shaved, then) is None  # p = 0.017: not enough for a first flag
     confirmed = timer_mismatch_warning(shaved, then, p=CONFIRM_P)
     assert confirmed is not None and confirmed.code == FindingCode.TIMER_MISMATCH
+
+
+def _spin(conn, init_cuda=False, forked=False):  # a reserve that burns CPU while it waits: the judge's, not escaped
+    os.setpgid(0, 0)
+    while True:
+        pass
+
+
+def test_the_reserve_forked_ahead_becomes_the_witness_and_a_held_one_is_the_judges_own():
+    """A judge's later candidate processes come from its reserve (forked by the worker beside its first candidate):
+    the witness is that process, not a new one; a reserve still held while the solution is timed is the judge's
+    own child, whose CPU time is not the solution's escaped work; once taken, the next is spawned."""
+    import dataclasses
+
+    from kbench.config.run_config import TimingPolicy
+    from kbench.judge.candidate.session import Reserve
+
+    torch.set_grad_enabled(False)
+    problem, reference, init, make = _reference()
+    job = dataclasses.replace(_job(), timing=TimingPolicy(min_samples=12, min_time_s=0.3, max_time_s=0.6))
+    ready = judge.CandidateProcess()  # spawned: a fork of this process, which ran torch already, could hang in it
+    reserve = Reserve(ready)
+    cand = judge.CandidateProcess()
+    session = judge.Session(cand, "cpu", reserve)
+    try:
+        inputs = make(1)
+        calibration = judge_timing.calibrate(job, session, reference, init, make, inputs, reference(*inputs))
+        assert reserve.pids() == {ready.pid}
+        witness = judge_timing.start_witness(job, session, reference, init, make)
+        assert witness is not None and witness.cand is ready and reserve.pids() == set()
+        witness.cand.kill()
+        busy = judge.CandidateProcess(target=_spin, fork=True)  # held through the rounds, spinning
+        session.reserve = Reserve(busy)
+        time.sleep(0.1)
+        timed = judge_timing.time_rounds(job, session, reference, make, calibration)
+        assert FindingCode.ESCAPED_PROCESS not in [w.code for w in timed.findings], timed.findings
+        session.reserve.close()
+        assert busy.proc.exitcode is not None and session.reserve.pids() == set()
+        spawned = session.reserve.take()  # none held: a new process
+        try:
+            assert spawned.pid not in (ready.pid, busy.pid) and spawned.proc.is_alive()
+        finally:
+            spawned.kill()
+    finally:
+        cand.kill()
+        reserve.close()
+        session.reserve.close()
+        torch.set_grad_enabled(True)
+
+
+def test_calibration_of_a_long_call_stops_at_what_the_process_check_needs(monkeypatch):
+    """Past CALIBRATION_S a calibration stops at CALIBRATION_LEAST rounds per regime rather than the usual least:
+    a long call's bound is far above the protocol's spread. A clock that moves 60 ms per reading stands in for it."""
+    problem, reference, init, make = _reference()
+    clock = [0.0]
+
+    def slow() -> float:
+        clock[0] += 0.06
+        return clock[0]
+
+    monkeypatch.setattr(judge_timing, "_perf_counter", slow)
+    cand = judge.CandidateProcess()
+    try:
+        calibration = judge_timing.calibrate(_job(), judge.Session(cand, "cpu"), reference, init,
+                                             make, make(1), reference(*make(1)))
+    finally:
+        cand.kill()
+    kept = judge_timing.CALIBRATION_LEAST - judge_timing.CALIBRATION_DISCARD
+    assert kept < judge_timing.CALIBRATION_ROUNDS[0] - judge_timing.CALIBRATION_DISCARD
+    assert len(calibration.overhead) == len(calibration.reference) == kept  # enough for the process check, no more

@@ -24,6 +24,7 @@ from kbench.judge.candidate.candidate import warm_cuda
 from kbench.judge.candidate.loading import load_solution
 from kbench.judge.harness import out_of_memory
 from kbench.judge.judge import CandidateProcess
+from kbench.judge.candidate.session import Reserve
 from kbench.judge.reference import check_problem, time_reference
 from kbench.judge.verdicts import Verdict, short
 from kbench.results import codec
@@ -46,6 +47,7 @@ from kbench.wire.jobs import (
 # serve() points _announce at the result pipe: a progress event for the parent
 _announce: Any = lambda event, **fields: None  # noqa: E731 - a placeholder that serve() replaces
 _spare: Any = None  # a candidate process spawned while this worker waited for its job (--warm)
+_reserve: Any = None  # a second one forked beside it, for the judge's witness or fresh candidate (Reserve)
 _env: dict[str, str] = {}  # the job's own environment variables (kbench.execution.child.JOB_ENV)
 
 
@@ -57,7 +59,7 @@ def wait_turn() -> None:
 
 def evaluate(job: EvaluateJob) -> EvaluateResult:
     """A solution's evaluation: this process becomes its judge (kbench.judge.judge); the solution runs in its child."""
-    return judge.evaluate(job, _env, _announce, _spare, wait_turn)
+    return judge.evaluate(job, _env, _announce, _spare, wait_turn, Reserve(_reserve))
 
 
 def reference(job: ReferenceJob) -> Any:
@@ -101,11 +103,15 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
     With `candidate` (the job to come is likely a solution's), a worker forked by the zygote
     (kbench.execution.zygote) forks its candidate now, before it has a job or a CUDA context (the candidate inherits
     nothing of a job), and a worker started ahead of a CUDA job (`warm`) spawns it now. Either way with `warm` both
-    make their CUDA contexts before the job arrives. Without `candidate` (a reference's job is likely), a forked
-    worker that gets a solution's job after all forks its candidate then, unless it made its CUDA context already."""
-    global _spare
+    make their CUDA contexts before the job arrives. A forked worker also forks a second candidate process then, the
+    judge's reserve (kbench.judge.candidate.session.Reserve: a witness, or a fresh candidate), which makes its CUDA
+    context only if it is used. Without `candidate` (a reference's job is likely), a forked worker that gets a
+    solution's job after all forks both then, unless it made its CUDA context already."""
+    global _spare, _reserve
     if (forked or warm) and candidate:
         _spare = CandidateProcess(init_cuda=warm, fork=forked)
+        if forked:  # a fork costs milliseconds, a spawn seconds of CPU: a spawned worker spawns only when needed
+            _reserve = CandidateProcess(fork=True)
     if warm:
         warm_cuda()
     if warm and not forked:
@@ -116,8 +122,12 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
     if _spare is not None and not solution:
         _spare.kill()
         _spare = None
+        if _reserve is not None:
+            _reserve.kill()
+            _reserve = None
     elif _spare is None and solution and forked and not warm:
         _spare = CandidateProcess(fork=True)  # no CUDA context here yet: a fork is clean
+        _reserve = CandidateProcess(fork=True)
     out = os.fdopen(result_fd, "w")
 
     def announce(event: str, **fields: Any) -> None:

@@ -18,7 +18,7 @@ import torch
 
 from kbench.judge.candidate import protocol
 from kbench.judge.candidate.loading import load_failure
-from kbench.judge.candidate.session import Announce, CandidateProcess, Session
+from kbench.judge.candidate.session import Announce, CandidateProcess, Reserve, Session
 from kbench.judge.checks import correctness, kernel_names, trust
 from kbench.judge.draft import Draft
 from kbench.judge.harness import (
@@ -50,7 +50,8 @@ TIMING_CLOCKS = ("torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.Event
 
 
 def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
-             cand: CandidateProcess | None = None, wait_turn: Callable[[], None] = lambda: None) -> EvaluateResult:
+             cand: CandidateProcess | None = None, wait_turn: Callable[[], None] = lambda: None,
+             reserve: Reserve | None = None) -> EvaluateResult:
     """The `evaluate` mode of the worker: this process is the judge; the solution runs in a candidate it spawned
     (ahead of the job, when the worker was started ahead) and imports it with the job's `env`.
 
@@ -62,6 +63,8 @@ def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
         wait_turn: returns once this job may time on its GPU (the slot's previous job has ended: the worker's stdin
             ends, kbench.execution.pool.Turn); what comes before it times nothing and runs only kbench's and the
             reference's code (the judge's set-up, the candidate's reference built and called).
+        reserve: the candidate processes for later needs (a witness, a fresh candidate), one forked ahead by the
+            worker when it could (kbench.judge.candidate.session.Reserve).
 
     Returns:
         The EvaluateResult: a status (correct, incorrect) with its trials, the timing (seconds) and the findings.
@@ -75,9 +78,11 @@ def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
     cand = cand or CandidateProcess()
     cand.announce(announce)
     started = [cand]  # every candidate process of the evaluation (a fresh one replaces one that disagreed)
+    reserve = reserve or Reserve()
     try:
-        return _evaluate(job, env, Session(cand, job.device), announce, started, wait_turn)
+        return _evaluate(job, env, Session(cand, job.device, reserve), announce, started, wait_turn)
     finally:
+        reserve.close()
         for each in started:
             each.kill()
             escapes.kill_escaped(each.pid, each.pgid)
@@ -111,6 +116,7 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
         session.load(job.solution.path, env)
     except Verdict as v:
         raise load_failure(v) from None  # a kernel DSL missing here: not_run, as the machine cannot run it
+    phases.mark("load")
     copied = session.build("main", reference, init, seed)
     session.bind("main", probe_inputs, probe)
     del probe, probe_inputs
@@ -119,7 +125,7 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
                                                   "processes": processes.figures})
     if processes.finding is not None:
         draft.warnings.append(processes.finding)
-    phases.mark("load")
+    phases.mark("build")
     trials, warnings = _trials(job, session, reference, make, [seed + 1 + i for i in range(job.trials)])
     draft.trials += trials
     draft.warnings += warnings
@@ -197,11 +203,11 @@ def _calibrated(job: EvaluateJob, session: Session, fresh: Callable[[Session], S
 def _fresh_session(job: EvaluateJob, old: Session, announce: Announce, started: list[CandidateProcess]) -> Session:
     """A new candidate process in place of `old`'s (ended, its buffers freed), pinned and sandboxed as it was."""
     old.release()
-    cand = CandidateProcess(init_cuda=job.device == "cuda")
+    cand = old.reserve.take(init_cuda=job.device == "cuda")
     started.append(cand)
     cand.announce(announce)
     pin_timing_core(job.device, cand)
-    session = Session(cand, job.device)
+    session = Session(cand, job.device, old.reserve)
     session.sandbox_plan = old.sandbox_plan
     return session
 

@@ -133,13 +133,43 @@ class CandidateProcess:
         self.conn.close()
 
 
+class Reserve:
+    """A judge's later candidate processes (a witness, a fresh candidate after processes disagreed): one forked ahead
+    by its worker, beside the first candidate and like it (before the worker had a job or a CUDA context), so that it
+    starts in milliseconds where a spawned one imports torch for seconds (a witness spawned after a first flag made
+    that row's timing 5-8 s on the H100, 2026-11-27); spawned when none is left. The one held is the judge's own
+    child, neither the solution's nor escaped (`pids`)."""
+
+    def __init__(self, ready: CandidateProcess | None = None) -> None:
+        self._ready = ready
+
+    def take(self, init_cuda: bool = False) -> CandidateProcess:
+        """The process held (it makes its CUDA context at its first command), else a new one spawned."""
+        ready, self._ready = self._ready, None
+        if ready is not None and ready.proc.is_alive():
+            return ready
+        if ready is not None:
+            ready.kill()
+        return CandidateProcess(init_cuda=init_cuda)
+
+    def pids(self) -> set[int]:
+        """The process held, not yet taken."""
+        return {self._ready.pid} if self._ready is not None else set()
+
+    def close(self) -> None:
+        if self._ready is not None:
+            self._ready.kill()
+            self._ready = None
+
+
 class Session:
     """The buffers the judge shares with the candidate and the calls it asks for. On CUDA every shared buffer comes
     from a private memory pool, so the IPC mappings the candidate gets hold nothing of the judge's but those buffers."""
 
-    def __init__(self, cand: CandidateProcess, device: str) -> None:
+    def __init__(self, cand: CandidateProcess, device: str, reserve: Reserve | None = None) -> None:
         self.cand = cand
         self.device = device
+        self.reserve = reserve or Reserve()  # the judge's next candidate processes (a witness, a fresh candidate)
         self.pool = torch.cuda.MemPool() if device == "cuda" and hasattr(torch.cuda, "MemPool") else None
         self.buffers: dict[str, list[Any]] = {}  # output buffers per model name
         self.name = ""

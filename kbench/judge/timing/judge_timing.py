@@ -13,7 +13,7 @@ from kbench.judge.candidate.session import CandidateProcess, Session
 from kbench.judge.harness import guarded, make_timer, pin, timing_core
 from kbench.judge.timing.rounds import SolutionRounds
 from kbench.judge.timing.timed_call import Observed, TimedCalls
-from kbench.measure import timers, timing
+from kbench.measure import timers, timing, timing_checks
 from kbench.results.findings import Finding
 from kbench.results.records import Measurement
 from kbench.results.stats import median
@@ -30,6 +30,10 @@ CALIBRATION_ROUNDS = (10, 30)
 CALIBRATION_DISCARD = 2
 CALIBRATION_WARMUP = 2  # untimed calls of the reference in the candidate's process before the calibration's rounds
 CALIBRATION_S = 0.3  # no more calibration rounds once this long has passed
+# Past CALIBRATION_S a long call stops at this many per regime: what the process check needs (its least samples, kept
+# after the discard). A 10 ms call's bound is 5% of it (0.5 ms), far above the protocol's spread of tens of
+# microseconds; at 10 rounds per regime its calibration took 0.9 s of the row on the H100 (a 47 ms call's 2.5 s).
+CALIBRATION_LEAST = timing_checks.PROCESS_MIN_SAMPLES + CALIBRATION_DISCARD
 
 
 def pin_timing_core(device: str, cand: CandidateProcess, judge: bool = False) -> None:
@@ -65,7 +69,8 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
     start, index = _perf_counter(), 0
     try:
         while not all(len(seen[m]) >= high for m in modes) and (
-                any(len(seen[m]) < low for m in modes) or _perf_counter() - start < CALIBRATION_S):
+                any(len(seen[m]) < (low if _perf_counter() - start < CALIBRATION_S else CALIBRATION_LEAST)
+                    for m in modes) or _perf_counter() - start < CALIBRATION_S):
             values = make(job.seed - 1 - index)
             timing.settle(job.device)
             held: list[Any] = []
@@ -229,7 +234,8 @@ def _measure(session: Session, device: str, policy: TimingPolicy, rounds: Soluti
              after: Callable[[int], None], witnesses: Sequence[int] = ()) -> _Window:
     """The timed rounds, with the CPU time of the candidate's escaped processes over them and the window's length
     (`witnesses`: the judge's witness processes, children of the judge that are not the solution's)."""
-    pid, group, own = session.cand.pid, session.cand.pgid, escapes.own_helpers() | set(witnesses)
+    pid, group = session.cand.pid, session.cand.pgid
+    own = escapes.own_helpers() | set(witnesses) | session.reserve.pids()
     start, tree = _perf_counter(), escapes.tree_cpu(pid, group, own=own)
     found = guarded(device, "timing", lambda: timing.measure_rounds(
         {"eager": rounds.eager, "solution": rounds.solution}, policy, before_round=rounds.before,
@@ -241,10 +247,11 @@ def _measure(session: Session, device: str, policy: TimingPolicy, rounds: Soluti
 def start_witness(job: Judging, session: Session, reference: Any, init: list[Any],
                   make: Callable[[int], list[Any]]) -> Session | None:
     """A witness for timed rounds (`time_rounds`): a fresh candidate process that holds only the reference, under the
-    solution's sandbox plan, pinned like the solution's and warmed up as calibration is (spawned: this process has a
-    CUDA context, so a fork could not use the GPU). None if it cannot start; the caller kills `.cand`."""
+    solution's sandbox plan, pinned like the solution's and warmed up as calibration is (the worker's reserve, forked
+    before this process had a CUDA context, else spawned: a fork now could not use the GPU). None if it cannot start;
+    the caller kills `.cand`."""
     device = job.device
-    cand = CandidateProcess(init_cuda=device == "cuda")
+    cand = session.reserve.take(init_cuda=device == "cuda")
     try:
         pin_timing_core(device, cand)
         witness = Session(cand, device)

@@ -22,9 +22,9 @@ import torch
 from kbench.judge import judge
 from kbench.judge.candidate.candidate import warm_cuda
 from kbench.judge.candidate.loading import load_solution
+from kbench.judge.candidate.session import Reserve
 from kbench.judge.harness import out_of_memory
 from kbench.judge.judge import CandidateProcess
-from kbench.judge.candidate.session import Reserve
 from kbench.judge.reference import check_problem, time_reference
 from kbench.judge.verdicts import Verdict, short
 from kbench.results import codec

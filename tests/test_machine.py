@@ -13,7 +13,7 @@ from kbench.config.run_config import RunConfig, TimingPolicy
 from kbench.measure.timing_checks import level_moved_warning
 from kbench.problems.discovery import select
 from kbench.results.records import Measurement, Status
-from kbench.system import machine
+from kbench.system import machine, procfs
 from tests.conftest import FIXTURES
 
 BUSY_LOOP = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass\n"
@@ -87,8 +87,10 @@ def _no_nvml(index):
 
 
 def test_the_gpu_is_read_as_nvidia_smi_reports_it():
-    state = machine.gpu_state(_smi("1980, 1980, 0x0000000000000000\n", "123\n456\n"), _no_nvml)
-    assert state == {"sm_mhz": 1980, "max_sm_mhz": 1980, "throttled": [], "compute_processes": 2}
+    state = machine.gpu_state(_smi("1980, 1980, 0x0000000000000000\n", "123\n456\n"), _no_nvml,
+                              kbench=lambda pids: len([p for p in pids if p == 456]))
+    assert state == {"sm_mhz": 1980, "max_sm_mhz": 1980, "throttled": [], "compute_processes": 2,
+                     "kbench_elsewhere": 1}
     assert machine.gpu_warnings(state, own_processes=2) == []
     assert machine.gpu_state(_smi(None, None), _no_nvml) == {}  # no nvidia-smi: nothing measured, nothing said
 
@@ -110,6 +112,11 @@ class _FakeNvml:
             elif name == "nvmlDeviceGetCurrentClocksThrottleReasons":
                 args[1]._obj.value = 0x84
             elif name == "nvmlDeviceGetComputeRunningProcesses_v3":
+                if args[2] is not None:  # the list asked for: pids 100, 101, ...
+                    for i in range(self.processes):
+                        args[2][i].pid = 100 + i
+                    args[1]._obj.value = self.processes
+                    return machine.Nvml.SUCCESS
                 args[1]._obj.value = self.processes
                 return machine.Nvml.INSUFFICIENT_SIZE if self.processes else machine.Nvml.SUCCESS
             return machine.Nvml.SUCCESS
@@ -121,8 +128,12 @@ def test_nvml_answers_what_nvidia_smi_would_without_a_process_per_row():
     nvml._lib = _FakeNvml(processes=3)
     state = nvml.read(0)
     assert state == {"sm_mhz": 1410, "max_sm_mhz": 1980, "throttled": ["power cap", "thermal (hardware)"],
-                     "compute_processes": 3}
-    assert machine.gpu_state(_smi(None, None), nvml.read) == state  # nvidia-smi is not asked
+                     "compute_processes": 3, "pids": [100, 101, 102]}
+    seen = []
+    found = machine.gpu_state(_smi(None, None), nvml.read, kbench=lambda pids: seen.append(pids) or 1)
+    assert seen == [[100, 101, 102]]  # nvidia-smi is not asked; the pids are classified, not kept
+    assert found == {"sm_mhz": 1410, "max_sm_mhz": 1980, "throttled": ["power cap", "thermal (hardware)"],
+                     "compute_processes": 3, "kbench_elsewhere": 1}
     nvml._lib = _FakeNvml(processes=0, fail="nvmlDeviceGetMaxClockInfo")
     assert nvml.read(0) is None  # a failed query: nvidia-smi is asked instead
     smi = machine.gpu_state(_smi("1980, 1980, 0x0\n", "1\n"), nvml.read)
@@ -136,3 +147,33 @@ def test_other_processes_on_the_gpu_and_a_throttled_gpu_are_reported():
     assert busy.text.startswith("[gpu_busy] 1 other process(es) held a context on this GPU")
     assert throttled.text == ("[gpu_throttled] the GPU was slowed while this was timed (power cap, thermal (hardware); "
                          "SM clock 1410 of 1980 MHz)")
+
+
+def test_kbench_own_processes_outside_the_judge_are_its_parents_other_children_and_theirs():
+    """The slot's next worker (a sibling of the judge, with its candidate below it) is kbench's own on the GPU; the
+    judge's own tree (a solution's processes stay there) and processes elsewhere are not. This test process stands
+    for the zygote: a judge and a sibling below it, each with a child."""
+    judge = subprocess.Popen(["bash", "-c", "sleep 30 & wait"])
+    sibling = subprocess.Popen(["bash", "-c", "sleep 30 & wait"])
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            table = procfs.processes()
+            below = {p.ppid: p.pid for p in table if p.ppid in (judge.pid, sibling.pid)}
+            if len(below) == 2:
+                break
+            time.sleep(0.02)
+        pids = [judge.pid, below[judge.pid], sibling.pid, below[sibling.pid], 1, os.getpid()]
+        assert machine.kbench_elsewhere(pids, judge=judge.pid) == 2  # the sibling and its child
+        assert machine.kbench_elsewhere(pids, judge=1) == 0  # a judge whose parent is nobody's: nothing is kbench's
+    finally:
+        for proc in (judge, sibling):
+            proc.kill()
+            proc.wait()
+
+
+def test_kbench_own_contexts_elsewhere_are_not_another_programs():
+    state = {"compute_processes": 5, "kbench_elsewhere": 2}
+    assert machine.gpu_warnings(state, own_processes=3) == []  # the judge, its candidate, a witness; the next worker
+    busy = machine.gpu_warnings({**state, "kbench_elsewhere": 1}, own_processes=3)
+    assert busy[0].text.startswith("[gpu_busy] 1 other process(es)")

@@ -17,10 +17,9 @@ class WarmStarts:
     each worker is placed on its slot's GPU when it is forked).
 
     With `ahead` (CUDA runs) one worker per slot is forked ahead for the slot's next job as soon as the running job
-    reports that its timing is over (or when the job ends, if it never times), so that it (and, when the next job is
-    likely a solution's, its candidate) create their CUDA contexts during the trust checks rather than during
-    anybody's timing on this slot. The next job is taken to be of the running one's kind: a run evaluates its
-    references first, then its solutions. On the CPU a worker is forked when its job comes (a spare's start-up would
+    reports that its timing is over, and another when it ends, for the job after next, so that each (and, when its
+    job is likely a solution's, its candidate) has its CUDA contexts made before its job comes. The next job is
+    taken to be of the running one's kind: a run evaluates its references first, then its solutions. On the CPU a worker is forked when its job comes (a spare's start-up would
     share the timed cores). If a zygote cannot start, workers start the slow way (`python -m kbench.execution.worker`).
 
     When the jobs come through run_on_slots with `early`, a job's "timed" (or its end) also releases its turn
@@ -115,10 +114,13 @@ class WarmStarts:
             turn.previous.wait()
             child = self._child(shared, solution)
             outcome = child.run(job, timeout_s, env=job_env(env), on_event=on_event, on_exit=turn.end_again())
-        if not timed.is_set():  # the job ended without timing (a failure): the next job's child starts now
-            self._start_spare(key, shared, solution)
-        # After a job that timed, its spare is started already (the next job may hold it): another started now would
-        # make its CUDA context while the next job times.
+        # The slot's child after next starts now (the next job took the spare started at this one's "timed", or
+        # none if this one never timed): it makes its CUDA contexts while the next job times, which an honest copy
+        # does not feel (all 100 level-2 copies 0.996-1.008x on four H100s with 349 of 400 rows timed so), while a
+        # child started only at the next job's "timed" makes the job after it wait for its contexts: 0.6-1.8 s a row
+        # on the H100 machine (2026-11-27, docs/benchmarks.md). The judge does not count it as another program on
+        # its GPU (kbench.system.machine.kbench_elsewhere).
+        self._start_spare(key, shared, solution)
         return outcome
 
     def waiting(self) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from kbench.results.findings import Finding, FindingCode
-from kbench.system.procfs import CLOCK_TICKS, processes
+from kbench.system.procfs import CLOCK_TICKS, descendants, processes
 
 # Other processes kept at least this many cores busy on average (CPU runs: any of it shares the timed cores), or on
 # a GPU run this share of the machine's cores (the timed process needs one core to issue its launches).
@@ -143,11 +143,29 @@ class Nvml:
                     or lib.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(count), None)
                     not in (self.SUCCESS, self.INSUFFICIENT_SIZE)):
                 return None
+            pids = self._pids(handle, count.value)
         except (OSError, AttributeError):
             return None
         return {"sm_mhz": sm.value, "max_sm_mhz": top.value,
                 "throttled": [name for bit, name in THROTTLE_BITS.items() if reasons.value & bit],
-                "compute_processes": count.value}
+                "compute_processes": count.value, **({"pids": pids} if pids is not None else {})}
+
+    def _pids(self, handle: Any, count: int) -> list[int] | None:
+        """The processes holding a context on the GPU (None where the list cannot be read)."""
+        if count == 0:
+            return []
+        size = ctypes.c_uint(count + 4)  # room for some that started since the count
+        infos = (_ProcessInfo * size.value)()
+        if self._lib.nvmlDeviceGetComputeRunningProcesses_v3(handle, ctypes.byref(size), infos) != self.SUCCESS:
+            return None
+        return [infos[i].pid for i in range(size.value)]
+
+
+class _ProcessInfo(ctypes.Structure):
+    """NVML's nvmlProcessInfo_t (v3 of the process queries)."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
+                ("computeInstanceId", ctypes.c_uint)]
 
 
 @functools.cache
@@ -161,12 +179,17 @@ def _nvml_read(index: int) -> dict[str, object] | None:
 
 
 def gpu_state(run: Callable[[list[str]], str | None] = _smi,
-              nvml: Callable[[int], dict[str, object] | None] = _nvml_read) -> dict[str, object]:
-    """The timed GPU now: SM clock and its maximum (MHz), the active throttle reasons, and how many compute processes
-    hold a context on it, from NVML (`Nvml`), else as nvidia-smi sees it. Empty where neither says anything."""
+              nvml: Callable[[int], dict[str, object] | None] = _nvml_read,
+              kbench: Callable[[list[int]], int] | None = None) -> dict[str, object]:
+    """The timed GPU now: SM clock and its maximum (MHz), the active throttle reasons, how many compute processes
+    hold a context on it, from NVML (`Nvml`), else as nvidia-smi sees it, and how many of them are kbench's own
+    outside this judge (`kbench`: `kbench_elsewhere`, the slot's next worker started ahead). Empty where neither says
+    anything."""
+    kbench = kbench or kbench_elsewhere
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
     if visible.isdigit() and (found := nvml(int(visible))) is not None:
-        return found
+        pids = cast("list[int] | None", found.pop("pids", None))
+        return {**found, "kbench_elsewhere": kbench(pids)} if pids else found
     state: dict[str, object] = {}
     for query in _GPU_QUERIES:
         out = run(["-i", visible, f"--query-gpu=clocks.sm,clocks.max.sm,{query}", "--format=csv,noheader,nounits"])
@@ -181,15 +204,33 @@ def gpu_state(run: Callable[[list[str]], str | None] = _smi,
             break
     apps = run(["-i", visible, "--query-compute-apps=pid", "--format=csv,noheader"])
     if apps is not None:
-        state["compute_processes"] = len([line for line in apps.splitlines() if line.strip()])
+        listed = [line.strip() for line in apps.splitlines() if line.strip()]
+        state["compute_processes"] = len(listed)
+        if (pids := [int(p) for p in listed if p.isdigit()]):
+            state["kbench_elsewhere"] = kbench(pids)
     return state
+
+
+def kbench_elsewhere(pids: list[int], judge: int | None = None) -> int:
+    """How many of `pids` are kbench's own processes outside this judge's tree: the other children of the judge's
+    parent (the run's zygote, or the run itself) and their descendants, i.e. the slot's next worker and its candidate,
+    started ahead on this GPU. Neither a solution's process (it stays in the judge's tree: the judge is its subreaper)
+    nor another program's is among them. 0 where /proc cannot tell, or the judge's parent is init."""
+    judge = os.getpid() if judge is None else judge
+    table = processes()
+    parent = next((p.ppid for p in table if p.pid == judge), 0)
+    if parent <= 1:
+        return 0
+    family = descendants([parent], table) - descendants([judge], table) - {judge}
+    return sum(1 for pid in pids if pid in family)
 
 
 def gpu_warnings(state: dict[str, object], own_processes: int) -> list[Finding]:
     """`[gpu_busy]` when other processes hold contexts on the timed GPU, `[gpu_throttled]` when it was slowed (read
     right after the timing, while its clocks still show the work)."""
     found = []
-    others = cast(int, state.get("compute_processes", 0)) - own_processes  # gpu_state's count
+    # gpu_state's count, less kbench's own (this judge's, and the slot's next worker started ahead)
+    others = cast(int, state.get("compute_processes", 0)) - own_processes - cast(int, state.get("kbench_elsewhere", 0))
     if "compute_processes" in state and others > 0:
         found.append(Finding(FindingCode.GPU_BUSY, f"{others} other process(es) held a context on this GPU while "
                              "this was timed: the times may be slower than on an idle GPU"))

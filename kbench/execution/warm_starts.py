@@ -17,10 +17,11 @@ class WarmStarts:
     each worker is placed on its slot's GPU when it is forked).
 
     With `ahead` (CUDA runs) one worker per slot is forked ahead for the slot's next job as soon as the running job
-    reports that its timing is over, and another when it ends, for the job after next, so that each (and, when its
-    job is likely a solution's, its candidate) has its CUDA contexts made before its job comes. The next job is
-    taken to be of the running one's kind: a run evaluates its references first, then its solutions. On the CPU a
-    worker is forked when its job comes (a spare's start-up would share the timed cores). If a zygote cannot start, workers start the slow way (`python -m kbench.execution.worker`).
+    reports that its timing is over, and another when it ends, for the job after next, so that each (and, when its job
+    is likely a solution's, its candidate) has its CUDA contexts made before its job comes. The next job is taken to be
+    of the running one's kind: a run evaluates its references first, then its solutions. On the CPU a worker is forked
+    when its job comes (a spare's start-up would share the timed cores). If a zygote cannot start, workers start the
+    slow way (`python -m kbench.execution.worker`).
 
     When the jobs come through run_on_slots with `early`, a job's "timed" (or its end) also releases its turn
     (kbench.execution.pool.Turn): the slot's next job goes to its worker (the spare, on CUDA) at once and prepares

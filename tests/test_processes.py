@@ -145,7 +145,10 @@ def test_a_host_regime_reference_is_divided_by_the_witness_of_the_same_rounds():
     too_few = seen[: judge_timing.CALIBRATION_ROUNDS[0] - 1]
     assert judge_timing.divided_by_witness(too_few, Calibration(eager_regime="host"), eager) is None
     gated = [_observed(1e-3, "gpu") for _ in range(12)]  # the solution in the GPU regime: the witness's calls too
-    assert judge_timing.divided_by_witness(gated, Calibration(eager_regime="host"), eager) is None
+    assert judge_timing.divided_by_witness(gated, Calibration(eager_regime="host"), eager) is None  # not host ones
+    # ... and the row divides by them, not by the judge's host-regime eager (a host time over a GPU time)
+    divisor = judge_timing.divided_by_witness(gated, Calibration(eager_regime="host"), eager, regime="gpu")
+    assert divisor is not None and divisor.regime == "gpu" and divisor.median == 1e-3
 
 
 def test_in_the_host_regime_the_judges_disagreement_is_recorded_not_acted_on():

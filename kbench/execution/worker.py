@@ -29,6 +29,7 @@ from kbench.judge.reference import check_problem, time_reference
 from kbench.judge.verdicts import Verdict, short
 from kbench.results import codec
 from kbench.results.codec import ProtocolError, decode, to_wire
+from kbench.system import machine
 from kbench.system.environment import describe_torch
 from kbench.system.lifetime import remove_temp_dir
 from kbench.system.toolkit import BUILT_MARKER
@@ -114,6 +115,7 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
             _reserve = CandidateProcess(fork=True)
     if warm:
         warm_cuda()
+        machine.nvml()  # NVML's start (every GPU of the machine enumerated), read after each timing: paid ahead
     if warm and not forked:
         _warm_flop_counter()  # a forked worker has it from the zygote
         codec.prepare(*WIRE_TYPES)

@@ -169,13 +169,13 @@ class _ProcessInfo(ctypes.Structure):
 
 
 @functools.cache
-def _nvml() -> Nvml:
-    """The process's NVML, initialised on first use."""
+def nvml() -> Nvml:
+    """The process's NVML, initialised on first use (a worker started ahead of its job calls it then)."""
     return Nvml()
 
 
 def _nvml_read(index: int) -> dict[str, object] | None:
-    return _nvml().read(index)
+    return nvml().read(index)
 
 
 def gpu_state(run: Callable[[list[str]], str | None] = _smi,

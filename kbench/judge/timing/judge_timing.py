@@ -190,28 +190,32 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
                               "verify_p50_s": median(witnessed.verify) if witnessed and witnessed.verify else None,
                               # the reference's own reported time in a candidate process, beside the solution's
                               "timed_p50_s": median([o.timed for o in rounds.witnessed]) if rounds.witnessed else None}
-    divisor = divided_by_witness(rounds.witnessed, calibration, measured["eager"]) if divide else None
+    divisor = (divided_by_witness(rounds.witnessed, calibration, measured["eager"], measured["solution"].regime)
+               if divide else None)
     if divisor is not None:
         figures["divisor"] = {"by": "witness", "calls": len(divisor.samples), "witness_p50_s": divisor.median,
                               "judge_eager_p50_s": measured["eager"].median}
     return TimedRounds(measured["solution"], measured["eager"], figures, machine_figures, busy, witnessed, divisor)
 
 
-def divided_by_witness(seen: Sequence[Observed], calibration: timing.Calibration,
-                       eager: Measurement) -> Measurement | None:
+def divided_by_witness(seen: Sequence[Observed], calibration: timing.Calibration, eager: Measurement,
+                       regime: str = timers.REGIME_HOST) -> Measurement | None:
     """The reference's time in a candidate's kind of process, for a reference the judge times in the host regime:
     the witness's calls of the rounds (trusted: kbench's own process, holding only the reference), timed through the
-    same protocol as the solution's, in the same regime and rounds. A launch-bound call's time is the host's, and the
-    judge's process issued the same call 2-4% slower than candidate processes did on the H100 (an honest copy read
-    1.02-1.04x of the judge's eager, and 0.96-0.99x in calibration before the solution was imported), so its eager
-    is not the one to divide by; in the GPU regime it is (processes agree there, `processes_disagree` checks it).
-    None when the judge's eager is in the GPU regime, or the witness gave fewer host-regime calls than a
-    calibration's least."""
-    calls = [o for o in seen if o.regime == timers.REGIME_HOST]
+    same protocol as the solution's, in the same regime (`regime`, the solution's) and rounds. A launch-bound call's
+    time is the host's, and the judge's process issued the same call 2-4% slower than candidate processes did on the
+    H100 (an honest copy read 1.02-1.04x of the judge's eager, and 0.96-0.99x in calibration before the solution was
+    imported), so its eager is not the one to divide by; in the GPU regime it is (processes agree there,
+    `processes_disagree` checks it). A solution timed in the GPU regime beside a reference the judge timed in the
+    host regime (its regime misjudged on a busy host, or the solution no longer launch-bound) divides by the witness's
+    calls in the GPU regime: a host-regime time over a GPU-regime one read 1.08x for an honest copy of a 1.47 ms call
+    on the H100 (2026-11-27). None when the judge's eager is in the GPU regime, or the witness gave fewer calls in
+    `regime` than a calibration's least."""
+    calls = [o for o in seen if o.regime == regime]
     if calibration.eager_regime != timers.REGIME_HOST or len(calls) < CALIBRATION_ROUNDS[0]:
         return None
     return Measurement(tuple(o.timed for o in calls), tuple(o.window for o in calls), eager.stop_reason,
-                       tuple(o.done for o in calls), tuple(o.issue for o in calls), timers.REGIME_HOST)
+                       tuple(o.done for o in calls), tuple(o.issue for o in calls), regime)
 
 
 def witnessed_calibration(seen: Sequence[Observed], base: timing.Calibration) -> timing.Calibration | None:

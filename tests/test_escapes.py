@@ -54,3 +54,60 @@ def test_an_escaped_process_holding_the_gpu_device_is_named_whatever_its_cpu():
         outside.wait()
     warning = escapes.escaped_warning(0.0, 0, 1.0, gpu_holders=1)
     assert warning.text.startswith("[escaped_process] 1 process(es)") and "had the GPU open" in warning.text
+
+
+def _state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def _wait_for(predicate, seconds=5.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_the_freezer_stops_what_the_candidate_started_outside_its_group_and_finds_later_ones(monkeypatch):
+    """A stand-in candidate (a group leader) with a process in its group, one in a session of its own at once and
+    another 0.5 s later: `stop` stops the two outside the group (never the group's: the judge's SIGSTOP to the
+    group covers those), `cont` continues them, and the later one is found once the machine's fork count moved;
+    while the count stays, no look is taken."""
+    script = "sleep 60 & setsid sleep 60 & (sleep 0.5; setsid sleep 61) & wait"
+    cand = _start(["bash", "-c", script], process_group=0)
+    try:
+        def outside():
+            below = escapes.subtree(cand.pid)
+            below = below if below is not None else [p for p in escapes.processes()
+                                                     if p.pid in escapes.descendants([cand.pid], escapes.processes())]
+            return sorted(p.pid for p in below if p.pgid != cand.pid and p.pid != cand.pid)
+
+        assert _wait_for(lambda: len(outside()) >= 1)
+        freezer = escapes.Freezer(cand.pid, cand.pid)
+        freezer.stop()
+        first = set(freezer.known)
+        assert first and _wait_for(lambda: all(_state(pid) == "T" for pid in first))
+        inside = [p.pid for p in escapes.processes() if p.ppid == cand.pid and p.pgid == cand.pid]
+        assert inside and all(_state(pid) != "T" for pid in inside)  # the group's are the judge's SIGSTOP's
+        freezer.cont()
+        assert _wait_for(lambda: all(_state(pid) != "T" for pid in first))
+        assert _wait_for(lambda: len(outside()) == 2)  # the later one has started
+        freezer.stop()
+        assert len(freezer.known) == 2 and _wait_for(lambda: all(_state(pid) == "T" for pid in freezer.known))
+        freezer.cont()
+        looks = []
+        monkeypatch.setattr(escapes, "forks", lambda: 7)
+        real = escapes.subtree
+        monkeypatch.setattr(escapes, "subtree", lambda pid: looks.append(pid) or real(pid))
+        freezer.stop()  # the count moved (to 7): one look
+        freezer.stop()  # it stayed: none, but the known ones are stopped again
+        assert looks == [cand.pid] and len(freezer.known) == 2
+        assert _wait_for(lambda: all(_state(pid) == "T" for pid in freezer.known))
+        freezer.cont()
+    finally:
+        for pid in outside():
+            os.kill(pid, 9)
+        os.killpg(cand.pid, 9)
+        cand.wait()

@@ -471,3 +471,47 @@ def test_calibration_of_a_long_call_stops_at_what_the_process_check_needs(monkey
     kept = judge_timing.CALIBRATION_LEAST - judge_timing.CALIBRATION_DISCARD
     assert kept < judge_timing.CALIBRATION_ROUNDS[0] - judge_timing.CALIBRATION_DISCARD
     assert len(calibration.overhead) == len(calibration.reference) == kept  # enough for the process check, no more
+
+
+def _with_helper(conn, init_cuda=False, forked=False):  # a candidate that starts a process in a session of its own
+    import subprocess
+
+    from kbench.judge.candidate import candidate
+
+    subprocess.Popen(["sleep", "60"], start_new_session=True)
+    candidate.main(conn, init_cuda, forked)
+
+
+def test_what_the_candidate_starts_outside_its_group_is_frozen_and_thawed_with_it():
+    """Nothing the solution starts runs while the judge times the reference: a process in a session of its own is
+    stopped whenever the candidate is frozen, and continued with it (escapes.Freezer)."""
+    from kbench.system import escapes, procfs
+
+    cand = judge.CandidateProcess(target=_with_helper)
+    try:
+        def helpers():
+            table = procfs.processes()
+            below = escapes.descendants([cand.pid], table)
+            return [p.pid for p in table if p.pid in below and p.pgid != cand.pgid]
+
+        deadline = time.monotonic() + 30
+        while not helpers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (helper,) = helpers()
+
+        def state():
+            with open(f"/proc/{helper}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+
+        cand.freeze()
+        time.sleep(0.05)
+        assert state() == "T"
+        cand.thaw()
+        time.sleep(0.05)
+        assert state() != "T"
+        cand.freeze()
+        time.sleep(0.05)
+        assert state() == "T"
+    finally:
+        cand.kill()
+        escapes.kill_escaped(cand.pid, cand.pgid)

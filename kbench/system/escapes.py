@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kbench.results.findings import Finding, FindingCode
-from kbench.system.procfs import descendants, processes
+from kbench.system.procfs import descendants, forks, processes, read, subtree
 
 _PR_SET_CHILD_SUBREAPER = 36
 ESCAPED_CPU_ABS_S = 0.05  # more CPU than this, and more than ESCAPED_CPU_REL of the window: the row is suspect
@@ -104,6 +104,69 @@ def escaped_warning(seconds: float, count: int, window_s: float, gpu_holders: in
     return (Finding(FindingCode.ESCAPED_PROCESS, f"{count or 'finished'} process(es) the solution started outside "
             f"its frozen process group took {seconds:.2f} s of CPU during the {window_s:.1f} s of timing (they ran "
             "while the reference was timed, which can make the solution look faster)"))
+
+
+class Freezer:
+    """What a candidate started outside its frozen process group (a session or group of its own), stopped whenever
+    the group is (`stop`) and continued with it (`cont`): such a process runs only while the candidate answers a
+    command, as the group's do, so nothing the solution started runs while the judge times the reference.
+
+    `stop` looks for new processes only when the machine's fork count moved since its last look, or a process of the
+    tree left the group without forking (setsid, then exec: its own stat read) (procfs.forks: a
+    look reads the candidate's tree from /proc's children lists, or scans /proc at about 20 us a process where the
+    kernel keeps no such lists; the count is one read), after stopping those it knows, so that a stopped
+    tree cannot grow while it looks; it looks again until nothing new turns up. A process the candidate's tree left
+    behind re-parented to the judge (without the sandbox's PID namespace) is not below the candidate and is not
+    stopped: the escaped-CPU count (`tree_cpu`) still sees it."""
+
+    LOOKS = 5  # passes of a look, each stopping what the last found
+
+    def __init__(self, candidate: int, group: int) -> None:
+        self.candidate, self.group = candidate, group
+        self.known: set[int] = set()  # below the candidate, outside its group: stopped with it
+        self._tree: set[int] = set()  # every process below the candidate at the last look
+        self._forks = -2  # no look yet
+
+    def stop(self) -> None:
+        self._send(signal.SIGSTOP)
+        count = forks()
+        if count >= 0 and count == self._forks and not self._left_group():
+            return
+        for _ in range(self.LOOKS):
+            below = subtree(self.candidate)  # a few files where the kernel lists children, else a /proc scan
+            if below is None:
+                table = processes()
+                tree = descendants([self.candidate], table)
+                below = [p for p in table if p.pid in tree]
+            found = {p.pid for p in below if p.pgid != self.group}
+            self._tree = {p.pid for p in below}
+            self.known &= self._tree
+            new = found - self.known
+            if not new:
+                break
+            self.known |= new
+            self._send(signal.SIGSTOP, new)
+        self._forks = forks()
+
+    def _left_group(self) -> bool:
+        """Whether a process of the tree left the group without a fork (setsid or setpgid, then exec)."""
+        for pid in self._tree - self.known:
+            proc = read(pid)
+            if proc is not None and proc.pgid != self.group:
+                return True
+        return False
+
+    def cont(self) -> None:
+        self._send(signal.SIGCONT)
+
+    def _send(self, sig: int, pids: Iterable[int] | None = None) -> None:
+        for pid in list(self.known if pids is None else pids):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                self.known.discard(pid)
+            except PermissionError:
+                pass
 
 
 def kill_escaped(candidate: int, group: int) -> int:

@@ -28,16 +28,21 @@ def processes() -> list[Process]:
     for name in names:
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rindex(b")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, session, ...
-        found.append(Process(int(name), int(fields[1]), int(fields[3]),
-                             (int(fields[11]) + int(fields[12])) / CLOCK_TICKS, int(fields[2]),
-                             (int(fields[13]) + int(fields[14])) / CLOCK_TICKS))
+        if (proc := read(int(name))) is not None:
+            found.append(proc)
     return found
+
+
+def read(pid: int) -> Process | None:
+    """Process `pid` from its /proc/PID/stat; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, session, ...
+    return Process(pid, int(fields[1]), int(fields[3]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
+                   int(fields[2]), (int(fields[13]) + int(fields[14])) / CLOCK_TICKS)
 
 
 def descendants(roots: Iterable[int], table: Iterable[Process]) -> set[int]:
@@ -53,4 +58,46 @@ def descendants(roots: Iterable[int], table: Iterable[Process]) -> set[int]:
             if child not in found:
                 found.add(child)
                 todo.append(child)
+    return found
+
+
+def forks() -> int:
+    """Processes created on this machine since boot (/proc/stat's `processes`): when it has not moved, no process has
+    started anywhere. -1 where it cannot be read."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"processes "):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
+
+
+def subtree(root: int) -> list[Process] | None:
+    """`root`'s descendants, read from each process's `task/*/children` (a few files, where a /proc scan reads one
+    per process on the machine); None where the kernel does not list children (CONFIG_PROC_CHILDREN)."""
+    found: list[Process] = []
+    todo, seen = [root], {root}
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except FileNotFoundError:
+                if pid == root and not found:
+                    return None  # no children files on this kernel
+                continue
+            except (OSError, ValueError):
+                continue
+            for kid in kids:
+                if kid not in seen and (proc := read(kid)) is not None:
+                    seen.add(kid)
+                    found.append(proc)
+                    todo.append(kid)
     return found

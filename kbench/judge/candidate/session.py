@@ -24,6 +24,7 @@ from kbench.judge.verdicts import Verdict
 from kbench.measure import gate, timers
 from kbench.results.codec import ProtocolError
 from kbench.results.records import Status
+from kbench.system import escapes
 from kbench.system.lifetime import exit_failure
 from kbench.wire.jobs import Judging
 
@@ -40,8 +41,8 @@ def _same_kind(value: Any, buffer: Any) -> bool:
 
 
 class CandidateProcess:
-    """The solution's process as the judge sees it: spawned with a pipe, frozen (SIGSTOP to its process group) except
-    while it answers a command, and killed with its group at the end."""
+    """The solution's process as the judge sees it: spawned with a pipe, frozen (SIGSTOP to its process group and to
+    whatever it started outside the group) except while it answers a command, and killed with its group at the end."""
 
     def __init__(self, target: Callable[..., None] = candidate.main, init_cuda: bool = False,
                  fork: bool = False) -> None:
@@ -56,6 +57,7 @@ class CandidateProcess:
         child_end.close()
         self.pid: int = cast(int, self.proc.pid)  # set once started
         self.pgid = self.pid  # the candidate makes itself a group leader first thing
+        self.freezer = escapes.Freezer(self.pid, self.pgid)  # what it starts outside its group, frozen with it
 
     def announce(self, announce: Announce) -> None:
         """Tell the parent the candidate's process group, so that it is killed too if this judge is killed."""
@@ -78,10 +80,13 @@ class CandidateProcess:
         return reply, seconds
 
     def thaw(self) -> None:
+        self.freezer.cont()
         self._signal(signal.SIGCONT)
 
     def freeze(self) -> None:
+        """Stop its process group, and every process it started outside the group (escapes.Freezer)."""
         self._signal(signal.SIGSTOP)
+        self.freezer.stop()
 
     def send(self, command: Any) -> None:
         try:

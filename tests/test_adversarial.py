@@ -55,6 +55,9 @@ TIMED_CASES = {
     # judge, a child subreaper); their CPU time during timing makes the row suspect, and they are killed.
     "escapes_by_session": (Status.SUSPECT, {"escaped_process"}),
     "escapes_as_orphan": (Status.SUSPECT, {"escaped_process"}),
+    # One that spins only while the candidate is stopped (while the reference is timed): stopped with it, it never
+    # spins, and the row is an honest copy's (without the freezer it slowed the reference and was `suspect`).
+    "spins_while_frozen": (Status.CORRECT, set()),
 }
 HONEST_SPEEDUP = 1.15  # no plain-PyTorch copy of the reference may be reported faster than this
 # Except a copy that spins a thread of its own: on the 2-vCPU CI machine (a VM) a process whose other thread keeps a

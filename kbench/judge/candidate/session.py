@@ -80,11 +80,14 @@ class CandidateProcess:
         return reply, seconds
 
     def thaw(self) -> None:
-        self.freezer.cont()
         self._signal(signal.SIGCONT)
+        self.freezer.cont()  # after the group: none of them sees the candidate stopped while it runs
 
     def freeze(self) -> None:
-        """Stop its process group, and every process it started outside the group (escapes.Freezer)."""
+        """Stop every process it started outside its group (escapes.Freezer), then the group, so that none of them
+        runs while the candidate is stopped; then once more for one the group started meanwhile (one read, unless
+        the machine's fork count moved)."""
+        self.freezer.stop()
         self._signal(signal.SIGSTOP)
         self.freezer.stop()
 

@@ -111,3 +111,23 @@ def test_the_freezer_stops_what_the_candidate_started_outside_its_group_and_find
             os.kill(pid, 9)
         os.killpg(cand.pid, 9)
         cand.wait()
+
+
+def test_a_fork_during_a_look_makes_the_next_freeze_look_again(monkeypatch):
+    """The fork count is the one read before the look: a process started while the freezer looked (the group still
+    running) is found at the next stop, not taken as already seen."""
+    count, looks = [10], []
+
+    def look(pid):
+        looks.append(pid)
+        if len(looks) == 1:
+            count[0] += 1  # a fork while the first look ran
+        return []
+
+    monkeypatch.setattr(escapes, "forks", lambda: count[0])
+    monkeypatch.setattr(escapes, "subtree", look)
+    freezer = escapes.Freezer(os.getpid(), os.getpgid(0))
+    freezer.stop()
+    freezer.stop()  # the count moved during the first look: look again
+    freezer.stop()  # it has not moved since: no look
+    assert len(looks) == 2

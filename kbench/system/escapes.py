@@ -111,13 +111,13 @@ class Freezer:
     the group is (`stop`) and continued with it (`cont`): such a process runs only while the candidate answers a
     command, as the group's do, so nothing the solution started runs while the judge times the reference.
 
-    `stop` looks for new processes only when the machine's fork count moved since its last look, or a process of the
-    tree left the group without forking (setsid, then exec: its own stat read) (procfs.forks: a
-    look reads the candidate's tree from /proc's children lists, or scans /proc at about 20 us a process where the
-    kernel keeps no such lists; the count is one read), after stopping those it knows, so that a stopped
-    tree cannot grow while it looks; it looks again until nothing new turns up. A process the candidate's tree left
-    behind re-parented to the judge (without the sandbox's PID namespace) is not below the candidate and is not
-    stopped: the escaped-CPU count (`tree_cpu`) still sees it."""
+    `stop` first stops those it knows. It looks for new ones only when the machine's fork count (procfs.forks, one
+    read) moved since it was read before the last look, or a process of the tree left the group without forking
+    (setsid, then exec: each one's stat read); a look reads the candidate's tree from /proc's children lists, or
+    scans /proc (about 20 us a process) where the kernel keeps none, and repeats until nothing new turns up. A fork
+    during a look moves the count past the one recorded, so the next `stop` looks again. A process re-parented to
+    the judge (without the sandbox's PID namespace) is not below the candidate and is not stopped: the escaped-CPU
+    count (`tree_cpu`) still sees it."""
 
     LOOKS = 5  # passes of a look, each stopping what the last found
 
@@ -146,7 +146,7 @@ class Freezer:
                 break
             self.known |= new
             self._send(signal.SIGSTOP, new)
-        self._forks = forks()
+        self._forks = count  # read before the look: a fork since then makes the next stop look again
 
     def _left_group(self) -> bool:
         """Whether a process of the tree left the group without a fork (setsid or setpgid, then exec)."""

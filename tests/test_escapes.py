@@ -79,10 +79,7 @@ def test_the_freezer_stops_what_the_candidate_started_outside_its_group_and_find
     cand = _start(["bash", "-c", script], process_group=0)
     try:
         def outside():
-            below = escapes.subtree(cand.pid)
-            below = below if below is not None else [p for p in escapes.processes()
-                                                     if p.pid in escapes.descendants([cand.pid], escapes.processes())]
-            return sorted(p.pid for p in below if p.pgid != cand.pid and p.pid != cand.pid)
+            return sorted(p.pid for p in escapes.subtree(cand.pid) if p.pgid != cand.pid)
 
         assert _wait_for(lambda: len(outside()) >= 1)
         freezer = escapes.Freezer(cand.pid, cand.pid)

@@ -108,11 +108,8 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
     judge's reserve (kbench.judge.candidate.session.Reserve: a witness, or a fresh candidate), which makes its CUDA
     context only if it is used. Without `candidate` (a reference's job is likely), a forked worker that gets a
     solution's job after all forks both then, unless it made its CUDA context already."""
-    global _spare, _reserve
     if (forked or warm) and candidate:
-        _spare = CandidateProcess(init_cuda=warm, fork=forked)
-        if forked:  # a fork costs milliseconds, a spawn seconds of CPU: a spawned worker spawns only when needed
-            _reserve = CandidateProcess(fork=True)
+        _start_candidates(init_cuda=warm, forked=forked)
     if warm:
         warm_cuda()
         machine.nvml()  # NVML's start (every GPU of the machine enumerated), read after each timing: paid ahead
@@ -122,14 +119,9 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
     envelope, token, problem = _read_envelope(sys.stdin.readline())
     solution = envelope is not None and envelope.job.mode == "evaluate"
     if _spare is not None and not solution:
-        _spare.kill()
-        _spare = None
-        if _reserve is not None:
-            _reserve.kill()
-            _reserve = None
+        _drop_candidates()
     elif _spare is None and solution and forked and not warm:
-        _spare = CandidateProcess(fork=True)  # no CUDA context here yet: a fork is clean
-        _reserve = CandidateProcess(fork=True)
+        _start_candidates(init_cuda=False, forked=True)  # no CUDA context here yet: a fork is clean
     out = os.fdopen(result_fd, "w")
 
     def announce(event: str, **fields: Any) -> None:
@@ -150,6 +142,23 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
     # Skip interpreter teardown: a solution's atexit hooks or threads must not hang or alter the exit.
     remove_temp_dir()  # which that teardown would have removed
     os._exit(0)
+
+
+def _start_candidates(init_cuda: bool, forked: bool) -> None:
+    """The judge's candidate process, and when forked its reserve beside it (a fork costs milliseconds, a spawn
+    seconds of CPU: a spawned worker's judge spawns one only when it needs it)."""
+    global _spare, _reserve
+    _spare = CandidateProcess(init_cuda=init_cuda, fork=forked)
+    _reserve = CandidateProcess(fork=True) if forked else None
+
+
+def _drop_candidates() -> None:
+    """Kill the candidate processes started for a solution's job that did not come."""
+    global _spare, _reserve
+    for each in (_spare, _reserve):
+        if each is not None:
+            each.kill()
+    _spare = _reserve = None
 
 
 def _read_envelope(text: str) -> tuple[Envelope | None, str, str]:

@@ -113,8 +113,8 @@ class Freezer:
 
     `stop` first stops those it knows. It looks for new ones only when the machine's fork count (procfs.forks, one
     read) moved since it was read before the last look, or a process of the tree left the group without forking
-    (setsid, then exec: each one's stat read); a look reads the candidate's tree from /proc's children lists, or
-    scans /proc (about 20 us a process) where the kernel keeps none, and repeats until nothing new turns up. A fork
+    (setsid, then exec: each one's stat read); a look reads the candidate's tree (procfs.subtree) and repeats until
+    nothing new turns up. A fork
     during a look moves the count past the one recorded, so the next `stop` looks again. A process re-parented to
     the judge (without the sandbox's PID namespace) is not below the candidate and is not stopped: the escaped-CPU
     count (`tree_cpu`) still sees it."""
@@ -133,11 +133,7 @@ class Freezer:
         if count >= 0 and count == self._forks and not self._left_group():
             return
         for _ in range(self.LOOKS):
-            below = subtree(self.candidate)  # a few files where the kernel lists children, else a /proc scan
-            if below is None:
-                table = processes()
-                tree = descendants([self.candidate], table)
-                below = [p for p in table if p.pid in tree]
+            below = subtree(self.candidate)
             found = {p.pid for p in below if p.pgid != self.group}
             self._tree = {p.pid for p in below}
             self.known &= self._tree

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from kbench.results.findings import Finding, FindingCode
-from kbench.system.procfs import CLOCK_TICKS, descendants, processes
+from kbench.system.procfs import CLOCK_TICKS, processes, read, subtree
 
 # Other processes kept at least this many cores busy on average (CPU runs: any of it shares the timed cores), or on
 # a GPU run this share of the machine's cores (the timed process needs one core to issue its launches).
@@ -178,14 +178,25 @@ def _nvml_read(index: int) -> dict[str, object] | None:
     return nvml().read(index)
 
 
+def kbench_elsewhere(pids: list[int], judge: int | None = None) -> int:
+    """How many of `pids` are kbench's own processes outside this judge's tree: the other children of the judge's
+    parent (the run's zygote, or the run itself) and their descendants, i.e. the slot's next worker and its candidate,
+    started ahead on this GPU. Neither a solution's process (it stays in the judge's tree: the judge is its subreaper)
+    nor another program's is among them. 0 where /proc cannot tell, or the judge's parent is init."""
+    me = read(os.getpid() if judge is None else judge)
+    if me is None or me.ppid <= 1:
+        return 0
+    family = {p.pid for p in subtree(me.ppid)} - {p.pid for p in subtree(me.pid)} - {me.pid}
+    return sum(1 for pid in pids if pid in family)
+
+
 def gpu_state(run: Callable[[list[str]], str | None] = _smi,
               nvml: Callable[[int], dict[str, object] | None] = _nvml_read,
-              kbench: Callable[[list[int]], int] | None = None) -> dict[str, object]:
+              kbench: Callable[[list[int]], int] = kbench_elsewhere) -> dict[str, object]:
     """The timed GPU now: SM clock and its maximum (MHz), the active throttle reasons, how many compute processes
     hold a context on it, from NVML (`Nvml`), else as nvidia-smi sees it, and how many of them are kbench's own
     outside this judge (`kbench`: `kbench_elsewhere`, the slot's next worker started ahead). Empty where neither says
     anything."""
-    kbench = kbench or kbench_elsewhere
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
     if visible.isdigit() and (found := nvml(int(visible))) is not None:
         pids = cast("list[int] | None", found.pop("pids", None))
@@ -209,20 +220,6 @@ def gpu_state(run: Callable[[list[str]], str | None] = _smi,
         if (pids := [int(p) for p in listed if p.isdigit()]):
             state["kbench_elsewhere"] = kbench(pids)
     return state
-
-
-def kbench_elsewhere(pids: list[int], judge: int | None = None) -> int:
-    """How many of `pids` are kbench's own processes outside this judge's tree: the other children of the judge's
-    parent (the run's zygote, or the run itself) and their descendants, i.e. the slot's next worker and its candidate,
-    started ahead on this GPU. Neither a solution's process (it stays in the judge's tree: the judge is its subreaper)
-    nor another program's is among them. 0 where /proc cannot tell, or the judge's parent is init."""
-    judge = os.getpid() if judge is None else judge
-    table = processes()
-    parent = next((p.ppid for p in table if p.pid == judge), 0)
-    if parent <= 1:
-        return 0
-    family = descendants([parent], table) - descendants([judge], table) - {judge}
-    return sum(1 for pid in pids if pid in family)
 
 
 def gpu_warnings(state: dict[str, object], own_processes: int) -> list[Finding]:

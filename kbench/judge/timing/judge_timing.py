@@ -22,17 +22,19 @@ from kbench.wire.jobs import Judging
 
 _perf_counter = time.perf_counter
 
-# Per regime: at least, at most (the first CALIBRATION_DISCARD are dropped). Calibration was half of an honest
-# evaluation's 2.9 s on the H100 at (10, 60) rounds within 1 s; what its medians resolve is bounded by how much the
-# protocol's cost differs between candidate processes (tens of microseconds, docs/timing.md), which more rounds in
-# one process do not narrow.
+# Per regime: the least calls a calibration is made of (a witness's rounds, `witnessed_calibration`), and the most a
+# calibration takes (the first CALIBRATION_DISCARD are dropped); it takes what fits in CALIBRATION_S, at least
+# CALIBRATION_LEAST. Calibration was half of an honest evaluation's 2.9 s on the H100 at (10, 60) rounds within 1 s;
+# what its medians resolve is bounded by how much the protocol's cost differs between candidate processes (tens of
+# microseconds, docs/timing.md), which more rounds in one process do not narrow.
 CALIBRATION_ROUNDS = (10, 30)
 CALIBRATION_DISCARD = 2
 CALIBRATION_WARMUP = 2  # untimed calls of the reference in the candidate's process before the calibration's rounds
 CALIBRATION_S = 0.3  # no more calibration rounds once this long has passed
-# Past CALIBRATION_S a long call stops at this many per regime: what the process check needs (its least samples, kept
-# after the discard). A 10 ms call's bound is 5% of it (0.5 ms), far above the protocol's spread of tens of
-# microseconds; at 10 rounds per regime its calibration took 0.9 s of the row on the H100 (a 47 ms call's 2.5 s).
+# Past CALIBRATION_S calibration stops once it has this many per regime: what the process check needs (its least
+# samples, kept after the discard). A 10 ms call's bound is 5% of it (0.5 ms), far above the protocol's spread of
+# tens of microseconds; at 10 rounds per regime its calibration took 0.9 s of the row on the H100 (a 47 ms call's
+# 2.5 s).
 CALIBRATION_LEAST = timing_checks.PROCESS_MIN_SAMPLES + CALIBRATION_DISCARD
 
 
@@ -65,12 +67,11 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
     seen: dict[bool, list[Observed]] = {m: [] for m in modes}
     eager: list[float] = []
     issue: list[float] = []
-    low, high = CALIBRATION_ROUNDS
+    high = CALIBRATION_ROUNDS[1]
     start, index = _perf_counter(), 0
     try:
         while not all(len(seen[m]) >= high for m in modes) and (
-                any(len(seen[m]) < (low if _perf_counter() - start < CALIBRATION_S else CALIBRATION_LEAST)
-                    for m in modes) or _perf_counter() - start < CALIBRATION_S):
+                _perf_counter() - start < CALIBRATION_S or any(len(seen[m]) < CALIBRATION_LEAST for m in modes)):
             values = make(job.seed - 1 - index)
             timing.settle(job.device)
             held: list[Any] = []

@@ -33,6 +33,9 @@ class WarmStarts:
         self.ahead = ahead
         self._spares: dict[Key, _Child] = {}  # a slot's next worker (of the kind `_Child.candidate` says)
         self._zygotes: dict[Key, Zygote | None] = {}
+        # Slots whose running job ended while the spare for the next job still waited (that job not yet come for it,
+        # e.g. its thread not yet scheduled): the child after next is then started when the next job takes the spare.
+        self._owed: set[Key] = set()
         self._lock = threading.Lock()
         self._closed = False
         self.zygotes_started = 0  # by this launcher (an adopted one not counted)
@@ -64,11 +67,15 @@ class WarmStarts:
                 zygote.close()
         return _Child(env, warm=self.ahead, candidate=candidate)
 
-    def _start_spare(self, key: Key, env: dict[str, str], candidate: bool) -> None:
+    def _start_spare(self, key: Key, env: dict[str, str], candidate: bool, after_next: bool = False) -> None:
         if not self.ahead:
             return
         with self._lock:
-            if self._closed or key in self._spares:
+            if self._closed:
+                return
+            if key in self._spares:  # the next job's, not yet taken: the job after next's starts when it is
+                if after_next:
+                    self._owed.add(key)
                 return
         child = self._child(env, candidate)
         with self._lock:
@@ -82,6 +89,10 @@ class WarmStarts:
         key, solution = _key(shared), job.mode == "evaluate"
         with self._lock:
             child = self._spares.pop(key, None)
+            owed = key in self._owed
+            self._owed.discard(key)
+        if owed:  # the previous job has ended: the child after next starts now, as it would have at that end
+            self._start_spare(key, shared, solution)
         # none yet, one that died waiting, or one started for the other kind of job
         if child is None or child.proc.poll() is not None or child.candidate != solution:
             if child is not None:
@@ -120,8 +131,9 @@ class WarmStarts:
         # does not feel (all 100 level-2 copies 0.996-1.008x on four H100s with 349 of 400 rows timed so), while a
         # child started only at the next job's "timed" makes the job after it wait for its contexts: 0.6-1.8 s a row
         # on the H100 machine (2026-11-27, docs/benchmarks.md). The judge does not count it as another program on
-        # its GPU (kbench.system.machine.kbench_elsewhere).
-        self._start_spare(key, shared, solution)
+        # its GPU (kbench.system.machine.kbench_elsewhere). If the next job has not yet taken its spare, this one
+        # starts when it does.
+        self._start_spare(key, shared, solution, after_next=True)
         return outcome
 
     def waiting(self) -> int:

@@ -17,9 +17,9 @@ CONTAINMENT = FIXTURES / "containment" / "tiny"
 MARKER = "KBENCH_CONTAINMENT_VICTIM"
 
 
-def _kbench(*args: str, cwd: Path, sandbox: str = "none") -> subprocess.CompletedProcess:
+def _kbench(*args: str, cwd: Path, sandbox: str = "none", **extra: str) -> subprocess.CompletedProcess:
     """A `kbench run` in its own process, marked as the victim of the containment fixtures."""
-    env = {**os.environ, MARKER: "1", "KBENCH_SANDBOX": sandbox,
+    env = {**os.environ, **extra, MARKER: "1", "KBENCH_SANDBOX": sandbox,
            "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
     return subprocess.run([sys.executable, "-m", "kbench", "run", *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=600)
@@ -190,3 +190,39 @@ def _daemons() -> list[int]:
             except OSError:
                 pass
     return found
+
+
+def _markers(*roots: Path, depth: int = 6) -> list[Path]:
+    found = []
+    for root in roots:
+        for folder, subfolders, files in os.walk(root):
+            if len(Path(folder).parts) - len(root.parts) >= depth:
+                subfolders.clear()
+            found += [Path(folder) / f for f in files if f.startswith("kbench_marker_")]
+    return found
+
+
+@pytest.mark.skipif(not _sandbox_works(), reason="this machine allows no PID, mount and network namespaces")
+def test_in_the_sandbox_nothing_a_solution_writes_outlives_its_evaluation(tmp_path):
+    """A solution that leaves marker files wherever it can (its home and caches, its build folder and kernel DSL
+    caches, the temporary folders, /dev/shm, the results, problems and solutions folders) is correct and leaves
+    none: a solution evaluated after it finds none, and none is on disk when the run ends."""
+    problems = tmp_path / "problems"
+    shutil.copytree(FIXTURES / "problems" / "tiny", problems / "tiny")
+    folder = tmp_path / "solutions" / "tiny"
+    folder.mkdir(parents=True)
+    shutil.copy(CONTAINMENT / "leaves_markers.py", folder / "a_leaves_markers.py")
+    shutil.copy(CONTAINMENT / "reads_markers.py", folder / "z_reads_markers.py")
+    home, results = tmp_path / "home", tmp_path / "results"
+    (home / ".cache").mkdir(parents=True)
+    done = _kbench("-p", "tiny", "--problems-dir", str(problems), "--solutions-dir", str(folder.parent), "--device",
+                   "cpu", "--trials", "1", "--max-time", "0.2", "--results-dir", str(results), "--no-progress",
+                   "--jobs", "1", cwd=tmp_path, sandbox="on", HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+    (run,) = list(results.iterdir())
+    rows = {e["solution"]: e for e in json.loads((run / "run.json").read_text())["evaluations"]}
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    for name in ("a_leaves_markers", "z_reads_markers"):
+        assert rows[name]["status"] == "correct", (name, rows[name]["message"])
+        assert rows[name]["extra"]["sandbox"] == "namespaces", name
+    assert _markers(tmp_path, Path("/dev/shm"), Path("/var/tmp")) == []
+    assert _markers(Path("/tmp"), depth=3) == []

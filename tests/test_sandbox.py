@@ -11,7 +11,8 @@ def test_the_plan_names_the_solution_its_build_folder_and_the_caches(tmp_path):
     solution = tmp_path / "s.py"
     plan = sandbox.plan_for(str(solution), {"TORCH_EXTENSIONS_DIR": "/c/ext/abc", "TRITON_CACHE_DIR": "/c/triton",
                                             "CUTE_DSL_CACHE_DIR": "", "HOME": "/root"})
-    assert plan == sandbox.Plan(str(solution.resolve()), "/c/ext/abc", ("/c/triton",))
+    assert plan == sandbox.Plan(str(solution.resolve()), "/c/ext/abc", ("/c/triton",), private_shm=True)
+    assert not sandbox.plan_for(str(solution), {}, "cuda").private_shm  # CUDA tensors' reference counts are there
 
 
 @pytest.mark.parametrize("asked, gpu, expected", [
@@ -70,6 +71,7 @@ from pathlib import Path
 
 Path(os.environ["TRITON_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
 (Path(os.environ["TRITON_CACHE_DIR"]) / "planted_kernel.py").write_text("poisoned")
+assert (Path(os.environ["TRITON_CACHE_DIR"]) / "planted_kernel.py").read_text() == "poisoned"  # its own write reads back
 '''
 LOOKS_FOR_IT = '''import os
 from pathlib import Path
@@ -82,7 +84,8 @@ if found:
 
 def test_a_kernel_one_solution_writes_into_its_triton_cache_is_not_there_for_the_next(tmp_path):
     """A solution plants a file in its Triton cache; the solution evaluated after it looks for it in every solution's
-    cache folder and finds nothing (its own cache is another folder, and the sandbox hides the others)."""
+    cache folder and finds nothing (its own cache is another folder, the sandbox hides the others, and the planted
+    file went into an overlay that ended with the planting candidate: it is nowhere on disk after the run)."""
     from kbench.commands.execute import execute
     from kbench.config.run_config import RunConfig, TimingPolicy
     from kbench.problems.discovery import select
@@ -101,5 +104,41 @@ def test_a_kernel_one_solution_writes_into_its_triton_cache_is_not_there_for_the
     rows = {e.solution: e for e in store.evaluations}
     assert rows["a_plants"].status == Status.CORRECT, rows["a_plants"].message
     assert rows["b_looks"].status == Status.CORRECT, rows["b_looks"].message
-    planted = list((tmp_path / "cache").rglob("planted_kernel.py"))
-    assert len(planted) == 1 and sandbox.SOLUTION_CACHES in planted[0].parts  # in the planting solution's own cache
+    # it was written (a_plants checks that its own write reads back), into an overlay that ended with its candidate
+    assert list((tmp_path / "cache").rglob("planted_kernel.py")) == []
+    assert rows["a_plants"].extra["sandbox"] == sandbox.NAMESPACES
+
+
+def _restricting(monkeypatch, tmp_path, mount):
+    monkeypatch.setenv(sandbox.ENV, "on")
+    monkeypatch.setattr(sandbox.sys, "platform", "linux")
+    monkeypatch.setattr(sandbox, "_entered", [sandbox.NAMESPACES])
+    monkeypatch.setattr(sandbox, "_private_tmp", lambda: str(tmp_path / "tmp"))
+    monkeypatch.setattr(sandbox, "_empty_but", lambda folder, keep: None)
+    monkeypatch.setattr(sandbox, "_read_only", lambda writable: None)
+    monkeypatch.setattr(sandbox, "limit", lambda: None)
+    monkeypatch.setattr(sandbox, "_mount", mount)
+
+
+def test_the_build_folder_and_caches_are_overlays_whose_writes_stay_in_the_private_tmp(monkeypatch, tmp_path):
+    mounted = []
+    _restricting(monkeypatch, tmp_path, lambda *args: mounted.append(args))
+    build, cache = tmp_path / "ext" / "abc", tmp_path / "c" / "triton"
+    plan = sandbox.Plan(str(tmp_path / "s.py"), str(build), (str(cache),), private_shm=True)
+    assert sandbox.restrict(plan) == sandbox.NAMESPACES
+    overlays = {args[1]: args[4] for args in mounted if args[2] == "overlay"}
+    assert set(overlays) == {str(build), str(cache)}
+    for folder, options in overlays.items():
+        assert f"lowerdir={folder}," in options and f"upperdir={tmp_path / 'tmp' / sandbox.SCRATCH}" in options
+    assert ("tmpfs", sandbox.SHM, "tmpfs") in [args[:3] for args in mounted]  # the CPU's /dev/shm of its own
+
+
+def test_without_an_overlay_the_folders_stay_writable_and_the_level_says_so(monkeypatch, tmp_path, capfd):
+    def mount(source, target, kind, flags, data=None):
+        if kind == "overlay":
+            raise OSError(19, "No such device")
+
+    _restricting(monkeypatch, tmp_path, mount)
+    plan = sandbox.Plan(str(tmp_path / "s.py"), str(tmp_path / "ext" / "abc"))
+    assert sandbox.restrict(plan) == sandbox.WRITES_KEPT
+    assert "stays writable in place" in capfd.readouterr().err

@@ -99,7 +99,7 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     probe, ref_peak = guarded(device, "the reference", partial(with_peak, device, partial(reference, *probe_inputs)),
                               judge_work="the reference's first call")
     phases.mark("setup")
-    session.sandbox_plan = sandbox.plan_for(job.solution.path, env)  # in force before the solution is imported
+    session.sandbox_plan = sandbox.plan_for(job.solution.path, env, device)  # in force before the solution is imported
 
     def before_rounds(current: Session) -> None:  # the candidate's start is over; from here on things are timed
         phases.mark("calibration_start")

@@ -223,6 +223,8 @@ def _method(evaluations: Sequence[Evaluation]) -> str:
 
 
 SANDBOX_WORDS = {"namespaces": "namespaces (own PID, network and mount namespaces, read-only files, limits)",
+                 "namespaces_writes_kept": "namespaces, but the build folder and kernel DSL caches keep what the "
+                                           "candidate wrote (no overlay file system on this machine)",
                  "limits": "limits only (no namespaces on this machine)", "none": "none (switched off)"}
 
 

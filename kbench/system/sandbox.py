@@ -8,11 +8,14 @@ Two steps, because the candidate starts before its job is known:
   process outside, and when it ends the kernel ends everything it started.
 - `restrict(Plan)`, when the job is known, before the solution is imported: a private temporary folder, the
   solution's own folder emptied but for its file and data (no other solution's source), the build cache emptied but
-  for its own build folder, then the whole file system read-only but for those, /dev and the kernel DSLs' caches.
+  for its own build folder, then the whole file system read-only but for the temporary folder and /dev; the build
+  folder and the kernel DSLs' caches are overlays whose writes go to the temporary folder (what kbench built shows
+  through, and what the candidate writes there goes with it); on the CPU /dev/shm is a tmpfs of its own.
 Then limits: no new privileges, no core dumps, a file-size cap, a process cap (not for root).
 
 `KBENCH_SANDBOX=none` turns it off (tests of what happens without it). Where namespaces cannot be made (not Linux, no
-user namespaces for this user), only the limits apply: the level says which (`NAMESPACES`, `LIMITS`, `NONE`).
+user namespaces for this user), only the limits apply: the level says which (`NAMESPACES`, `WRITES_KEPT` where no
+overlay could be mounted, `LIMITS`, `NONE`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from pathlib import Path
 from kbench.system.lifetime import die_with_parent
 
 NAMESPACES, LIMITS, NONE = "namespaces", "limits", "none"
+# Namespaces, but the build folder and the DSL caches could not be overlaid: what the candidate writes there stays
+WRITES_KEPT = "namespaces_writes_kept"
 ENV = "KBENCH_SANDBOX"
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
@@ -39,6 +44,7 @@ PR_SET_NO_NEW_PRIVS = 38
 FILE_SIZE_CAP = 16 << 30  # bytes one file may grow to (a runaway writer stops here)
 PROCESS_CAP = 4096  # processes of this user (RLIMIT_NPROC; root is not held to it)
 TMPFS_SIZE = "size=8g"
+SHM = "/dev/shm"
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -54,18 +60,25 @@ class Plan:
     solution: str  # the solution's file: its folder is emptied but for it (and files that are not Python)
     build_dir: str | None = None  # its own build folder (writable); the rest of the build cache is emptied
     writable: tuple[str, ...] = ()  # folders that stay writable (the kernel DSLs' caches)
+    # /dev/shm a tmpfs of the candidate's own. Only where no CUDA tensor crosses the protocol: torch shares a CUDA
+    # tensor with a reference count in a /dev/shm file that the other process opens by name, so on CUDA the judge's
+    # and the candidate's must be one (what a CUDA candidate leaves there is not yet contained: docs/sandbox.md).
+    private_shm: bool = False
 
 
 _entered = [NONE]  # what enter() got in this process: restrict() mounts only inside a mount namespace of its own
 # The folder under which each solution file's kernel DSL caches live, one folder per file (kbench.build.compile): the
 # candidate sees its own and none of the others'
 SOLUTION_CACHES = "solution_caches"
+SCRATCH = ".kbench-overlays"  # in the candidate's private temporary folder: what it writes to the overlaid folders
 
 
-def plan_for(solution: str, env: dict[str, str]) -> Plan:
-    """The plan of a job: its solution, its build folder (TORCH_EXTENSIONS_DIR) and the caches its env names."""
+def plan_for(solution: str, env: dict[str, str], device: str = "cpu") -> Plan:
+    """The plan of a job: its solution, its build folder (TORCH_EXTENSIONS_DIR), the caches its env names, and on the
+    CPU a /dev/shm of its own."""
     return Plan(str(Path(solution).resolve()), env.get("TORCH_EXTENSIONS_DIR"),
-                tuple(value for key, value in sorted(env.items()) if key.endswith("_CACHE_DIR") and value))
+                tuple(value for key, value in sorted(env.items()) if key.endswith("_CACHE_DIR") and value),
+                private_shm=device == "cpu")
 
 
 
@@ -121,13 +134,16 @@ def restrict(plan: Plan) -> str:
     limit_level = LIMITS
     try:
         tmp = _private_tmp()
-        for folder in (*plan.writable, *([plan.build_dir] if plan.build_dir else [])):
+        kept = [*plan.writable, *([plan.build_dir] if plan.build_dir else [])]
+        for folder in kept:
             os.makedirs(folder, exist_ok=True)
-        keep = [tmp, *plan.writable, *([plan.build_dir] if plan.build_dir else [])]
-        for hidden, kept in _hidden(plan):
-            _empty_but(hidden, kept)
-        _read_only([*keep, "/dev"])
-        limit_level = NAMESPACES
+        for hidden, inside in _hidden(plan):
+            _empty_but(hidden, inside)
+        overlaid = [_overlay(folder, Path(tmp) / SCRATCH / str(index)) for index, folder in enumerate(kept)]
+        if plan.private_shm and os.path.isdir(SHM):
+            _mount("tmpfs", SHM, "tmpfs", MS_NOSUID | MS_NODEV, TMPFS_SIZE)
+        _read_only([tmp, *kept, "/dev"])
+        limit_level = NAMESPACES if all(overlaid) else WRITES_KEPT
     except OSError:
         pass  # not in a mount namespace of its own (or no right to mount): the machine stays as it is
     limit()
@@ -225,6 +241,29 @@ def _hidden(plan: Plan) -> list[tuple[Path, list[Path]]]:
                     step = step.parent
                 folders[outer].add(step)
     return [(folder, sorted(folders[folder])) for folder in sorted(folders, key=lambda f: len(f.parts))]
+
+
+def _overlay(folder: str, scratch: Path) -> bool:
+    """`folder` as it is, with what the candidate writes there kept in `scratch` (inside its private temporary
+    folder, a tmpfs that goes with its mount namespace): the build folder and the kernel DSLs' caches show what kbench
+    built, and nothing the candidate writes there outlives its process. False where no overlay can be mounted (no
+    overlayfs, or none in a user namespace before Linux 5.11): the folder then stays writable in place, and the level
+    says so (WRITES_KEPT)."""
+    upper, work = scratch / "upper", scratch / "work"
+    try:
+        upper.mkdir(parents=True)
+        work.mkdir()
+        _mount("overlay", folder, "overlay", MS_NOSUID | MS_NODEV,
+               f"lowerdir={_escaped(folder)},upperdir={_escaped(str(upper))},workdir={_escaped(str(work))}")
+    except OSError as exc:
+        print(f"[sandbox] {folder} stays writable in place (no overlay: {exc})", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+def _escaped(path: str) -> str:
+    """A path as overlayfs's options take it (its separators escaped)."""
+    return path.replace("\\", "\\\\").replace(",", "\\,").replace(":", "\\:")
 
 
 def _empty_but(folder: Path, keep: list[Path]) -> None:

@@ -151,4 +151,39 @@ def test_the_budget_follows_the_environment_and_sizes_every_check(monkeypatch):
     assert not comparison.identical(a, b) and comparison.identical(a, a.clone())
     assert not inputs_unchanged([a], [b])
     monkeypatch.delenv(comparison.BUDGET_ENV)
-    assert comparison.memory_budget("cpu") == comparison.CHUNK_BYTES_MAX // 4
+    assert comparison.memory_budget("cpu") == comparison.CPU_CHUNK_BYTES
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("atol, rtol, scale", [(1e-4, 1e-3, 1.0), (1.0, 1e-3, 1e-3), (0.0, 1e-2, 1.0)])
+def test_surely_close_never_passes_what_compare_fails(dtype, atol, rtol, scale):
+    """The rechecks' fast check may say 'cannot tell', never 'close' for outputs the full comparison fails: elements
+    placed just inside, on and just outside their bound (relative steps down to 1e-7 of it: with atol 1 and outputs
+    near 1e-3 a float32 step of the bound is that fine), NaN and infinities."""
+    generator = torch.Generator().manual_seed(7)
+    steps = [0.999, 1 - 1e-6, 1 - 1e-7, 1.0, 1 + 2e-7, 1 + 1e-6, 1 + 1e-5, 1.001]
+    for trial in range(3 * len(steps)):
+        ref = (torch.randn(4096, generator=generator, dtype=torch.float64) * scale).to(dtype)
+        bound = atol + rtol * ref.double().abs()
+        sign = torch.sign(torch.randn(4096, generator=generator, dtype=torch.float64))
+        cand = (ref.double() + bound * steps[trial % len(steps)] * sign).to(dtype)
+        if trial % 7 == 3:
+            cand[trial] = float("nan")
+        if trial % 7 == 5:
+            cand[trial], ref[trial] = float("inf"), float("inf")
+        passed, _ = compare(cand, ref, atol, rtol)
+        if comparison.surely_close(cand, ref, atol, rtol):
+            assert passed, (dtype, trial)
+
+
+def test_surely_close_passes_close_outputs_and_leaves_the_rest_to_compare():
+    ref = torch.randn(1 << 20)
+    assert comparison.surely_close(ref + 1e-6, ref, 1e-4, 1e-4)
+    assert comparison.surely_close((ref + 1e-6, ref * 2), (ref, ref * 2), 1e-4, 1e-4)  # every output of a tuple
+    assert not comparison.surely_close(ref + 1e-2, ref, 1e-4, 1e-4)
+    both_nan = ref.clone()
+    both_nan[5] = float("nan")
+    assert not comparison.surely_close(both_nan, both_nan.clone(), 1e-4, 1e-4) and compare(both_nan, both_nan, 0, 0)[0]
+    assert not comparison.surely_close(ref.double(), ref, 1e-4, 1e-4)  # a dtype that differs: compare says why
+    assert not comparison.surely_close(ref[:10], ref, 1e-4, 1e-4)
+    assert not comparison.surely_close(torch.arange(4), torch.arange(4), 0, 0)  # integers: compare decides

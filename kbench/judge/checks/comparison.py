@@ -51,12 +51,17 @@ WORKING_COPIES = 8  # float64 temporaries alive per compared element (both sides
 CHUNK_BYTES_MAX = 1 << 30  # float64 working set of one chunk at most (a larger one is no faster on a GPU)
 CHUNK_FREE_SHARE = 0.25  # and at most this share of the memory free on the device
 CHUNK_MIN_ELEMENTS = 1 << 12
+# On the CPU a chunk's float64 working set stays within the caches: a comparison is a dozen passes over its chunk, and
+# an 18.7 M-element comparison took 780 ms at 64 MiB chunks against 222 ms at 8 MiB (2-core AMD EPYC VM, 2026-11-27;
+# bench/cpu_samples.py shows what it costs a CPU row's samples).
+CPU_CHUNK_BYTES = 8 << 20
 BUDGET_ENV = "KBENCH_COMPARE_BUDGET_BYTES"  # fixes the budget (tests, diagnosis); else sized to the free memory
 
 
 def memory_budget(device: Any) -> int:
     """Bytes one comparison chunk may use on `device`: the free memory's share (CUDA: free on the device plus what
-    this process's allocator holds unused), capped; `KBENCH_COMPARE_BUDGET_BYTES` overrides it."""
+    this process's allocator holds unused), capped; on the CPU what stays within its caches (CPU_CHUNK_BYTES);
+    `KBENCH_COMPARE_BUDGET_BYTES` overrides it."""
     fixed = _environ.get(BUDGET_ENV)
     if fixed:
         return max(int(fixed), 1)
@@ -64,7 +69,7 @@ def memory_budget(device: Any) -> int:
         free, _ = _mem_get_info(device)
         free += _memory_reserved(device) - _memory_allocated(device)
         return int(min(CHUNK_BYTES_MAX, CHUNK_FREE_SHARE * free))
-    return CHUNK_BYTES_MAX // 4
+    return CPU_CHUNK_BYTES
 
 
 def chunk_elements(budget_bytes: int) -> int:
@@ -192,6 +197,40 @@ def compare(candidate: Any, reference: Any, atol: float, rtol: float,
             f" (max abs err {out['max_abs_err']:.3g})"
         )
     return out["mismatched"] == 0, out
+
+
+# `surely_close` works in float32 with this margin on the bound: the rounding of float32's difference, product and sum
+# (a few units of 2**-24 each, relative) cannot turn a failing element into a passing one.
+SURE_MARGIN = 1e-6
+_float32 = torch.float32
+_float_types = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def surely_close(candidate: Any, reference: Any, atol: float, rtol: float) -> bool:
+    """True only if `compare` would pass the candidate: every element within atol + rtol * |r| by a margin
+    (SURE_MARGIN), in float32 for float32 and narrower outputs (float64 for float64), a chunk at a time, with a
+    few passes over each chunk where `compare` makes a dozen in float64. False also where it cannot tell (a NaN or
+    infinity, an element within the margin of its bound, another dtype, shapes that differ): ask `compare`, which
+    says why. For the timed rounds' full rechecks, where nearly every call passes."""
+    cands, refs = flatten_outputs(candidate), flatten_outputs(reference)
+    if len(cands) != len(refs):
+        return False
+    for c, r in zip(cands, refs):
+        if not isinstance(c, _tensor_type) or not isinstance(r, _tensor_type):
+            return False
+        if c.shape != r.shape or c.dtype != r.dtype or c.device != r.device:
+            return False
+        if r.dtype not in _float_types and r.dtype != _float64:
+            return False
+        work = _float64 if r.dtype == _float64 else _float32
+        scale, floor = rtol * (1 - SURE_MARGIN), atol * (1 - SURE_MARGIN)
+        size = chunk_elements(memory_budget(r.device)) * 2  # two working copies of up to 4 bytes, not eight of 8
+        for cc, rc in zip(chunks(c, size), chunks(r, size)):
+            diff = _abs(_sub(cc.to(work), rc.to(work)))
+            bound = _abs(rc.to(work)).mul_(scale).add_(floor)
+            if not bool(_le(diff, bound).all()):  # a NaN compares False: `compare` decides it
+                return False
+    return True
 
 
 def _close_numbers(c: Any, r: Any, atol: float, rtol: float) -> bool:

@@ -134,10 +134,16 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # --- the page as text -------------------------------------------------------------------------------------------
 
 
+def whole(page: str) -> str:
+    """A report page with its problems' sections inflated in place, as its script shows them."""
+    return page + html.embedded_sections(page)
+
+
 def test_text_from_solutions_is_escaped_everywhere(report: Path) -> None:
-    page = report.read_text()
+    stored = report.read_text()
+    page = whole(stored)
     assert HOSTILE not in page and "<img" not in page and "onerror=\"" not in page
-    assert page.count("<script>") == 1  # the report's own sorting script, nothing else
+    assert stored.count("<script>") == 1 and page.count("<script>") == 1  # the report's own script, nothing else
     escaped = "&lt;script&gt;window.__pwned=1&lt;/script&gt;&lt;img src=x onerror=&#34;window.__pwned=2&#34;&gt;"
     assert page.count(escaped) >= 3  # the warning, the message, the compiler log
 
@@ -149,7 +155,7 @@ def test_the_page_is_self_contained(report: Path) -> None:
 
 
 def test_every_row_has_a_detail_section_with_its_reproduce_command(report: Path) -> None:
-    page = report.read_text()
+    page = whole(report.read_text())
     assert page.count('<section class="detail') == len(problem_rows()) + 4
     assert "kbench run -p conv -s fast --device cuda --size full --trials 3 --no-tf32 --max-time 2" in page
     assert '<code class="first-error">kernel.cu(42): error: identifier &lt;script&gt;' in page
@@ -158,7 +164,7 @@ def test_every_row_has_a_detail_section_with_its_reproduce_command(report: Path)
 
 
 def test_a_rows_typed_figures_appear_in_its_detail_and_its_problems_header(report: Path) -> None:
-    page = report.read_text()
+    page = whole(report.read_text())
     assert "Hardware floor 0.2000 ms (memory-bound: 600.0 MB at 3.0 TB/s)" in page
     assert "90% of the GPU time is in the solution's own kernels (0.9000 ms own, 0.1000 ms library per call)" in page
     assert "peak memory, solution</td><td class=\"mono\">64.0 MiB" in page
@@ -180,10 +186,11 @@ def test_reproduce_adds_only_the_options_that_differ_from_the_defaults() -> None
 def test_a_fifty_problem_suite_renders_in_well_under_a_second_per_problem(tmp_path: Path) -> None:
     rows = suite(50)
     start = time.perf_counter()
-    page = html.report_html({"run_id": "big", **HEADER}, rows)
+    stored = html.report_html({"run_id": "big", **HEADER}, rows)
     assert time.perf_counter() - start < 10
+    page = whole(stored)
     assert page.count('<section class="detail') == len(rows) and page.count('<svg class="strips"') == 50
-    assert len(page) < 3_000_000
+    assert len(stored) < 300_000 and len(page) > 4 * len(stored)  # stored compressed
 
 
 def test_the_strip_chart_by_hand() -> None:
@@ -266,12 +273,19 @@ def page(browser: Any) -> Iterator[Any]:  # a Playwright Page
     context.close()
 
 
+def _open(page: Any, path: Path) -> None:
+    """Open a page and wait until its script has put the problems' sections in (body[data-sections])."""
+    page.goto(path.as_uri())
+    page.wait_for_function("document.body.getAttribute('data-sections') !== null", timeout=30_000)
+    assert page.evaluate("document.body.getAttribute('data-sections')") == "ready"
+
+
 def _solutions(page: Any, table: str) -> list[str]:
     return page.eval_on_selector_all(f"{table} tbody tr", "rows => rows.map(r => r.dataset.solution)")
 
 
 def test_the_leaderboard_sorts_when_a_header_is_clicked(report: Path, page: Any) -> None:
-    page.goto(report.as_uri())
+    _open(page, report)
     table = "section[data-problem='conv'] table.leaderboard"
     ranked = _solutions(page, table)
     assert ranked[:5] == ["fast", COMPILED, "slow", EAGER, "boom"]  # kbench.reports.leaderboard.ranked
@@ -287,9 +301,11 @@ def test_the_leaderboard_sorts_when_a_header_is_clicked(report: Path, page: Any)
 
 
 def test_no_solution_text_runs_and_it_shows_literally(report: Path, page: Any) -> None:
-    page.goto(report.as_uri())
+    _open(page, report)
     assert page.evaluate("typeof window.__pwned") == "undefined"
-    assert page.evaluate("document.querySelectorAll('body script, body img').length") == 1
+    # the report's script and its compressed sections (a data block, never run), nothing of a solution's
+    assert page.evaluate("document.querySelectorAll('body script, body img').length") == 2
+    assert page.evaluate("document.querySelectorAll('script:not([type])').length") == 1
     fast = page.locator("section.detail[data-problem='conv'][data-solution='fast'] ul.warnings li")
     assert fast.inner_text() == f"[monkey_patch] {HOSTILE}"
     boom = page.locator("section.detail[data-solution='boom'] pre.message")
@@ -300,7 +316,7 @@ def test_no_solution_text_runs_and_it_shows_literally(report: Path, page: Any) -
 
 
 def test_every_solution_has_its_detail_section_and_chart(report: Path, page: Any) -> None:
-    page.goto(report.as_uri())
+    _open(page, report)
     details = page.eval_on_selector_all("section.detail", "s => s.map(d => d.dataset.problem + '/' + d.dataset.solution)")
     expected = [f"conv/{e.solution}" for e in problem_rows()] + [f"gemm/{e.solution}" for e in problem_rows()[:4]]
     assert sorted(details) == sorted(expected)
@@ -315,7 +331,7 @@ def test_every_solution_has_its_detail_section_and_chart(report: Path, page: Any
 
 def test_a_screenshot_is_not_blank_and_the_page_prints(report: Path, page: Any) -> None:
     image = pytest.importorskip("PIL.Image", reason="Pillow decodes the screenshot (it comes with matplotlib)")
-    page.goto(report.as_uri())
+    _open(page, report)
     shot = image.open(io.BytesIO(page.screenshot(full_page=False))).convert("RGB")
     colours = shot.getcolors(maxcolors=1 << 20) or []
     assert len(colours) > 50, "the screenshot has almost no colours: a blank page?"
@@ -327,7 +343,7 @@ def test_the_fifty_problem_suite_loads_with_every_section(tmp_path: Path, page: 
     directory = store(tmp_path, suite(50))
     path = html.write_html_report(str(directory), tmp_path)
     start = time.perf_counter()
-    page.goto(path.as_uri())
+    _open(page, path)
     assert page.locator("section.detail").count() == 250 and page.locator("svg.strips").count() == 50
     assert time.perf_counter() - start < 20
 
@@ -335,7 +351,7 @@ def test_the_fifty_problem_suite_loads_with_every_section(tmp_path: Path, page: 
 def test_the_compare_page_in_the_browser(tmp_path: Path, page: Any) -> None:
     before, after = compared(tmp_path)
     comparison = Comparison(load(before), load(after), tuple(compare_runs(load(before), load(after), 0.01)), ())
-    page.goto(html.write_html_compare(comparison).as_uri())
+    _open(page, html.write_html_compare(comparison))
     assert page.evaluate("typeof window.__pwned") == "undefined"
     assert page.locator("svg.strips g.before").count() == 5 and page.locator("svg.strips g.slower").count() == 1
     page.click("#comparison th:has-text('after ms')")
@@ -362,7 +378,7 @@ def honest_copies(n: int = 20) -> list[Evaluation]:
 
 def test_the_first_screen_says_what_to_trust(report: Path, page: Any) -> None:
     """A suspect row and a warning that weakens the fastest row are in the box above the fold, with the provenance."""
-    page.goto(report.as_uri())
+    _open(page, report)
     box = page.locator("#before-you-quote")
     assert box.is_visible() and box.bounding_box()["y"] < 900  # on the first screen of a 1280x900 window
     text = box.inner_text()
@@ -377,7 +393,7 @@ def test_a_dirty_tree_and_a_weakened_headline_are_marked(tmp_path: Path, page: A
     rows = problem_rows("conv")[:4]
     rows[2] = dataclasses.replace(rows[2], warnings=(Finding(FindingCode.GPU_THROTTLED, "the GPU was slowed by its power cap"),))
     directory = store(tmp_path, rows, git={"commit": "0123abc", "dirty": True})
-    page.goto(html.write_html_report(str(directory), tmp_path).as_uri())
+    _open(page, html.write_html_report(str(directory), tmp_path))
     assert "dirty" in page.locator("#provenance td.dirty").inner_text()
     assert "weakened conv / fast" in page.locator("#before-you-quote").inner_text()
     assert page.locator("#problems td .dagger").count() == 1  # the headline "fast" is marked, not silent
@@ -386,7 +402,7 @@ def test_a_dirty_tree_and_a_weakened_headline_are_marked(tmp_path: Path, page: A
 
 def test_honest_copies_read_about_one_and_count_for_nothing(tmp_path: Path, page: Any) -> None:
     directory = store(tmp_path, honest_copies(), config={**HEADER["config"], "compile_baseline": False})
-    page.goto(html.write_html_report(str(directory), tmp_path).as_uri())
+    _open(page, html.write_html_report(str(directory), tmp_path))
     cells = page.eval_on_selector_all("table.leaderboard td.speedup", "c => c.map(x => x.innerText)")
     honest = [c for c in cells if c]
     assert len(honest) == 20 and all(c.startswith(("≈1", "~1.0", "~0.9")) for c in honest), honest
@@ -400,7 +416,57 @@ def test_honest_copies_read_about_one_and_count_for_nothing(tmp_path: Path, page
 def test_a_four_problem_run_prints_in_a_few_pages_per_problem(tmp_path: Path, page: Any) -> None:
     rows = [r for p in ("a", "b", "c", "d") for r in problem_rows(p)[:10]]
     directory = store(tmp_path, rows)
-    page.goto(html.write_html_report(str(directory), tmp_path).as_uri())
+    _open(page, html.write_html_report(str(directory), tmp_path))
     pdf = page.pdf(format="A4")
     pages = pdf.count(b"/Type /Page") - pdf.count(b"/Type /Pages")
     assert 0 < pages <= 3 * 4 + 2, pages  # issue 31: 42 pages before, every detail card printed open
+
+
+def kernelbench_suite(n: int = 250) -> list[Evaluation]:
+    """A KernelBench-sized run as a level's honest copies give it: per problem an eager row and a solution row with the
+    figures a real row carries (phases, trials at two sizes, accuracy, the protocol's figures, its GPU)."""
+    trials = tuple(TrialResult(seed=43 + i, passed=True, max_abs_err=1e-6 * (i + 1), max_rel_err=1e-5, mismatched=0,
+                               numel=1 << 20) for i in range(5))
+    protocol = {"rounds": 40, "rechecked": 40, "recheck_every_call": True, "primed": False, "regime": "gpu",
+                "eager_regime": "gpu", "refresh_s": 0.012, "recheck_s": 0.02, "calibration_p50_s": 4.1e-5,
+                "verify_s": [2.1e-5 + i * 1e-7 for i in range(40)], "judged_issue_s": 3e-5, "judged_gpu_s": 1.2e-3,
+                "regime_decision": {"issue_s": 3e-5, "gpu_s": 1.2e-3}}
+    phases = {"setup": 0.3, "calibration": 0.45, "load": 0.05, "build": 0.03, "trials": 0.3, "other_sizes": 0.1,
+              "timing": 0.5, "trust_determinism": 0.05, "trust_fp64": 0.2, "trust_profile": 0.2}
+    rows = []
+    for i in range(n):
+        p = f"L{1 + i // 100}_{i % 100 + 1}_Conv3d_GroupNorm_Min_Clamp_Dropout"
+        eager = samples(1.0 + i / n, n=40, seed=i)
+        copy = samples((1.0 + i / n) * (1 + (i % 5 - 2) / 500), n=40, seed=1000 + i)
+        rows += [with_figures(row(p, EAGER, ms=1.0 + i / n, speedup_vs_eager=1.0, speedup_vs_compile=None),
+                              phases=phases, gpu=str(i % 4)),
+                 with_figures(Evaluation(problem=p, solution="honest", status=Status.CORRECT, device="cuda",
+                                         size="full", timing=copy, eager_timing=eager, trials=trials,
+                                         size_checks={"small": trials[:2]},
+                                         speedup_vs_eager=eager.median / copy.median,
+                                         warnings=(Finding(FindingCode.NO_CUSTOM_KERNEL, "declares no kernel"),)),
+                              phases=phases, gpu=str(i % 4), protocol=protocol,
+                              accuracy={"solution": 2e-6, "reference": 1e-6, "tf32": 3e-4},
+                              peak={"solution": 64 * 2**20, "reference": 64 * 2**20})]
+    return rows
+
+
+def test_a_250_problem_run_weighs_under_a_megabyte_and_its_first_screen_says_what_to_trust(tmp_path: Path,
+                                                                                          page: Any) -> None:
+    """Issue 41: the HTML of a 250-problem run under 1 MB, every section there once inflated, and at 1400x900 the first
+    screen holds the provenance, the box of what weakens the numbers, the status counts and fast_p with the geomean."""
+    rows = kernelbench_suite(250)
+    directory = store(tmp_path, rows, config={**HEADER["config"], "compile_baseline": False})
+    path = html.write_html_report(str(directory), tmp_path)
+    assert path.stat().st_size < 1_000_000, path.stat().st_size
+    page.set_viewport_size({"width": 1400, "height": 900})
+    _open(page, path)
+    assert page.locator("section.problem").count() == 250 and page.locator("section.detail").count() == 500
+    for selector in ("#provenance", "#before-you-quote", "#status-counts", "#fast-p-significant"):
+        box = page.locator(selector).bounding_box()
+        assert box is not None and box["y"] + box["height"] <= 900, (selector, box)
+    assert "250 solution row(s): 250 correct" in page.locator("#status-counts").inner_text()
+    names = page.eval_on_selector_all("#problems tbody tr td:first-child", "c => c.map(x => x.dataset.v)")
+    assert names[:3] == [rows[0].problem, rows[2].problem, rows[4].problem]  # by level and number: L1_1, L1_2, ...
+    page.click(f"#problems a:has-text('{rows[-1].problem}')")  # a link into the inflated sections still leads there
+    assert page.evaluate("location.hash") == "#p249"

@@ -298,11 +298,12 @@ def test_problems_whose_reference_is_degenerate_are_counted_before_the_numbers()
 
 
 def test_the_html_colours_a_win_and_a_slowdown_apart_and_leaves_noise_plain():
-    from kbench.reports.html import report_html
+    from kbench.reports.html import embedded_sections, report_html
 
     rows = [_row("a", EAGER, 4.0, 4.0), _row("a", "win", 2.0, 4.0), _row("a", "slow", 5.2, 4.0),
             _row("a", "copy", 4.0, 4.0)]
-    page = report_html({**DOC, "config": {"compile_baseline": False}}, rows)
+    stored = report_html({**DOC, "config": {"compile_baseline": False}}, rows)
+    page = stored + embedded_sections(stored)
     cells = re.findall(r'<td class="n speedup([^"]*)"[^>]*>([^<]*)</td>', page)
     tones = {text.strip(): tone.strip() for tone, text in cells if text.strip()}
     assert tones["2.00x"] == "win" and tones["0.77x"] == "slower"

@@ -49,6 +49,7 @@ def main() -> None:
                                              args=CHROMIUM_ARGS)
         page = browser.new_page(viewport=VIEWPORT)
         page.goto(page_file.as_uri())
+        page.wait_for_function("document.body.getAttribute('data-sections') !== null")  # sections inflated
         shots = [DOCS / f"{name}-first-screen.png", DOCS / f"{name}-problem.png"]
         page.screenshot(path=str(shots[0]))
         page.evaluate("document.querySelector('section.problem').scrollIntoView()")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+import gzip
 import hashlib
 from collections import Counter
 from collections.abc import Sequence
@@ -215,6 +216,7 @@ def report_html(doc: JsonObject, evaluations: Sequence[Evaluation], state: str |
     solutions = [e for e in evaluations if e.solution not in leaderboard.BASELINE_ROWS]
     counts = Counter(e.status for e in solutions)
     found = caveats.caveats(doc, evaluations, state)
+    sections = pack_sections(render("problems.html.j2", problems=views))
     return render(
         "report.html.j2", doc=doc, summary=leaderboard.summarize(evaluations), fast_p=leaderboard.FAST_P,
         significant=[speedups.significant_fast_p(evaluations, problems, p) for p in leaderboard.FAST_P],
@@ -228,7 +230,26 @@ def report_html(doc: JsonObject, evaluations: Sequence[Evaluation], state: str |
         environment=flatten(doc.get("environment") or {}), git=flatten(doc.get("git") or {}),
         config=flatten(doc.get("config") or {}), selection=flatten(doc.get("selection") or {}),
         problems=views, anchors=anchors, problem_ids={v["name"]: v["id"] for v in views},
-        profiles=profile_view.section(doc))
+        profiles=profile_view.section(doc), sections=sections)
+
+
+# The problems' sections (a leaderboard, two charts and a card of figures per row: 14 KB a problem on a real level-2
+# run, 1.5 MB for 100 problems) go into the page gzipped and base64-encoded, and its script inflates them on load
+# (DecompressionStream): repetitive markup shrinks about tenfold, so a 250-problem run stays under a megabyte.
+SECTIONS_ID = "problem-data"
+
+
+def pack_sections(sections: str) -> str:
+    """The problems' sections as the page stores them: gzip (no timestamp: the same run gives the same page), then
+    base64."""
+    return base64.b64encode(gzip.compress(sections.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
+
+
+def embedded_sections(page: str) -> str:
+    """The problems' sections of a report page, as its script shows them (tests, tools that read the page)."""
+    start = page.index(">", page.index(f'id="{SECTIONS_ID}"')) + 1
+    data = page[start:page.index("</script>", start)]
+    return gzip.decompress(base64.b64decode(data)).decode("utf-8")
 
 
 def _directory(run: LoadedRun) -> Path:

@@ -11,7 +11,7 @@ def test_the_plan_names_the_solution_its_build_folder_and_the_caches(tmp_path):
     solution = tmp_path / "s.py"
     plan = sandbox.plan_for(str(solution), {"TORCH_EXTENSIONS_DIR": "/c/ext/abc", "TRITON_CACHE_DIR": "/c/triton",
                                             "CUTE_DSL_CACHE_DIR": "", "HOME": "/root"})
-    assert plan == sandbox.Plan(str(solution.resolve()), "/c/ext/abc", ("/c/triton",), private_shm=True)
+    assert plan == sandbox.SandboxPlan(str(solution.resolve()), "/c/ext/abc", ("/c/triton",), private_shm=True)
     assert not sandbox.plan_for(str(solution), {}, "cuda").private_shm  # CUDA tensors' reference counts are there
 
 
@@ -32,7 +32,7 @@ def test_it_never_mounts_outside_a_mount_namespace_of_its_own(monkeypatch, tmp_p
     monkeypatch.setattr(sandbox, "limit", lambda: limited.append(1))
     monkeypatch.setenv(sandbox.ENV, "on")
     monkeypatch.setattr(sandbox.sys, "platform", "linux")
-    plan = sandbox.Plan(str(tmp_path / "s.py"))
+    plan = sandbox.SandboxPlan(str(tmp_path / "s.py"))
     for entered, level in ((sandbox.NONE, sandbox.NONE), (sandbox.LIMITS, sandbox.LIMITS)):
         monkeypatch.setattr(sandbox, "_entered", [entered])
         assert sandbox.restrict(plan) == level
@@ -46,13 +46,13 @@ def test_a_build_folder_beside_the_solution_is_kept_and_the_folders_are_emptied_
     (tmp_path / "s.py").write_text("")
     (tmp_path / "other.py").write_text("")
     (tmp_path / "data.bin").write_text("")
-    beside = sandbox.Plan(str(tmp_path / "s.py"), str(tmp_path / "ext"))
+    beside = sandbox.SandboxPlan(str(tmp_path / "s.py"), str(tmp_path / "ext"))
     assert sandbox._hidden(beside) == [(tmp_path, [tmp_path / "data.bin", tmp_path / "ext", tmp_path / "s.py"])]
-    below = sandbox.Plan(str(tmp_path / "s.py"), str(tmp_path / "cache" / "ext" / "abc"))
+    below = sandbox.SandboxPlan(str(tmp_path / "s.py"), str(tmp_path / "cache" / "ext" / "abc"))
     assert sandbox._hidden(below) == [(tmp_path, [tmp_path / "cache", tmp_path / "data.bin", tmp_path / "s.py"]),
                                       (tmp_path / "cache", [tmp_path / "cache" / "ext"]),
                                       (tmp_path / "cache" / "ext", [tmp_path / "cache" / "ext" / "abc"])]
-    apart = sandbox.Plan(str(tmp_path / "s.py"), "/c/ext/abc")
+    apart = sandbox.SandboxPlan(str(tmp_path / "s.py"), "/c/ext/abc")
     assert sandbox._hidden(apart) == [(Path("/c/ext"), [Path("/c/ext/abc")]),
                                       (tmp_path, [tmp_path / "data.bin", tmp_path / "s.py"])]
 
@@ -60,9 +60,9 @@ def test_a_build_folder_beside_the_solution_is_kept_and_the_folders_are_emptied_
 def test_a_solution_sees_its_own_dsl_caches_and_none_of_the_other_solutions(tmp_path):
     (tmp_path / "s.py").write_text("")
     caches = tmp_path / "c" / sandbox.SOLUTION_CACHES
-    plan = sandbox.Plan(str(tmp_path / "s.py"), None, (str(caches / "k1" / "triton"), str(caches / "k1" / "tilelang")))
+    plan = sandbox.SandboxPlan(str(tmp_path / "s.py"), None, (str(caches / "k1" / "triton"), str(caches / "k1" / "tilelang")))
     assert (caches, [caches / "k1"]) in sandbox._hidden(plan)
-    shared = sandbox.Plan(str(tmp_path / "s.py"), None, (str(tmp_path / "c" / "triton"),))  # kbench's own: kept as is
+    shared = sandbox.SandboxPlan(str(tmp_path / "s.py"), None, (str(tmp_path / "c" / "triton"),))  # kbench's own: kept as is
     assert [folder for folder, _ in sandbox._hidden(shared)] == [tmp_path]
 
 
@@ -124,7 +124,7 @@ def test_the_build_folder_and_caches_are_overlays_whose_writes_stay_in_the_priva
     mounted = []
     _restricting(monkeypatch, tmp_path, lambda *args: mounted.append(args))
     build, cache = tmp_path / "ext" / "abc", tmp_path / "c" / "triton"
-    plan = sandbox.Plan(str(tmp_path / "s.py"), str(build), (str(cache),), private_shm=True)
+    plan = sandbox.SandboxPlan(str(tmp_path / "s.py"), str(build), (str(cache),), private_shm=True)
     assert sandbox.restrict(plan) == sandbox.NAMESPACES
     overlays = {args[1]: args[4] for args in mounted if args[2] == "overlay"}
     assert set(overlays) == {str(build), str(cache)}
@@ -139,6 +139,6 @@ def test_without_an_overlay_the_folders_stay_writable_and_the_level_says_so(monk
             raise OSError(19, "No such device")
 
     _restricting(monkeypatch, tmp_path, mount)
-    plan = sandbox.Plan(str(tmp_path / "s.py"), str(tmp_path / "ext" / "abc"))
+    plan = sandbox.SandboxPlan(str(tmp_path / "s.py"), str(tmp_path / "ext" / "abc"))
     assert sandbox.restrict(plan) == sandbox.WRITES_KEPT
     assert "stays writable in place" in capfd.readouterr().err

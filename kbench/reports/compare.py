@@ -22,8 +22,8 @@ from kbench.reports.compare_summary import (
     SAME,
     SLOWER,
     UNCLEAR,
+    ComparisonVerdict,
     OneRunOnly,
-    Verdict,
     plural,
     run_warning,
     split_one_run_only,
@@ -267,7 +267,7 @@ class Comparison:
         return tuple(r for r in self.rows if r.regression)
 
     @property
-    def summary(self) -> Verdict:
+    def summary(self) -> ComparisonVerdict:
         return verdict(self.rows, self.only_before, self.only_after)
 
     @property

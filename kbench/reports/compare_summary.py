@@ -66,7 +66,7 @@ def split_one_run_only(rows: Sequence[RowT], before: LoadedRun,
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ComparisonVerdict:
     """The whole comparison in one line: how many rows got faster, slower..., and the status changes."""
 
     counts: tuple[tuple[str, int], ...]  # (change, rows) for each change some row has
@@ -95,9 +95,9 @@ class Verdict:
         return "; ".join(parts)
 
 
-def verdict(rows: Sequence[Changed], only_before: OneRunOnly, only_after: OneRunOnly) -> Verdict:
+def verdict(rows: Sequence[Changed], only_before: OneRunOnly, only_after: OneRunOnly) -> ComparisonVerdict:
     counts = Counter(r.change for r in rows)
-    return Verdict(tuple(counts.items()), len(only_before.problems), len(only_after.problems))
+    return ComparisonVerdict(tuple(counts.items()), len(only_before.problems), len(only_after.problems))
 
 
 def _never_ran(run: LoadedRun, verb: str) -> str:

@@ -54,7 +54,7 @@ class _MountAttr(ctypes.Structure):
 
 
 @dataclass(frozen=True)
-class Plan:
+class SandboxPlan:
     """What the candidate of one job may see and write besides the read-only machine."""
 
     solution: str  # the solution's file: its folder is emptied but for it (and files that are not Python)
@@ -73,10 +73,10 @@ SOLUTION_CACHES = "solution_caches"
 SCRATCH = ".kbench-overlays"  # in the candidate's private temporary folder: what it writes to the overlaid folders
 
 
-def plan_for(solution: str, env: dict[str, str], device: str = "cpu") -> Plan:
+def plan_for(solution: str, env: dict[str, str], device: str = "cpu") -> SandboxPlan:
     """The plan of a job: its solution, its build folder (TORCH_EXTENSIONS_DIR), the caches its env names, and on the
     CPU a /dev/shm of its own."""
-    return Plan(str(Path(solution).resolve()), env.get("TORCH_EXTENSIONS_DIR"),
+    return SandboxPlan(str(Path(solution).resolve()), env.get("TORCH_EXTENSIONS_DIR"),
                 tuple(value for key, value in sorted(env.items()) if key.endswith("_CACHE_DIR") and value),
                 private_shm=device == "cpu")
 
@@ -123,7 +123,7 @@ def enter() -> str:
     return NAMESPACES
 
 
-def restrict(plan: Plan) -> str:
+def restrict(plan: SandboxPlan) -> str:
     """The file system for the job (see the module's docstring), then the limits; the level got. Mounts only in the
     mount namespace `enter()` made: anywhere else they would change the whole machine."""
     if not wanted() or _entered[0] == NONE:
@@ -217,7 +217,7 @@ def _private_tmp() -> str:
     return str(path)
 
 
-def _hidden(plan: Plan) -> list[tuple[Path, list[Path]]]:
+def _hidden(plan: SandboxPlan) -> list[tuple[Path, list[Path]]]:
     """The folders to empty, shallowest first, each with what it keeps: the solution's folder keeps its file and the
     files that are not Python, the build cache keeps the job's build folder, the solutions' DSL caches keep the
     job's. Where one lies inside the other (a build folder beside or below the solution), every folder on the way

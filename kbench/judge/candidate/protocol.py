@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbench.results.codec import ProtocolError  # raised for a reply that is not valid
+from kbench.system.sandbox import SandboxPlan
 
 MAX_REPLY_BYTES = 1 << 20
 
@@ -38,7 +39,7 @@ class Calibrate:
     outputs: list[Any]
     precision: str = "fp32"
     page: Any = None  # CUDA: a CPU tensor in shared memory holding the signal page (kbench.measure.gate)
-    sandbox: Any = None  # the job's kbench.system.sandbox.Plan: the file system restricted before the solution comes
+    sandbox: SandboxPlan | None = None  # the job's file system, restricted before the solution comes
     grads: tuple[str, ...] | None = None  # --backward: the parameters whose gradients a call returns (judge.backward)
 
 

@@ -26,6 +26,7 @@ from kbench.results.codec import ProtocolError
 from kbench.results.records import Status
 from kbench.system import escapes
 from kbench.system.lifetime import exit_failure
+from kbench.system.sandbox import SandboxPlan
 from kbench.wire.jobs import Judging
 
 _perf_counter = time.perf_counter
@@ -187,7 +188,7 @@ class Session:
         self.peak_bytes = 0  # the solution's largest peak of GPU memory over a call (as its process reports it)
         # CUDA: the shared page of the gate and the DONE word (kbench.measure.gate), sent with the calibration
         self.page_tensor = gate.shared_page_tensor() if device == "cuda" else None
-        self.sandbox_plan: Any = None  # the job's sandbox.Plan, sent with the calibration (None: namespaces only)
+        self.sandbox_plan: SandboxPlan | None = None  # sent with the calibration (None: namespaces only)
         self.sandbox = ""  # the sandbox the candidate reported before the solution was imported
 
     def _shared(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:

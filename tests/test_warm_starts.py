@@ -84,12 +84,12 @@ def test_close_kills_the_waiting_children(tmp_path):
 def test_the_worker_reports_the_end_of_its_timing_and_only_with_the_jobs_token(tmp_path):
     path, env = _solution(tmp_path / "a")
     events: list[str] = []
-    outcome = child._Child(env).run(_job(path), 60, on_event=events.append)
+    outcome = child.JobChild(env).run(_job(path), 60, on_event=events.append)
     assert outcome.result.status == "correct" and events == ["timed"]
     wrong = tmp_path / "wrong.py"
     wrong.write_text((FIXTURES / "solutions" / "tiny" / "wrong_values.py").read_text())
     events.clear()
-    outcome = child._Child(env).run(_job(wrong), 60, on_event=events.append)
+    outcome = child.JobChild(env).run(_job(wrong), 60, on_event=events.append)
     assert outcome.result.status == "incorrect" and events == []  # stopped before timing
 
 
@@ -109,12 +109,12 @@ def _record_children(monkeypatch) -> list[float]:
     """When each child of the warm starts is started, from now on."""
     created: list[float] = []
 
-    class Recording(child._Child):
+    class Recording(child.JobChild):
         def __init__(self, *args, **kwargs):
             created.append(time.monotonic())
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(warm_starts, "_Child", Recording)
+    monkeypatch.setattr(warm_starts, "JobChild", Recording)
     return created
 
 
@@ -148,7 +148,7 @@ def test_the_reference_child_reports_the_end_of_its_timing(tmp_path):
     after the job while the next job waits for it."""
     job = ReferenceJob(**_judging())
     events: list[str] = []
-    outcome = child._Child(isolation.worker_path_env()).run(job, 60, on_event=events.append)
+    outcome = child.JobChild(isolation.worker_path_env()).run(job, 60, on_event=events.append)
     assert outcome.result.status == "correct" and events == ["timed"]
     order = list(outcome.result.phases)
     assert order.index("timing") < order.index("degenerate_check") < order.index("noise_check")
@@ -263,17 +263,16 @@ def test_a_worker_that_has_answered_does_not_hold_up_the_next_job_while_it_exits
                                 stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
                                 start_new_session=True)
 
-    monkeypatch.setattr(child._Child, "_spawn", spawn)
+    monkeypatch.setattr(child.JobChild, "_spawn", spawn)
     started = time.monotonic()
-    worker = child._Child(None)
+    worker = child.JobChild(None)
     outcome = worker.run(_job(FIXTURES / "solutions" / "tiny" / "good.py"), 60)
     assert time.monotonic() - started < 3 and outcome.result is not None and outcome.result.message == "answered"
     deadline = time.monotonic() + 10
     while worker.proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert worker.proc.returncode is not None  # reaped: killed with its group, no zombie left
-    with process_tree._live_lock:
-        assert worker.proc.pid not in process_tree._live
+    assert worker.proc.pid not in process_tree.tracked()
 
 
 def _turn_after(seconds: float):
@@ -294,9 +293,9 @@ def test_a_job_handed_before_its_turn_prepares_and_times_nothing_until_the_turn_
     forks = Zygote(child.zygote_env_of(env))  # workers with everything imported: the turn comes after their start
     try:
         # 5 s: a busy 2-core host took 2.75 s to start and prepare a reference (CI, 2026-11-27)
-        solution = child._Child(env, zygote=forks).run(_job(FIXTURES / "solutions" / "tiny" / "good.py"), 60,
+        solution = child.JobChild(env, zygote=forks).run(_job(FIXTURES / "solutions" / "tiny" / "good.py"), 60,
                                                        turn=_turn_after(5.0))
-        reference = child._Child(env, zygote=forks).run(ReferenceJob(**_judging()), 60, turn=_turn_after(5.0))
+        reference = child.JobChild(env, zygote=forks).run(ReferenceJob(**_judging()), 60, turn=_turn_after(5.0))
     finally:
         forks.close()
     assert solution.result.status == "correct" and reference.result.status == "correct", solution.log + reference.log
@@ -320,7 +319,7 @@ def test_a_job_whose_preparation_fails_answers_without_its_turn(tmp_path):
         "return torch.tanh(self.linear(x)) * self.scale", "raise ValueError('no forward here')"))
     broken = {**_judging(), "problem": ProblemRef("raises", str(problem))}
     started = time.monotonic()
-    outcome = child._Child(isolation.worker_path_env()).run(ReferenceJob(**broken), 60, turn=never)
+    outcome = child.JobChild(isolation.worker_path_env()).run(ReferenceJob(**broken), 60, turn=never)
     assert outcome.result is not None and outcome.result.status == "runtime_error", outcome.log
     assert "no forward here" in outcome.result.message
     assert time.monotonic() - started < 30
@@ -334,12 +333,12 @@ def test_after_a_job_that_timed_the_child_after_next_starts_when_it_ends(tmp_pat
 
     created: list[float] = []
 
-    class Recording(child._Child):
+    class Recording(child.JobChild):
         def __init__(self, *args, **kwargs):
             created.append(time.monotonic())
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(warm_starts, "_Child", Recording)
+    monkeypatch.setattr(warm_starts, "JobChild", Recording)
     first, env = _solution(tmp_path / "first")
     slow, _ = _solution(tmp_path / "slow")
     slow.write_text(slow.read_text().replace(str(tmp_path / "slow" / "ext"), str(tmp_path / "first" / "ext")))
@@ -381,7 +380,7 @@ def test_a_job_that_ends_before_the_next_takes_its_spare_leaves_the_child_after_
                 on_exit()
             return SimpleNamespace(result=None)
 
-    monkeypatch.setattr(warm_starts, "_Child", Fake)
+    monkeypatch.setattr(warm_starts, "JobChild", Fake)
     monkeypatch.setattr(warm_starts.WarmStarts, "_zygote", lambda self, env: None)
     warm = warm_starts.WarmStarts()
     job, env = SimpleNamespace(mode="evaluate"), isolation.worker_path_env()

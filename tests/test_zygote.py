@@ -143,7 +143,7 @@ def test_a_zygote_closed_with_a_worker_still_running_ends_it_at_once(tmp_path):
 
     env = isolation.worker_path_env()
     owner = zygote.Zygote(child.zygote_env_of(env))
-    worker = child._Child(env, zygote=owner)  # forked, waiting for a job that never comes
+    worker = child.JobChild(env, zygote=owner)  # forked, waiting for a job that never comes
     assert worker.proc.poll() is None
     started = time.monotonic()
     owner.close()

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from kbench.execution import process_tree
 from kbench.execution.listeners import with_listener
-from kbench.execution.process_tree import _live, _live_lock, kill_tree
+from kbench.execution.process_tree import kill_tree
 from kbench.execution.zygote import PLACEMENT_ENV, ForkedWorker, Zygote
 from kbench.results.codec import JsonObject, ProtocolError, decode, encode
 from kbench.results.records import Status
@@ -106,7 +107,7 @@ JOB_ENV = ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "TRITON_C
            "CUTE_DSL_CACHE_DIR")
 
 
-class _Child:
+class JobChild:
     """A started `python -m kbench.execution.worker`: it imports Python, torch and kbench, then waits for its job on
     stdin.
 
@@ -123,6 +124,7 @@ class _Child:
         read_fd, write_fd = os.pipe()
         self.chunks: list[bytes] = []
         self.groups: list[int] = []  # further process groups the child reported (a judge's candidate)
+        self._groups_lock = threading.Lock()
         self.token = ""
         self.on_event: Callable[[str], Any] = lambda name: None
         self.candidate = candidate  # whether a candidate process was started ahead with it (a solution's job)
@@ -139,8 +141,7 @@ class _Child:
             raise
         finally:
             os.close(write_fd)  # the reader sees EOF if the child never started
-        with _live_lock:
-            _live.add(self.proc.pid)
+        process_tree.track(self.proc.pid)
 
     def _spawn(self, env: dict[str, str] | None, write_fd: int, warm: bool, candidate: bool
                ) -> subprocess.Popen[bytes]:
@@ -182,9 +183,9 @@ class _Child:
         self.on_event(message["event"])
 
     def _adopt(self, pgid: int) -> None:
-        with _live_lock:
+        with self._groups_lock:
             self.groups.append(pgid)
-            _live.add(pgid)
+        process_tree.track(pgid)
 
     def run(self, job: Job, timeout_s: float, env: dict[str, str] | None = None,
             on_event: Callable[[str], Any] | None = None, turn: threading.Event | None = None,
@@ -253,7 +254,7 @@ class _Child:
         """Kill the child's process group, and any group it reported (a child still waiting for its job, or one whose
         job has ended); with `reap_later` (the worker has answered and is exiting) a thread of its own waits for the
         ends, so the caller goes on now. `on_exit` is called when they have ended."""
-        with _live_lock:
+        with self._groups_lock:
             groups, self.groups = self.groups, []
 
         def end() -> None:
@@ -262,9 +263,7 @@ class _Child:
                 for pgid in groups:
                     kill_tree(pgid)
                 self.proc.wait()
-                with _live_lock:
-                    _live.discard(self.proc.pid)
-                    _live.difference_update(groups)
+                process_tree.untrack(self.proc.pid, *groups)
             finally:
                 if on_exit is not None:
                     on_exit()

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kbench.execution.child import ChildOutcome, _Child, job_env
+from kbench.execution.child import ChildOutcome, JobChild, job_env
 from kbench.execution.zygote import Zygote, ZygoteError
 from kbench.wire.jobs import Job
 
 
 def run_child(job: Job, timeout_s: float, env: dict[str, str] | None = None) -> ChildOutcome:
     """Run `python -m kbench.execution.worker` on `job` in a fresh child process, killed after timeout_s."""
-    return _Child(env).run(job, timeout_s)
+    return JobChild(env).run(job, timeout_s)
 
 
 def run_forked(zygote: Zygote | None, job: Job, timeout_s: float, env: dict[str, str]) -> ChildOutcome:
@@ -20,7 +20,7 @@ def run_forked(zygote: Zygote | None, job: Job, timeout_s: float, env: dict[str,
     way. The job's own variables (JOB_ENV) come with the job."""
     if zygote is not None and zygote.alive():
         try:
-            child = _Child(env, zygote=zygote)
+            child = JobChild(env, zygote=zygote)
         except ZygoteError:
             pass
         else:

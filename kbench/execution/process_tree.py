@@ -12,6 +12,24 @@ _live: set[int] = set()  # process groups of running children, killed if the par
 _live_lock = threading.Lock()
 
 
+def track(*groups: int) -> None:
+    """Note running children's process groups: `kill_all` ends them if the run is interrupted."""
+    with _live_lock:
+        _live.update(groups)
+
+
+def untrack(*groups: int) -> None:
+    """Forget process groups that have ended."""
+    with _live_lock:
+        _live.difference_update(groups)
+
+
+def tracked() -> frozenset[int]:
+    """The process groups noted as running now."""
+    with _live_lock:
+        return frozenset(_live)
+
+
 def kill_all() -> None:
     """Kill every running child with all it started (used when a run is interrupted)."""
     with _live_lock:

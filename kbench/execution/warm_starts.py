@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from kbench.execution.child import ChildOutcome, _Child, job_env, shared_env, zygote_env_of
+from kbench.execution.child import ChildOutcome, JobChild, job_env, shared_env, zygote_env_of
 from kbench.execution.pool import current_turn
 from kbench.execution.zygote import Zygote, ZygoteError
 from kbench.wire.jobs import Job
@@ -31,7 +31,7 @@ class WarmStarts:
 
     def __init__(self, ahead: bool = True) -> None:
         self.ahead = ahead
-        self._spares: dict[Key, _Child] = {}  # a slot's next worker (of the kind `_Child.candidate` says)
+        self._spares: dict[Key, JobChild] = {}  # a slot's next worker (of the kind `JobChild.candidate` says)
         self._zygotes: dict[Key, Zygote | None] = {}
         # Slots whose running job ended while the spare for the next job still waited (that job not yet come for it,
         # e.g. its thread not yet scheduled): the child after next is then started when the next job takes the spare.
@@ -55,17 +55,17 @@ class WarmStarts:
             zygote = self._zygotes.get(key)
         return zygote if zygote is not None and zygote.alive() else None
 
-    def _child(self, env: dict[str, str], candidate: bool) -> _Child:
+    def _child(self, env: dict[str, str], candidate: bool) -> JobChild:
         zygote = self._zygote(env)
         if zygote is not None:
             try:
-                return _Child(env, warm=self.ahead, zygote=zygote, candidate=candidate)
+                return JobChild(env, warm=self.ahead, zygote=zygote, candidate=candidate)
             except ZygoteError as exc:
                 print(f"[warning] kbench's zygote failed ({exc}); workers start without it", file=sys.stderr)
                 with self._lock:
                     self._zygotes[_key(zygote_env_of(env))] = None
                 zygote.close()
-        return _Child(env, warm=self.ahead, candidate=candidate)
+        return JobChild(env, warm=self.ahead, candidate=candidate)
 
     def _start_spare(self, key: Key, env: dict[str, str], candidate: bool, after_next: bool = False) -> None:
         if not self.ahead:

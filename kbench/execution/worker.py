@@ -78,7 +78,7 @@ def probe(job: ProbeJob) -> ProbeResult:
     return ProbeResult("ok", environment=describe_torch())
 
 
-def _warm_flop_counter() -> None:
+def warm_flop_counter() -> None:
     """The first FLOP count in a process costs seconds (imports, the counter's set-up): pay it before the job."""
     from kbench.measure import roofline  # heavy: the FLOP counter's imports are what this pays for, once
 
@@ -114,7 +114,7 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
         warm_cuda()
         machine.nvml()  # NVML's start (every GPU of the machine enumerated), read after each timing: paid ahead
     if warm and not forked:
-        _warm_flop_counter()  # a forked worker has it from the zygote
+        warm_flop_counter()  # a forked worker has it from the zygote
         codec.prepare(*WIRE_TYPES)
     envelope, token, problem = _read_envelope(sys.stdin.readline())
     solution = envelope is not None and envelope.job.mode == "evaluate"

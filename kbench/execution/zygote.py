@@ -179,7 +179,7 @@ def _warm() -> None:
     (its probe) need not wait for it; the reference's workers, which count FLOPs, get it from here."""
     from kbench.execution import worker  # heavy: torch, in the zygote only (see _prepare)
 
-    worker._warm_flop_counter()
+    worker.warm_flop_counter()
 
 
 def _reap(sock: socket.socket, forked: set[int]) -> None:

@@ -18,7 +18,7 @@ import torch
 from kbench.measure.timers import HostTimer
 from kbench.results.figures import Ceilings
 from kbench.results.storage import atomic_write
-from kbench.system.environment import _cpu_model
+from kbench.system.environment import cpu_model
 
 _perf_counter = time.perf_counter
 
@@ -47,7 +47,7 @@ def flops_kind(device: torch.device, tf32: bool) -> str:
 
 
 def device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_model()
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
 
 
 def _best_seconds(fn: Callable[[], object], device: torch.device, sizes: MeasureSizes, clock: Clock) -> float:

@@ -75,7 +75,8 @@ def summarize(evaluations: Sequence[Evaluation]) -> Summary:
     )
 
 
-def _x(value: float | None) -> str:
+def ratio_text(value: float | None) -> str:
+    """A ratio as the tables print it (2.00x), empty for none."""
     return f"{value:.2f}x" if value is not None else ""
 
 

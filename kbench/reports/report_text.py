@@ -136,12 +136,12 @@ def suite_table(doc: JsonObject, evaluations: Sequence[Evaluation]) -> list[str]
     strict = leaderboard.summarize(evaluations)
     significant = [significant_fast_p(evaluations, problems, p) for p in leaderboard.FAST_P]
     pct = lambda v: f"{v:.0%}"  # noqa: E731
-    rows = [["vs eager: significant wins", *map(pct, significant), leaderboard._x(strict.geomean_eager)],
+    rows = [["vs eager: significant wins", *map(pct, significant), leaderboard.ratio_text(strict.geomean_eager)],
             ["vs eager: KernelBench's fast_p", *[pct(v) for _, v in strict.fast_p_eager], ""]]
     measured = compile_measured(doc, evaluations)
     if measured:
         rows.append(["vs compile: KernelBench's fast_p", *[pct(v) for _, v in strict.fast_p_compile],
-                     leaderboard._x(strict.geomean_compile)])
+                     leaderboard.ratio_text(strict.geomean_compile)])
     table = tabulate(rows, headers=["baseline", *[f"fast_{p:g}" for p in leaderboard.FAST_P], "geomean"],
                      tablefmt="github", disable_numparse=True)
     solutions = [e for e in evaluations if e.solution not in (EAGER, COMPILED)]

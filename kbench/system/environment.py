@@ -14,7 +14,7 @@ from kbench.results.header import Environment, GitInfo, HostInfo
 GIT_TIMEOUT_S = 5
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -44,7 +44,7 @@ def describe_torch() -> dict[str, Any]:  # an Environment: the wire's ProbeResul
         "torch": torch.__version__,
         "cuda_runtime": torch.version.cuda,
         "python": platform.python_version(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_threads": torch.get_num_threads(),
         "gpu": None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,8 +37,8 @@ from kbench.system.lifetime import die_with_parent
 _memory_allocated, _max_memory_allocated = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
 _reset_peak = torch.cuda.reset_peak_memory_stats
 _synchronize = timers.synchronize
-_perf_counter = timers._perf_counter
-_cuda_event, _elapsed_time = timers._cuda_event, timers._elapsed_time
+_perf_counter = time.perf_counter
+_cuda_event, _elapsed_time = torch.cuda.Event, torch.cuda.Event.elapsed_time
 
 
 def warm_cuda() -> None:

@@ -55,6 +55,9 @@ TIMED_CASES = {
     # judge, a child subreaper); their CPU time during timing makes the row suspect, and they are killed.
     "escapes_by_session": (Status.SUSPECT, {"escaped_process"}),
     "escapes_as_orphan": (Status.SUSPECT, {"escaped_process"}),
+    # A helper in a process group of its own: stopped at every freeze with the candidate's tree, it spins only while
+    # the candidate is timed, and its CPU time makes the row suspect.
+    "helper_in_group": (Status.SUSPECT, {"escaped_process"}),
     # One that spins only while the candidate is stopped (while the reference is timed): stopped with it, it never
     # spins, and the row is an honest copy's (without the freezer it slowed the reference and was `suspect`).
     "spins_while_frozen": (Status.CORRECT, set()),

@@ -124,6 +124,11 @@ def compiler_log(log: str) -> CompilerLog:
     return {"first_error": first_compiler_error(log), "text": "\n".join(lines), "lines": len(log.splitlines())}
 
 
+def breakable(name: str) -> markupsafe.Markup:
+    """A long identifier (a KernelBench problem's name) escaped, with a line-break opportunity after each underscore."""
+    return markupsafe.Markup("_<wbr>").join(markupsafe.escape(part) for part in str(name).split("_"))
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     """Templates with autoescape on everywhere: solution text, warnings and logs reach the page only as text."""
@@ -132,7 +137,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(
         ms=lambda s: _number(s * 1e3 if s is not None else None, "{:#.4g}"), x=lambda v: _number(v, "{:.2f}×"),
         pct=lambda v: _number(v, "{:.0f}%"), sci=lambda v: _number(v, "{:.2e}"), num=lambda v: _number(v, "{:.4g}"),
-        plain=lambda v: _number(v, "{}"), firstline=lambda s: s.splitlines()[0] if s else "")
+        plain=lambda v: _number(v, "{}"), firstline=lambda s: s.splitlines()[0] if s else "", breakable=breakable)
     env.globals.update(figures=figures, compiler_log=compiler_log, flatten=flatten, trial_rows=trial_rows, peaks=peaks,
                        meaning=MEANING, max_dots=strips.MAX_DOTS)
     return env

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from kbench.judge.candidate import candidate
 from kbench.judge.timing.timed_call import TimedCalls
 from kbench.measure import timers
+from kbench.results.records import Regime
 
 
 class _Event:
@@ -47,7 +48,7 @@ def test_the_judges_host_regime_sample_waits_for_its_flush_before_the_start_even
     monkeypatch.setattr(timers, "_elapsed_time", lambda start, end: 1.0)
     timer = object.__new__(timers.CudaEventTimer)
     timer._device, timer._clock, timer._gate, timer._flush = "cuda", lambda: 0.0, None, _Flush(log)
-    timer.regime = timers.REGIME_HOST
+    timer.regime = Regime.HOST
     timer.sample(lambda: log.append("call"))
     assert log == ["synchronize", "flush", "synchronize", "record start", "call", "record end", "synchronize"]
 

@@ -10,18 +10,18 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kbench.config.run_config import MathFlags, TimingPolicy
+from kbench.execution import isolation
 from kbench.judge import judge
+from kbench.judge import reference as reference_child
 from kbench.judge.candidate import candidate, protocol
 from kbench.judge.checks import correctness
+from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.judge.timing import judge_timing
 from kbench.judge.timing import rounds as round_steps
-from kbench.execution import isolation
-from kbench.judge import reference as reference_child
-from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.measure import timing
-from kbench.measure.timers import REGIME_HOST
+from kbench.results.records import Regime
 from kbench.wire.jobs import EvaluateJob, ProblemRef, ReferenceJob, SolutionRef
-from kbench.config.run_config import MathFlags, TimingPolicy
 from tests.conftest import FIXTURES
 
 PROBLEM = FIXTURES / "problems" / "one_op" / "model.py"
@@ -47,7 +47,7 @@ class CountingTimer:
         self.windows: list[list[str]] = []
         self.last_issue = 0.0
         self.last_forced = False
-        self.regime = REGIME_HOST
+        self.regime = Regime.HOST
 
     def sample(self, fn):
         ops: list[str] = []

@@ -2,14 +2,23 @@
 
 import pytest
 
-from kbench.measure import timers, timing
 from kbench.config.run_config import TimingPolicy
-from kbench.results.records import Measurement
+from kbench.measure import timers, timing
 from kbench.measure.timers import HostTimer
 from kbench.measure.timing import (
-    TIMER_BOUND_ABS_CPU_S, TIMER_BOUND_ABS_S, TIMER_BOUND_REL, Calibration, Sampled, converged, escaped_work_warning,
-    measure_interleaved, measure_rounds, timer_mismatch_warning, warm_up,
+    TIMER_BOUND_ABS_CPU_S,
+    TIMER_BOUND_ABS_S,
+    TIMER_BOUND_REL,
+    Calibration,
+    Sampled,
+    converged,
+    escaped_work_warning,
+    measure_interleaved,
+    measure_rounds,
+    timer_mismatch_warning,
+    warm_up,
 )
+from kbench.results.records import Measurement, Regime
 
 
 class FakeClock:
@@ -28,7 +37,7 @@ class FakeTimer:
         self.clock, self.scripts, self.host_extra, self.issue_share = clock, scripts, host_extra, issue_share
         self.calls: list[str] = []
         self.last_issue = 0.0
-        self.regime = timers.REGIME_HOST
+        self.regime = Regime.HOST
 
     def sample(self, fn):
         name = fn()
@@ -301,8 +310,8 @@ def test_only_a_gpu_call_timed_in_the_host_regime_is_primed():
         def decide(self, fn):
             return self.regime
 
-    assert timing.needs_priming("cuda", lambda: None, Decides(timers.REGIME_HOST)) is True
-    assert timing.needs_priming("cuda", lambda: None, Decides(timers.REGIME_GPU)) is False
+    assert timing.needs_priming("cuda", lambda: None, Decides(Regime.HOST)) is True
+    assert timing.needs_priming("cuda", lambda: None, Decides(Regime.GPU)) is False
     assert timing.needs_priming("cpu", lambda: None, HostTimer()) is False
 
 

@@ -41,7 +41,7 @@ from kbench.judge.verdicts import Verdict
 from kbench.measure import timers, timing, timing_checks
 from kbench.results.figures import PeakMemory
 from kbench.results.findings import Finding, FindingCode
-from kbench.results.records import Status
+from kbench.results.records import Regime, Status
 from kbench.system import escapes, sandbox
 from kbench.wire.jobs import EvaluateJob, EvaluateResult
 
@@ -187,7 +187,7 @@ def _calibrated(job: EvaluateJob, session: Session, fresh: Callable[[Session], S
     calibration = calibrate_in(session)
     ratios = [timing_checks.process_ratio(calibration)]
     # On CUDA in the host regime the speedup divides by a witness, a candidate's kind of process (divided_by_witness)
-    witnessed = job.device == "cuda" and calibration.eager_regime == timers.REGIME_HOST
+    witnessed = job.device == "cuda" and calibration.eager_regime == Regime.HOST
     act = job.device in PROCESS_CHECKED and not witnessed
     while act and timing_checks.processes_disagree(calibration) is not None and len(ratios) <= PROCESS_RETRIES:
         session = fresh(session)

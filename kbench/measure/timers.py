@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from kbench.measure.gate import Gate, SignalPage, Watchdog
+from kbench.results.records import Regime
 from kbench.results.stats import median
 
 _perf_counter = time.perf_counter
@@ -56,20 +57,18 @@ def no_collection() -> Iterator[None]:
 
 class Timer(Protocol):
     last_issue: float  # host seconds the last sample's call took to return (to issue its work, on a GPU)
-    regime: str  # REGIME_GPU or REGIME_HOST: what the samples' times include (see CudaEventTimer)
+    regime: Regime  # what the samples' times include (see CudaEventTimer)
 
     def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
         """Run fn once; return (timed seconds, host wall seconds over the same window)."""
 
-    def use(self, regime: str) -> None:
+    def use(self, regime: Regime) -> None:
         """Time in `regime` from now on (a CPU timer stays in the host regime)."""
 
-    def decide(self, fn: Callable[[], object], calls: int = 3) -> str:
+    def decide(self, fn: Callable[[], object], calls: int = 3) -> Regime:
         """Choose fn's regime and use it (see CudaEventTimer.decide)."""
 
 
-REGIME_GPU = "gpu"  # the call issued behind a closed gate: the events time its GPU work alone
-REGIME_HOST = "host"  # the call issued with the GPU idle (or on the CPU): the time includes the host's issuing it
 GATE_DEADLINE_S = 1.0  # a call still being issued this long behind a closed gate waits for the GPU itself
 
 
@@ -80,7 +79,7 @@ class HostTimer:
         self._clock = clock
         self.last_issue = 0.0
         self.last_forced = False
-        self.regime = REGIME_HOST
+        self.regime = Regime.HOST
 
     def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
         with no_collection():
@@ -90,10 +89,10 @@ class HostTimer:
         self.last_issue = elapsed
         return elapsed, elapsed
 
-    def use(self, regime: str) -> None:
+    def use(self, regime: Regime) -> None:
         """On the CPU the host runs the call: the host regime, whatever is asked."""
 
-    def decide(self, fn: Callable[[], object], calls: int = 3) -> str:
+    def decide(self, fn: Callable[[], object], calls: int = 3) -> Regime:
         """On the CPU the host runs the call: the host regime, always."""
         return self.regime
 
@@ -104,7 +103,7 @@ class CudaEventTimer:
     Per sample, in the host regime: synchronize; overwrite a buffer twice the L2 size (so no input or weight is
     served from L2); synchronize (the GPU idle when the host starts); record start; call; record end;
     synchronize. Only the call lies between the events, and the GPU waits for the host to issue each of its
-    launches. In the GPU regime (`REGIME_GPU`) the same but the second synchronize, with the
+    launches. In the GPU regime (`Regime.GPU`) the same but the second synchronize, with the
     start event, the call and the end event issued behind a closed gate (kbench.measure.gate) that opens once the
     end event is issued: the call's work is all queued before the GPU starts on it, so the events time its GPU work
     alone, as Triton's do_bench does by issuing calls back to back. A call that waits for the GPU while it is
@@ -115,26 +114,26 @@ class CudaEventTimer:
     event (host regime) or from the gate's opening (GPU regime) to the synchronize.
     """
 
-    def __init__(self, device: torch.device, clock: Clock = _perf_counter, regime: str = REGIME_HOST) -> None:
+    def __init__(self, device: torch.device, clock: Clock = _perf_counter, regime: Regime = Regime.HOST) -> None:
         self._device = device
         self._clock = clock
         self.last_issue = 0.0
         self.last_forced = False
-        self.regime = REGIME_HOST
+        self.regime = Regime.HOST
         self._gate: tuple[Any, Any] | None = None
         l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
         self._flush = torch.empty(max(L2_FLUSH_FACTOR * l2_bytes // 4, 1 << 20), dtype=torch.float32, device=device)
         self.use(regime)
 
-    def use(self, regime: str) -> None:
+    def use(self, regime: Regime) -> None:
         """Time in `regime` from now on (the gate is made on first use of the GPU regime)."""
-        if regime == REGIME_GPU and self._gate is None:
+        if regime == Regime.GPU and self._gate is None:
             gate = Gate(SignalPage.private())
             self._gate = (gate, Watchdog(gate, GATE_DEADLINE_S))
         self.regime = regime
 
     def sample(self, fn: Callable[[], object]) -> tuple[float, float]:
-        if self.regime == REGIME_GPU:
+        if self.regime == Regime.GPU:
             return self._gated(fn)
         start, end = self._prepare()
         # The flush is over before the host starts issuing: a start event recorded behind queued work fires only once
@@ -163,7 +162,7 @@ class CudaEventTimer:
         host = self._clock() - issued
         self.last_issue, self.last_forced = issued - host_start, gate.forced
         if gate.forced:
-            self.regime = REGIME_HOST
+            self.regime = Regime.HOST
         return _elapsed_time(start, end) / 1e3, host
 
     def _prepare(self) -> tuple[Any, Any]:
@@ -182,21 +181,21 @@ class CudaEventTimer:
         end.record()
         return host_start, self._clock()
 
-    def decide(self, fn: Callable[[], object], calls: int = 3) -> str:
+    def decide(self, fn: Callable[[], object], calls: int = 3) -> Regime:
         """Choose the regime for fn (and use it): the GPU regime when its calls' work is queued faster than the GPU runs
         it (`gpu_bound`); the host regime for launch-bound calls and calls that wait for the GPU while issued."""
-        self.use(REGIME_HOST)
+        self.use(Regime.HOST)
         issue = []
         for _ in range(calls):
             self.sample(fn)
             issue.append(self.last_issue)
-        self.use(REGIME_GPU)
+        self.use(Regime.GPU)
         gpu = []
         for _ in range(calls):
             gpu.append(self.sample(fn)[0])
             if self.last_forced:
                 return self.regime
-        self.use(REGIME_GPU if gpu_bound(issue[1:], gpu[1:]) else REGIME_HOST)
+        self.use(Regime.GPU if gpu_bound(issue[1:], gpu[1:]) else Regime.HOST)
         return self.regime
 
 

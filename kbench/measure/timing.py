@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from kbench.config.run_config import TimingPolicy
-from kbench.measure.timers import REGIME_GPU, REGIME_HOST, Clock, Timer, synchronize
+from kbench.measure.timers import Clock, Timer, synchronize
 from kbench.measure.timing_checks import (  # noqa: F401 - re-exported: the protocol's warnings live beside it
     CONFIRM_P,
     DISTURBED_P,
@@ -32,7 +32,7 @@ from kbench.measure.timing_checks import (  # noqa: F401 - re-exported: the prot
     timer_mismatch_warning,
     unfinished_warning,
 )
-from kbench.results.records import Measurement
+from kbench.results.records import Measurement, Regime
 from kbench.results.stats import median_ci_relative
 
 _perf_counter = time.perf_counter  # bound at import, as every clock of the harness is
@@ -54,7 +54,7 @@ def settle(device: str, clock: Clock = _perf_counter) -> None:
 def needs_priming(device: str, fn: Callable[[], object], timer: Timer) -> bool:
     """Decide fn's regime on `timer` (`CudaEventTimer.decide`) and whether its timed calls go behind an untimed one
     (`local_sampler`): on a GPU, when they are timed in the host regime, whose time is the host's."""
-    return timer.decide(fn) == REGIME_HOST and device == "cuda"
+    return timer.decide(fn) == Regime.HOST and device == "cuda"
 
 
 class Sampled(NamedTuple):
@@ -65,7 +65,7 @@ class Sampled(NamedTuple):
     wall: float
     judge: float | None = None
     issue: float | None = None  # host seconds to issue the call (see CudaEventTimer)
-    regime: str = ""  # the timer's regime for this sample (REGIME_GPU or REGIME_HOST)
+    regime: str = ""  # the timer's regime for this sample (Regime.GPU or Regime.HOST)
 
 
 Sampler = Callable[[], Sampled]
@@ -199,4 +199,4 @@ def regime_of(regimes: Iterable[str]) -> str:
     """A measurement's regime: the host regime if any sample was timed in it (a gate the watchdog had to open
     switches a timer to it), else the GPU regime if any sample was, else none recorded."""
     found = set(regimes)
-    return REGIME_HOST if REGIME_HOST in found else REGIME_GPU if REGIME_GPU in found else ""
+    return Regime.HOST if Regime.HOST in found else Regime.GPU if Regime.GPU in found else ""

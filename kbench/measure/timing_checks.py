@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from kbench.config.run_config import TimingPolicy
 from kbench.results.findings import Finding, FindingCode
-from kbench.results.records import Measurement
+from kbench.results.records import Measurement, Regime
 from kbench.results.stats import mann_whitney_u, median, quantile
 
 STOP_CONVERGED = "converged"
@@ -86,10 +86,10 @@ class Calibration:
     @property
     def reference_launch_bound(self) -> bool:
         """Whether the judge times the reference in the host regime (its calls launch-bound, or waiting for the GPU)."""
-        return self.eager_regime == "host" or (not self.eager_regime and issue_bound(self.eager_issue, self.eager))
+        return self.eager_regime == Regime.HOST or (not self.eager_regime and issue_bound(self.eager_issue, self.eager))
 
     def excess(self, regime: str) -> tuple[float, ...]:
-        return self.gpu_overhead if regime == "gpu" else self.overhead
+        return self.gpu_overhead if regime == Regime.GPU else self.overhead
 
     @property
     def p50(self) -> float:
@@ -258,7 +258,7 @@ def launch_bound_warning(m: Measurement) -> Finding | None:
     """`[launch_bound]` when the host's time to issue a call comes close to the call's time (a time of the host regime,
     which holds the host's issuing: one of the GPU regime holds the GPU's work alone). The host may be issuing
     launches or waiting for the GPU inside the call; either way the time is the host's."""
-    if not m.issue_samples or not m.samples or m.regime == "gpu":
+    if not m.issue_samples or not m.samples or m.regime == Regime.GPU:
         return None
     issue = median(m.issue_samples)
     if issue < LAUNCH_BOUND_SHARE * m.median:

@@ -9,7 +9,7 @@ from typing import cast
 
 from kbench.results.codec import JsonObject
 from kbench.results.findings import FindingCode
-from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status, problem_order
+from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Regime, Status, problem_order
 from kbench.results.stats import median
 
 # Findings on a `correct` row that weaken its verdict or its number (not enough to make it suspect), in words. A check
@@ -214,7 +214,7 @@ def _clocks(evaluations: Sequence[Evaluation]) -> str:
 
 def _method(evaluations: Sequence[Evaluation]) -> str:
     regimes = [e.timing.regime for e in evaluations if e.timing is not None]
-    gpu, host = regimes.count("gpu"), regimes.count("host")
+    gpu, host = regimes.count(Regime.GPU), regimes.count(Regime.HOST)
     if not gpu and not host:
         return "medians of per-call samples (regime not recorded: a run from before timing v3)"
     return (f"medians of per-call samples, L2 flushed before each call; {gpu} row(s) in the GPU regime (the call's GPU "

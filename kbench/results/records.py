@@ -80,6 +80,13 @@ class SolutionSpec:
     defect: str = ""  # why the file cannot load, seen without running it (a syntax error, no ModelNew): its load_error
 
 
+class Regime(str, Enum):
+    """What a timed call's samples include (docs/timing.md); a record stores its value ("" where none was recorded)."""
+
+    GPU = "gpu"  # the call issued behind a closed gate: the events time its GPU work alone
+    HOST = "host"  # the call issued with the GPU idle (or on the CPU): the time includes the host's issuing it
+
+
 @dataclass(frozen=True)
 class Measurement:
     """Raw per-call samples (seconds) of one callable; every statistic is derived from them."""
@@ -89,8 +96,8 @@ class Measurement:
     stop_reason: str = ""
     judge_samples: tuple[float, ...] = ()  # the judge's clock over each round trip, for a call timed in another process
     issue_samples: tuple[float, ...] = ()  # host seconds to issue each call's work (CUDA; see timers.CudaEventTimer)
-    # What the samples include (docs/timing.md): "gpu", the call's GPU work alone (issued behind a gate);
-    # "host", the host's time to issue it too (launch-bound calls, calls that wait for the GPU, the CPU); "" unknown.
+    # What the samples include: a Regime's value (the GPU work alone, or the host's time to issue it too: launch-bound
+    # calls, calls that wait for the GPU, the CPU); "" unknown.
     regime: str = ""
 
     @property

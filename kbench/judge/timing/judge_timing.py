@@ -13,9 +13,9 @@ from kbench.judge.candidate.session import CandidateProcess, Session
 from kbench.judge.harness import guarded, make_timer, pin, timing_core
 from kbench.judge.timing.rounds import SolutionRounds
 from kbench.judge.timing.timed_call import Observed, TimedCalls
-from kbench.measure import timers, timing, timing_checks
+from kbench.measure import timing, timing_checks
 from kbench.results.findings import Finding
-from kbench.results.records import Measurement
+from kbench.results.records import Measurement, Regime
 from kbench.results.stats import median
 from kbench.system import escapes, machine
 from kbench.wire.jobs import Judging
@@ -63,8 +63,8 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
     calls = TimedCalls(session, job.atol, job.rtol)
     timer = make_timer(job.device)
     eager_regime = timer.decide(lambda: reference(*inputs))
-    modes = [True, False] if job.device == "cuda" else [False]
-    seen: dict[bool, list[Observed]] = {m: [] for m in modes}
+    modes = [Regime.GPU, Regime.HOST] if job.device == "cuda" else [Regime.HOST]
+    seen: dict[Regime, list[Observed]] = {m: [] for m in modes}
     eager: list[float] = []
     issue: list[float] = []
     high = CALIBRATION_ROUNDS[1]
@@ -78,7 +78,7 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
             eager.append(timer.sample(lambda: held.append(reference(*values)))[0])  # noqa: B023 - called at once
             issue.append(timer.last_issue)
             mode = modes[index % len(modes)]
-            seen[mode].append(calls.sample(mode, values, held[0], "a calibration call"))
+            seen[mode].append(calls.sample(mode == Regime.GPU, values, held[0], "a calibration call"))
             if seen[mode][-1].forced:  # the reference waits for the GPU while issued: no GPU regime on this problem
                 modes.remove(mode)
                 seen[mode] = []
@@ -86,7 +86,7 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
     finally:
         calls.close()
     keep = slice(CALIBRATION_DISCARD, None)
-    host, gpu = seen[False][keep], seen.get(True, [])[keep]
+    host, gpu = seen[Regime.HOST][keep], seen.get(Regime.GPU, [])[keep]
     gpu = [o for o in gpu if not o.forced]
     return observed_calibration(host, gpu, eager[keep], issue[keep], eager_regime)
 
@@ -97,7 +97,7 @@ def observed_calibration(host: Sequence[Observed], gpu: Sequence[Observed], eage
     signal less the reported time, the Arm request less the issue time (gated calls), and the time from the signal to
     the outputs verified; with the judge's own eager samples and their regime, and the candidate's reported times of
     the reference in that regime."""
-    same = gpu if eager_regime == timers.REGIME_GPU else host
+    same = gpu if eager_regime == Regime.GPU else host
     return timing.Calibration(
         overhead=tuple(o.done - o.timed for o in host), eager=tuple(eager),
         gpu_overhead=tuple(o.done - o.timed for o in gpu), eager_issue=tuple(eager_issue),
@@ -180,7 +180,7 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
     if rounds.seen:
         figures["verify_s"] = [round(o.verify, 7) for o in rounds.seen[-len(measured["solution"].samples):]]
         figures["calibration_verify_p50_s"] = median(calibration.verify) if calibration.verify else None
-    if regime == timers.REGIME_GPU and rounds.seen:
+    if regime == Regime.GPU and rounds.seen:
         figures["judged_issue_s"], figures["judged_gpu_s"] = rounds.judged(rounds.seen)
     witnessed = None
     if rounds.witness is not None:
@@ -200,7 +200,7 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
 
 
 def divided_by_witness(seen: Sequence[Observed], calibration: timing.Calibration, eager: Measurement,
-                       regime: str = timers.REGIME_HOST) -> Measurement | None:
+                       regime: str = Regime.HOST) -> Measurement | None:
     """The reference's time in a candidate's kind of process, for a reference the judge times in the host regime:
     the witness's calls of the rounds (trusted: kbench's own process, holding only the reference), timed through the
     same protocol as the solution's, in the same regime (`regime`, the solution's) and rounds. A launch-bound call's
@@ -213,7 +213,7 @@ def divided_by_witness(seen: Sequence[Observed], calibration: timing.Calibration
     on the H100 (2026-11-27). None when the judge's eager is in the GPU regime, or the witness gave fewer calls in
     `regime` than a calibration's least."""
     calls = [o for o in seen if o.regime == regime]
-    if calibration.eager_regime != timers.REGIME_HOST or len(calls) < CALIBRATION_ROUNDS[0]:
+    if calibration.eager_regime != Regime.HOST or len(calls) < CALIBRATION_ROUNDS[0]:
         return None
     return Measurement(tuple(o.timed for o in calls), tuple(o.window for o in calls), eager.stop_reason,
                        tuple(o.done for o in calls), tuple(o.issue for o in calls), regime)
@@ -224,8 +224,8 @@ def witnessed_calibration(seen: Sequence[Observed], base: timing.Calibration) ->
     the judge's eager figures stay `base`'s. None with fewer calls than a calibration's least (CALIBRATION_ROUNDS)."""
     if len(seen) < CALIBRATION_ROUNDS[0]:
         return None
-    host = [o for o in seen if o.regime == timers.REGIME_HOST]
-    gpu = [o for o in seen if o.regime == timers.REGIME_GPU]
+    host = [o for o in seen if o.regime == Regime.HOST]
+    gpu = [o for o in seen if o.regime == Regime.GPU]
     # `reference` pairs the candidate's calls with the judge's eager of the same rounds: base's eager is not of these
     return dataclasses.replace(observed_calibration(host, gpu, base.eager, base.eager_issue, base.eager_regime),
                                reference=())

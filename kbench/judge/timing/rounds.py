@@ -19,7 +19,7 @@ from kbench.judge.harness import make_timer
 from kbench.judge.timing.timed_call import Observed, TimedCalls
 from kbench.judge.verdicts import Verdict, short
 from kbench.measure import timers, timing
-from kbench.results.records import Status
+from kbench.results.records import Regime, Status
 from kbench.results.stats import median
 from kbench.wire.jobs import Judging
 
@@ -84,9 +84,9 @@ class SolutionRounds:
         self.witness_failure = ""  # why the witness stopped, if it did (the harness's failure, never the solution's)
         self.host_only = host_only  # timed in the host regime, undecided (after a first [regime_changed])
         self.timer = make_timer(job.device)
-        self.timer.use(timers.REGIME_HOST if calibration.reference_launch_bound else timers.REGIME_GPU)
+        self.timer.use(Regime.HOST if calibration.reference_launch_bound else Regime.GPU)
         self.primed = job.device == "cuda" and calibration.reference_launch_bound
-        self.regime = timers.REGIME_HOST
+        self.regime = Regime.HOST
         self.base = secrets.randbits(30)  # unpredictable seeds: no output can be computed ahead of its call
         self.inputs: list[Any] | None = None
         self.ref: Any = None
@@ -119,13 +119,13 @@ class SolutionRounds:
                 self.decision = {"why": "the call waits for the GPU while it is issued"}
                 return self.regime
         issue, gpu = self.judged(seen[1:])
-        self.regime = timers.REGIME_GPU if issue < gpu else timers.REGIME_HOST
+        self.regime = Regime.GPU if issue < gpu else Regime.HOST
         self.decision = {"issue_s": issue, "gpu_s": gpu}
         return self.regime
 
     def sampling(self, policy: TimingPolicy) -> TimingPolicy:
         """The rounds' stopping rule: the run's, with at least BOUND_ROUNDS rounds for a short GPU-regime call."""
-        short = self.regime == timers.REGIME_GPU and self.decision.get("gpu_s", 0.0) < BOUND_SHORT_S
+        short = self.regime == Regime.GPU and self.decision.get("gpu_s", 0.0) < BOUND_SHORT_S
         return dataclasses.replace(policy, min_samples=max(policy.min_samples, BOUND_ROUNDS)) if short else policy
 
     def judged(self, seen: list[Observed]) -> tuple[float, float]:
@@ -164,9 +164,9 @@ class SolutionRounds:
             self.session.call()  # untimed, on the last round's inputs: this round's reach the buffers at release
         assert self.inputs is not None
         label = f"timed call {self.round + 1}" if self.round >= 0 else "a warm-up call"
-        seen = self.calls.sample(self.regime == timers.REGIME_GPU, self.inputs, self.ref, label)
+        seen = self.calls.sample(self.regime == Regime.GPU, self.inputs, self.ref, label)
         if seen.forced:  # the call waited for the GPU while issued: timed in the host regime from now on
-            self.regime = timers.REGIME_HOST
+            self.regime = Regime.HOST
             seen = self.calls.sample(False, self.inputs, self.ref, label)
         self.seen.append(seen)
         if not witness_first:
@@ -182,7 +182,7 @@ class SolutionRounds:
         try:
             if self.primed:
                 self.witness.session.call()
-            seen = self.witness.sample(self.regime == timers.REGIME_GPU, self.inputs, self.ref, "the witness's call")
+            seen = self.witness.sample(self.regime == Regime.GPU, self.inputs, self.ref, "the witness's call")
         except Exception as exc:  # noqa: BLE001 - the reference in a process of the judge's: not the solution's fault
             self.witness_failure = short(exc)
             return

@@ -31,7 +31,7 @@ from kbench.judge.checks import comparison
 from kbench.judge.verdicts import Verdict
 from kbench.measure import timers
 from kbench.measure.gate import Gate, SignalPage
-from kbench.results.records import Status
+from kbench.results.records import Regime, Status
 
 _perf_counter = time.perf_counter
 _tensor_type = torch.Tensor
@@ -48,7 +48,7 @@ class Observed:
     window: float  # the judge's clock from the release to the outputs verified
     arm: float  # the judge's clock over the Arm request (a gated call is issued inside it)
     issue: float  # the candidate's own report of its time to issue the call
-    regime: str
+    regime: Regime
     forced: bool = False  # gated, but the call waited for the GPU while issued: the judge opened the gate; no sample
     done: float = 0.0  # the judge's clock from the release to the DONE word (GPU regime) or the answer (host regime)
 
@@ -106,7 +106,7 @@ class TimedCalls:
                 reply = _answer(cand.receive())
         finally:
             cand.freeze()
-        return Observed(reply.timed_s, window, arm, reply.issue_s, timers.REGIME_GPU if gated else timers.REGIME_HOST,
+        return Observed(reply.timed_s, window, arm, reply.issue_s, Regime.GPU if gated else Regime.HOST,
                         done=done)
 
     def _forced(self, value: int, arm: float) -> Observed:
@@ -117,7 +117,7 @@ class TimedCalls:
         armed = self.session.cand.receive()
         if armed.ok:
             self._await_done(value)
-        return Observed(0.0, 0.0, arm, armed.issue_s, timers.REGIME_GPU, forced=True)
+        return Observed(0.0, 0.0, arm, armed.issue_s, Regime.GPU, forced=True)
 
     def _release(self, values: list[Any], value: int, gated: bool = True) -> None:
         """The round's inputs into the shared buffers, the L2 flushed, then the gate opened by the judge's stream. In

@@ -100,14 +100,14 @@ def test_a_judge_that_runs_out_of_memory_outside_a_guarded_step_is_not_run_not_t
     from kbench.execution import worker
     from kbench.wire.jobs import Envelope, ProbeJob
 
-    def exhausted(job):
+    def exhausted(job, held):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB")
 
     monkeypatch.setitem(worker.MODES, "probe", exhausted)
     result = worker._run(Envelope(ProbeJob()))
     assert result["status"] == "not_run" and result["message"].startswith("[check_skipped] the judge ran out of memory")
 
-    def broken(job):
+    def broken(job, held):
         raise RuntimeError("something else")
 
     monkeypatch.setitem(worker.MODES, "probe", broken)

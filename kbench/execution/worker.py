@@ -14,6 +14,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,32 @@ from kbench.wire.jobs import (
     ReferenceJob,
 )
 
-# serve() points _announce at the result pipe: a progress event for the parent
-_announce: Any = lambda event, **fields: None  # noqa: E731 - a placeholder that serve() replaces
-_spare: Any = None  # a candidate process spawned while this worker waited for its job (--warm)
-_reserve: Any = None  # a second one forked beside it, for the judge's witness or fresh candidate (Reserve)
-_env: dict[str, str] = {}  # the job's own environment variables (kbench.execution.child.JOB_ENV)
+
+def _silent(event: str, **fields: Any) -> None:
+    return None
+
+
+@dataclass
+class Held:
+    """What this worker holds for its one job, handed to the job's mode (`MODES`)."""
+
+    announce: Callable[..., None] = _silent  # a progress event for the parent, on the result pipe (serve)
+    spare: CandidateProcess | None = None  # a candidate process started while this worker waited for its job
+    reserve: CandidateProcess | None = None  # a second one forked beside it: the judge's witness or fresh candidate
+    env: dict[str, str] = field(default_factory=dict)  # the job's own environment variables (child.JOB_ENV)
+
+    def start_candidates(self, init_cuda: bool, forked: bool) -> None:
+        """The judge's candidate process, and when forked its reserve beside it (a fork costs milliseconds, a spawn
+        seconds of CPU: a spawned worker's judge spawns one only when it needs it)."""
+        self.spare = CandidateProcess(init_cuda=init_cuda, fork=forked)
+        self.reserve = CandidateProcess(fork=True) if forked else None
+
+    def drop_candidates(self) -> None:
+        """Kill the candidate processes started for a solution's job that did not come."""
+        for each in (self.spare, self.reserve):
+            if each is not None:
+                each.kill()
+        self.spare = self.reserve = None
 
 
 def wait_turn() -> None:
@@ -58,23 +80,23 @@ def wait_turn() -> None:
     sys.stdin.read()
 
 
-def evaluate(job: EvaluateJob) -> EvaluateResult:
+def evaluate(job: EvaluateJob, held: Held) -> EvaluateResult:
     """A solution's evaluation: this process becomes its judge (kbench.judge.judge); the solution runs in its child."""
-    return judge.evaluate(job, _env, _announce, _spare, wait_turn, Reserve(_reserve))
+    return judge.evaluate(job, held.env, held.announce, held.spare, wait_turn, Reserve(held.reserve))
 
 
-def reference(job: ReferenceJob) -> Any:
-    return time_reference(job, _announce, wait_turn)
+def reference(job: ReferenceJob, held: Held) -> Any:
+    return time_reference(job, held.announce, wait_turn)
 
 
-def build(job: BuildJob) -> BuildJobResult:
+def build(job: BuildJob, held: Held) -> BuildJobResult:
     """Import the solution once so its extensions compile into the cache; run nothing."""
     _, info = load_solution(job.solution.path)
     Path(os.environ["TORCH_EXTENSIONS_DIR"], BUILT_MARKER).touch()
     return BuildJobResult("ok", seconds=info.get("seconds"))
 
 
-def probe(job: ProbeJob) -> ProbeResult:
+def probe(job: ProbeJob, held: Held) -> ProbeResult:
     return ProbeResult("ok", environment=describe_torch())
 
 
@@ -85,8 +107,8 @@ def warm_flop_counter() -> None:
     roofline.problem_work(torch.nn.Linear(2, 2), [torch.zeros(1, 2)], device="meta")
 
 
-MODES: dict[str, Callable[[Any], Any]] = {"evaluate": evaluate, "reference": reference, "build": build,
-                                          "probe": probe, "check": check_problem}
+MODES: dict[str, Callable[[Any, Held], Any]] = {"evaluate": evaluate, "reference": reference, "build": build,
+                                                "probe": probe, "check": lambda job, held: check_problem(job)}
 
 
 def main() -> None:
@@ -108,8 +130,9 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
     judge's reserve (kbench.judge.candidate.session.Reserve: a witness, or a fresh candidate), which makes its CUDA
     context only if it is used. Without `candidate` (a reference's job is likely), a forked worker that gets a
     solution's job after all forks both then, unless it made its CUDA context already."""
+    held = Held()
     if (forked or warm) and candidate:
-        _start_candidates(init_cuda=warm, forked=forked)
+        held.start_candidates(init_cuda=warm, forked=forked)
     if warm:
         warm_cuda()
         machine.nvml()  # NVML's start (every GPU of the machine enumerated), read after each timing: paid ahead
@@ -118,23 +141,22 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
         codec.prepare(*WIRE_TYPES)
     envelope, token, problem = _read_envelope(sys.stdin.readline())
     solution = envelope is not None and envelope.job.mode == "evaluate"
-    if _spare is not None and not solution:
-        _drop_candidates()
-    elif _spare is None and solution and forked and not warm:
-        _start_candidates(init_cuda=False, forked=True)  # no CUDA context here yet: a fork is clean
+    if held.spare is not None and not solution:
+        held.drop_candidates()
+    elif held.spare is None and solution and forked and not warm:
+        held.start_candidates(init_cuda=False, forked=True)  # no CUDA context here yet: a fork is clean
     out = os.fdopen(result_fd, "w")
 
     def announce(event: str, **fields: Any) -> None:
         out.write(json.dumps({**fields, "token": token, "event": event}) + "\n")
         out.flush()
 
-    global _announce, _env
-    _announce = announce
+    held.announce = announce
     result = {"status": "runtime_error", "message": f"harness error: {problem}"}
     if envelope is not None:
-        _env = envelope.env
+        held.env = envelope.env
         os.environ.update(envelope.env)  # what differs between jobs (kbench.execution.child.JOB_ENV)
-        result = _run(envelope)
+        result = _run(envelope, held)
     sys.stdout.flush()
     sys.stderr.flush()
     out.write(json.dumps({"token": token, "result": result}) + "\n")
@@ -142,23 +164,6 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
     # Skip interpreter teardown: a solution's atexit hooks or threads must not hang or alter the exit.
     remove_temp_dir()  # which that teardown would have removed
     os._exit(0)
-
-
-def _start_candidates(init_cuda: bool, forked: bool) -> None:
-    """The judge's candidate process, and when forked its reserve beside it (a fork costs milliseconds, a spawn
-    seconds of CPU: a spawned worker's judge spawns one only when it needs it)."""
-    global _spare, _reserve
-    _spare = CandidateProcess(init_cuda=init_cuda, fork=forked)
-    _reserve = CandidateProcess(fork=True) if forked else None
-
-
-def _drop_candidates() -> None:
-    """Kill the candidate processes started for a solution's job that did not come."""
-    global _spare, _reserve
-    for each in (_spare, _reserve):
-        if each is not None:
-            each.kill()
-    _spare = _reserve = None
 
 
 def _read_envelope(text: str) -> tuple[Envelope | None, str, str]:
@@ -174,10 +179,10 @@ def _read_envelope(text: str) -> tuple[Envelope | None, str, str]:
         return None, token, f"the job is not valid: {exc}"
 
 
-def _run(envelope: Envelope) -> Any:
+def _run(envelope: Envelope, held: Held | None = None) -> Any:
     """The job's result record as JSON values; a Verdict or any failure as a status and a message."""
     try:
-        return to_wire(MODES[envelope.job.mode](envelope.job))
+        return to_wire(MODES[envelope.job.mode](envelope.job, held if held is not None else Held()))
     except Verdict as v:
         return {"status": v.status, "message": v.message}
     except BaseException as exc:  # noqa: BLE001 - any failure must still produce one result

@@ -473,3 +473,17 @@ def test_a_250_problem_run_weighs_under_a_megabyte_and_its_first_screen_says_wha
     assert width[0] <= width[1], width  # the table fits its box: long names wrap, no column is cut off
     page.click(f"#problems a[href='#p249']")  # a link into the inflated sections still leads there
     assert page.evaluate("location.hash") == "#p249"
+
+
+def test_the_samples_chart_draws_the_eager_each_speedup_divides() -> None:
+    """Issue 41 item 5: the eager row may have run on another GPU at another time; under each solution the chart draws
+    the judge's eager of that solution's own rounds, which its speedup divides."""
+    eager_row = dataclasses.replace(row("conv", EAGER, ms=6.0, speedup_vs_eager=1.0), gpu="3")
+    beside = samples(4.0, seed=11)
+    solution = dataclasses.replace(row("conv", "fast", ms=1.0), gpu="1", eager_timing=beside)
+    rows = html.chart_rows([eager_row, solution])
+    assert [(label, kind) for label, kind, _ in rows] == [(EAGER, "reference"), ("fast", "correct"),
+                                                           ("eager beside fast", "reference")]
+    assert rows[2][2] == beside.samples and rows[0][2] == eager_row.timing.samples
+    failed = row("conv", "wrong", Status.INCORRECT)
+    assert [label for label, _, _ in html.chart_rows([failed])] == ["wrong"]  # nothing timed: no eager beside it

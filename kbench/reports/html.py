@@ -195,13 +195,25 @@ def problem_view(doc: JsonObject, evaluations: Sequence[Evaluation], problem: st
              "tone": _tone(row["e"]),
              "headline": row["e"] is best, "weakened": row["e"] is best and weakened}
             for j, row in enumerate(leaderboard_rows(ranked))]
-    chart = strips.chart([(e.solution, _kind(e), e.timing.samples if e.timing else ()) for e in ranked])
+    chart = strips.chart(chart_rows(ranked))
     solutions = [r for r in rows if r["solution"] not in leaderboard.BASELINE_ROWS]
     return {"name": problem, "id": f"p{index}", "info": (doc.get("problems") or {}).get(problem, {}),
             "noise": leaderboard.noise_line(evaluations, problem), "rows": rows, "chart": chart,
             "speedups": speedup_svg(rows), "floor": eager.floor if eager is not None else None,
             "best": next((r for r in solutions if r["headline"]), None), "n_solutions": len(solutions),
             "n_correct": sum(r["kind"] == "correct" for r in solutions)}
+
+
+def chart_rows(ranked: Sequence[Evaluation]) -> list[tuple[str, str, tuple[float, ...]]]:
+    """The samples chart's rows of a problem: each ranked row's own samples, and under each solution the eager that
+    its speedup divides (the judge's eager of the same rounds, on that solution's GPU; the eager row may have run on
+    another GPU and at another time), so that the chart shows the two numbers each speedup is made of."""
+    out: list[tuple[str, str, tuple[float, ...]]] = []
+    for e in ranked:
+        out.append((e.solution, _kind(e), e.timing.samples if e.timing else ()))
+        if e.solution not in leaderboard.BASELINE_ROWS and e.eager_timing is not None and e.timing is not None:
+            out.append((f"eager beside {e.solution}", "reference", e.eager_timing.samples))
+    return out
 
 
 def speedup_svg(rows: Sequence[BoardRow]) -> markupsafe.Markup | None:

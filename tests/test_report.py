@@ -57,6 +57,15 @@ def _timed(ms, spread=0.002, n=30):
     return Measurement(tuple(ms / 1e3 * (1 + spread * ((i * 7) % 11 - 5) / 5) for i in range(n)))
 
 
+def test_rows_timed_on_different_gpus_rank_by_what_was_divided_side_by_side():
+    """Issue 41 item 5: the eager row ran on a slower GPU (6 ms) than the solution (5 ms, beside an eager of 4 ms on
+    its own GPU): the solution is 0.8x, slower than eager, whatever the two medians say."""
+    rows = [_row("p", EAGER, 6.0, 6.0), _row("p", "slower", 5.0, 4.0), _row("p", "faster", 2.0, 4.0)]
+    assert [e.solution for e in ranked(rows, "p")] == ["faster", EAGER, "slower"]
+    no_speedup = [_row("p", EAGER, 6.0, None), _row("p", "s", 5.0, None)]  # no eager divided: by time
+    assert [e.solution for e in ranked(no_speedup, "p")] == ["s", EAGER]
+
+
 def _row(problem, solution, ms, eager_ms, status=Status.CORRECT, warnings=(), message=""):
     return Evaluation(problem=problem, solution=solution, status=status, device="cuda", size="full",
                       timing=_timed(ms) if ms else None, eager_timing=_timed(eager_ms) if eager_ms else None,

@@ -33,10 +33,15 @@ def solutions_of(evaluations: Sequence[Evaluation], problem: str) -> list[Evalua
 
 
 def ranked(evaluations: Sequence[Evaluation], problem: str) -> list[Evaluation]:
-    """Correct solutions by median time, then the others by name."""
+    """Correct rows fastest first, then the others by name. Fastest by speedup vs eager where every correct row has
+    one (each divided by the eager of its own rounds, on its own GPU: rows of a run spread over GPUs, whose eager row
+    may have run on another GPU at another time, rank by what was measured side by side), else by median time."""
     rows = [e for e in evaluations if e.problem == problem]
-    timed = sorted((e for e in rows if e.status == Status.CORRECT and e.timing),
-                   key=lambda e: cast(Measurement, e.timing).median)  # timed: not None
+    timed = [e for e in rows if e.status == Status.CORRECT and e.timing]
+    if timed and all(e.speedup_vs_eager for e in timed):
+        timed.sort(key=lambda e: (-cast(float, e.speedup_vs_eager), cast(Measurement, e.timing).median))
+    else:
+        timed.sort(key=lambda e: cast(Measurement, e.timing).median)  # timed: not None
     return timed + sorted((e for e in rows if e not in timed), key=lambda e: e.solution)
 
 

@@ -1,13 +1,14 @@
 """The `suspect` status: which findings make a passing row untrustworthy, and what such a row shows."""
 
 from kbench.commands.evaluation import with_suspicion
-from kbench.results.findings import SUSPECT as SUSPECT_CODES, from_legacy
-from kbench.measure.timing import Calibration, disturbed_warning
+from kbench.measure.timing_checks import Calibration, disturbed_warning
 from kbench.reports.leaderboard import fast_p, summarize
+from kbench.results.findings import SUSPECT as SUSPECT_CODES
+from kbench.results.findings import from_legacy
 from kbench.results.records import EAGER, Evaluation, Measurement, Status
 
 
-def _row(warnings=(), status=Status.CORRECT, solution="fast", device="cuda", eager=None):  # noqa: D401
+def _row(warnings=(), status=Status.CORRECT, solution="fast", device="cuda", eager=None):
     timing = Measurement((0.001,) * 10)
     return Evaluation(problem="p", solution=solution, status=status, device=device, size="full", timing=timing,
                       eager_timing=eager or Measurement((0.004,) * 10), speedup_vs_eager=4.0, speedup_vs_compile=2.0,
@@ -50,7 +51,7 @@ def test_a_suspect_row_counts_as_failing_in_fast_p_and_the_geomean():
 
 
 def test_the_gate_fails_a_suspect_row_with_its_reason():
-    from kbench.commands.gate import cpu_checks, FAIL
+    from kbench.commands.gate import FAIL, cpu_checks
     from kbench.results.records import SolutionSpec, TrialResult
 
     row = with_suspicion(_row(["[clock_patched] it replaced time.perf_counter"], device="cpu"))

@@ -178,7 +178,7 @@ def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_unti
     timed on its second copy of the same values after an untimed call of its own."""
     from kbench.judge.timing import timed_call
 
-    monkeypatch.setattr(judge_timing.timing.Calibration, "reference_launch_bound", property(lambda self: True))
+    monkeypatch.setattr(judge_timing.timing_checks.Calibration, "reference_launch_bound", property(lambda self: True))
     monkeypatch.setattr(judge_timing.SolutionRounds, "__init__", _primed_anyway(judge_timing.SolutionRounds.__init__))
     log: list[tuple[str, object, object]] = []
     real_call, real_sample = judge.Session.call, timed_call.TimedCalls.sample

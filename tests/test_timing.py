@@ -3,20 +3,16 @@
 import pytest
 
 from kbench.config.run_config import TimingPolicy
-from kbench.measure import timers, timing
+from kbench.measure import timers, timing, timing_checks
 from kbench.measure.timers import HostTimer
-from kbench.measure.timing import (
+from kbench.measure.timing import Sampled, converged, measure_interleaved, measure_rounds, warm_up
+from kbench.measure.timing_checks import (
     TIMER_BOUND_ABS_CPU_S,
     TIMER_BOUND_ABS_S,
     TIMER_BOUND_REL,
     Calibration,
-    Sampled,
-    converged,
     escaped_work_warning,
-    measure_interleaved,
-    measure_rounds,
     timer_mismatch_warning,
-    warm_up,
 )
 from kbench.results.records import Measurement, Regime
 
@@ -128,7 +124,7 @@ def test_host_time_far_above_event_time_is_flagged():
 
 
 def test_a_sample_count_cut_short_by_max_time_is_flagged():
-    from kbench.measure.timing import few_samples_warning
+    from kbench.measure.timing_checks import few_samples_warning
 
     policy = TimingPolicy(min_samples=10, max_time_s=2.0)
     assert "[few_samples] only 1 sample(s)" in few_samples_warning(Measurement((0.01,), (), "max_time"), policy).text
@@ -235,9 +231,9 @@ def test_issue_times_are_kept_and_a_call_the_host_cannot_issue_faster_than_the_g
     clock = FakeClock()
     busy = timing.measure_interleaved(fns("a"), FakeTimer(clock, {"a": [1e-3]}, issue_share=0.1), policy, clock)["a"]
     assert busy.issue_samples == (1e-4,) * len(busy.samples)
-    assert timing.launch_bound_warning(busy) is None
+    assert timing_checks.launch_bound_warning(busy) is None
     bound = timing.measure_interleaved(fns("a"), FakeTimer(clock, {"a": [1e-3]}, issue_share=0.9), policy, clock)["a"]
-    warning = timing.launch_bound_warning(bound)
+    warning = timing_checks.launch_bound_warning(bound)
     assert warning.text.startswith("[launch_bound] the host spends 0.900 ms of the call's 1.000 ms issuing it "
                                    "(launches, Python, or a wait for the GPU inside the call")
     assert "GPU time" not in warning.text  # a host-regime time is not the GPU's (the issue's self-contradiction)
@@ -262,9 +258,9 @@ def test_a_launch_bound_reference_is_not_called_disturbed():
     calibration = Calibration((1e-5,) * 10, eager=(1e-3,) * 10)
     slow = (1.5e-3,) * 20
     gpu_bound = Measurement(slow, slow, issue_samples=(0.2e-3,) * 20)
-    assert timing.disturbed_warning(gpu_bound, calibration).code == "reference_disturbed"
+    assert timing_checks.disturbed_warning(gpu_bound, calibration).code == "reference_disturbed"
     host_bound = Measurement(slow, slow, issue_samples=(1.4e-3,) * 20)
-    assert timing.disturbed_warning(host_bound, calibration) is None
+    assert timing_checks.disturbed_warning(host_bound, calibration) is None
 
 
 def test_settle_spins_through_its_pause_instead_of_sleeping(monkeypatch):
@@ -347,11 +343,11 @@ def test_work_that_runs_past_the_candidates_signal_shows_in_the_verification_tim
     rng = random.Random(3)
     calibration = Calibration(verify=tuple(_jittered(rng, 0.3e-3, 20e-6, 58)))
     honest = _jittered(rng, 0.3e-3, 20e-6, 60)
-    assert timing.unfinished_warning(honest, 0.36e-3, calibration) is None
+    assert timing_checks.unfinished_warning(honest, 0.36e-3, calibration) is None
     early = [v + 0.1e-3 for v in _jittered(rng, 0.3e-3, 20e-6, 60)]  # 0.1 ms of work left at the signal
-    warning = timing.unfinished_warning(early, 0.36e-3, calibration)
+    warning = timing_checks.unfinished_warning(early, 0.36e-3, calibration)
     assert warning is not None and warning.code == "unfinished_work"
-    assert timing.unfinished_warning(early, 0.36e-3, Calibration()) is None  # nothing calibrated: nothing to say
+    assert timing_checks.unfinished_warning(early, 0.36e-3, Calibration()) is None  # nothing calibrated: nothing to say
 
 
 def test_at_the_cap_rounds_go_on_to_min_samples_when_they_fit_in_twice_the_cap():

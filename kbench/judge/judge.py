@@ -38,7 +38,8 @@ from kbench.judge.timing.judge_timing import (
     time_rounds,
 )
 from kbench.judge.verdicts import Verdict
-from kbench.measure import timers, timing, timing_checks
+from kbench.measure import timers, timing_checks
+from kbench.measure.timing_checks import Calibration
 from kbench.results.figures import PeakMemory
 from kbench.results.findings import Finding, FindingCode
 from kbench.results.records import Regime, Status
@@ -151,8 +152,8 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     draft.timing, draft.eager_timing = timed.solution, timed.divisor or timed.eager
     draft.figures["protocol"], draft.figures["machine"] = timed.figures, timed.machine
     draft.warnings += found + timed.findings
-    draft.warnings += [w for w in (timing.level_moved_warning(timed.solution, "the solution"),
-                                       timing.level_moved_warning(timed.eager, "the eager reference"))
+    draft.warnings += [w for w in (timing_checks.level_moved_warning(timed.solution, "the solution"),
+                                       timing_checks.level_moved_warning(timed.eager, "the eager reference"))
                            if w is not None]
     phases.mark("timing")
     announce("timed")  # the parent may now start the next child (kbench.execution.warm_starts.WarmStarts)
@@ -178,7 +179,7 @@ class ProcessCheck:
 
 
 def _calibrated(job: EvaluateJob, session: Session, fresh: Callable[[Session], Session],
-                calibrate_in: Callable[[Session], timing.Calibration]) -> tuple[Session, timing.Calibration,
+                calibrate_in: Callable[[Session], Calibration]) -> tuple[Session, Calibration,
                                                                                  ProcessCheck]:
     """The calibration (`calibrate`), in a fresh candidate process (`fresh`) as long as the candidate's process runs
     the reference at another speed than the judge's, PROCESS_RETRIES times at most: the solution is imported into

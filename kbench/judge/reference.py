@@ -32,7 +32,7 @@ from kbench.judge.harness import (
     with_peak,
 )
 from kbench.judge.verdicts import short
-from kbench.measure import ceilings, timers, timing
+from kbench.measure import ceilings, timers, timing, timing_checks
 from kbench.results.codec import decode
 from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
@@ -133,7 +133,7 @@ def _time_models(job: ReferenceJob, reference: Any, make: Any, models: dict[str,
     measured, result.figures["machine"], busy = machine.watched(
         lambda: guarded(device, "timing", lambda: timing.measure_rounds(samplers, job.timing, before_round=fresh)),
         device, own_processes=1)
-    moved = timing.level_moved_warning(measured["eager"], "the eager reference")
+    moved = timing_checks.level_moved_warning(measured["eager"], "the eager reference")
     result.warnings += busy + ([moved] if moved else [])
     result.figures["primed"] = primed["eager"]
     result.figures["regimes"] = {name: timer.regime for name, timer in timers.items()}

@@ -14,6 +14,7 @@ from kbench.judge.harness import guarded, make_timer, pin, timing_core
 from kbench.judge.timing.rounds import SolutionRounds
 from kbench.judge.timing.timed_call import Observed, TimedCalls
 from kbench.measure import timing, timing_checks
+from kbench.measure.timing_checks import Calibration
 from kbench.results.findings import Finding
 from kbench.results.records import Measurement, Regime
 from kbench.results.stats import median
@@ -49,7 +50,7 @@ def pin_timing_core(device: str, cand: CandidateProcess, judge: bool = False) ->
 
 def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], make: Callable[[int], list[Any]],
               inputs: list[Any], outputs: Any,
-              before_rounds: Callable[[Session], None] = lambda session: None) -> timing.Calibration:
+              before_rounds: Callable[[Session], None] = lambda session: None) -> Calibration:
     """Rounds of the timing protocol with the reference on both sides, in each regime (only the host's on the CPU):
     the candidate's process still holds nothing but kbench and the reference, so each call's excess of the judge's
     window over the reported time is what the protocol costs for a call like this one, on this machine now. The
@@ -92,13 +93,13 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
 
 
 def observed_calibration(host: Sequence[Observed], gpu: Sequence[Observed], eager: Sequence[float] = (),
-                         eager_issue: Sequence[float] = (), eager_regime: str = "") -> timing.Calibration:
+                         eager_issue: Sequence[float] = (), eager_regime: str = "") -> Calibration:
     """A calibration from the reference's timed calls through the protocol, by regime: the judge's window up to the
     signal less the reported time, the Arm request less the issue time (gated calls), and the time from the signal to
     the outputs verified; with the judge's own eager samples and their regime, and the candidate's reported times of
     the reference in that regime."""
     same = gpu if eager_regime == Regime.GPU else host
-    return timing.Calibration(
+    return Calibration(
         overhead=tuple(o.done - o.timed for o in host), eager=tuple(eager),
         gpu_overhead=tuple(o.done - o.timed for o in gpu), eager_issue=tuple(eager_issue),
         arm_overhead=tuple(o.arm - o.issue for o in gpu), eager_regime=eager_regime,
@@ -114,7 +115,7 @@ class TimedRounds:
     figures: dict[str, Any]  # the protocol's figures (free-form diagnostics: run.json's extra.protocol)
     machine: dict[str, Any]  # what the machine did meanwhile (free-form: kbench.system.machine.watched)
     findings: list[Finding]  # about the machine and the solution's escaped processes while it was timed
-    witness: timing.Calibration | None = None  # what the protocol cost the witness in these rounds (`witnessed`)
+    witness: Calibration | None = None  # what the protocol cost the witness in these rounds (`witnessed`)
     # The reference as the witness reported it in these rounds, when the speedup divides by it (`divided_by_witness`)
     divisor: Measurement | None = None
 
@@ -131,7 +132,7 @@ class _Window:
 
 
 def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
-                calibration: timing.Calibration, witness: Session | None = None, host_only: bool = False,
+                calibration: Calibration, witness: Session | None = None, host_only: bool = False,
                 divide: bool = False) -> TimedRounds:
     """Candidate and eager reference in rounds: fresh inputs before each round (they reach the candidate at the
     release of its timed call), the candidate's outputs checked against the reference's on the same values after it
@@ -199,7 +200,7 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
     return TimedRounds(measured["solution"], measured["eager"], figures, machine_figures, busy, witnessed, divisor)
 
 
-def divided_by_witness(seen: Sequence[Observed], calibration: timing.Calibration, eager: Measurement,
+def divided_by_witness(seen: Sequence[Observed], calibration: Calibration, eager: Measurement,
                        regime: str = Regime.HOST) -> Measurement | None:
     """The reference's time in a candidate's kind of process, for a reference the judge times in the host regime:
     the witness's calls of the rounds (trusted: kbench's own process, holding only the reference), timed through the
@@ -219,7 +220,7 @@ def divided_by_witness(seen: Sequence[Observed], calibration: timing.Calibration
                        tuple(o.done for o in calls), tuple(o.issue for o in calls), regime)
 
 
-def witnessed_calibration(seen: Sequence[Observed], base: timing.Calibration) -> timing.Calibration | None:
+def witnessed_calibration(seen: Sequence[Observed], base: Calibration) -> Calibration | None:
     """The witness's calls of the timed rounds as a calibration (`observed_calibration`, by the regime of each call);
     the judge's eager figures stay `base`'s. None with fewer calls than a calibration's least (CALIBRATION_ROUNDS)."""
     if len(seen) < CALIBRATION_ROUNDS[0]:
@@ -272,7 +273,7 @@ def start_witness(job: Judging, session: Session, reference: Any, init: list[Any
 
 
 def time_beside_witness(job: Judging, session: Session, reference: Any, init: list[Any],
-                        make: Callable[[int], list[Any]], calibration: timing.Calibration,
+                        make: Callable[[int], list[Any]], calibration: Calibration,
                         host_only: bool = False) -> TimedRounds:
     """The rounds timed beside a witness (`start_witness`; without one, against the calibration as before, and the
     figures say why): after a first flag, and from the start for a reference the judge times in the host regime on

@@ -19,6 +19,7 @@ from kbench.judge.harness import make_timer
 from kbench.judge.timing.timed_call import Observed, TimedCalls
 from kbench.judge.verdicts import Verdict, short
 from kbench.measure import timers, timing
+from kbench.measure.timing_checks import Calibration
 from kbench.results.records import Regime, Status
 from kbench.results.stats import median
 from kbench.wire.jobs import Judging
@@ -73,7 +74,7 @@ class SolutionRounds:
     judge's second set of inputs (primed rounds), the recheck count and the seconds spent outside the samples."""
 
     def __init__(self, job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
-                 calibration: timing.Calibration, witness: Session | None = None, host_only: bool = False) -> None:
+                 calibration: Calibration, witness: Session | None = None, host_only: bool = False) -> None:
         self.job, self.session, self.reference, self.make = job, session, reference, make
         self.calibration = calibration
         self.calls = TimedCalls(session, job.atol, job.rtol)

@@ -465,7 +465,7 @@ def test_a_250_problem_run_weighs_under_a_megabyte_and_its_first_screen_says_wha
     for selector in ("#provenance", "#before-you-quote", "#status-counts", "#fast-p-significant"):
         box = page.locator(selector).bounding_box()
         assert box is not None and box["y"] + box["height"] <= 900, (selector, box)
-    assert "250 solution row(s): 250 correct" in page.locator("#status-counts").inner_text()
+    assert "250 solution row(s): 250 correct; compiled 100%, correct 100%" in page.locator("#status-counts").inner_text()
     names = page.eval_on_selector_all("#problems tbody tr td:first-child", "c => c.map(x => x.dataset.v)")
     assert names[:3] == [rows[0].problem, rows[2].problem, rows[4].problem]  # by level and number: L1_1, L1_2, ...
     width = page.evaluate("[document.querySelector('#problems').scrollWidth, "

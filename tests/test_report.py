@@ -6,6 +6,7 @@ import re
 import pytest
 
 from kbench.results.findings import Finding, FindingCode, from_legacy
+from kbench.reports import leaderboard
 from kbench.reports.leaderboard import fast_p, ranked, summarize
 from kbench.reports.report_text import WIDTH, markdown, write_report
 from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status, TrialResult
@@ -285,7 +286,10 @@ def test_the_suite_counts_verdicts_and_quotes_fast_p_below_1_as_not_slower_than_
     rows = [_row("a", EAGER, 1.0, 1.0), _row("a", "slower", 1.0 / 0.9, 1.0), _row("b", EAGER, 1.0, 1.0),
             _row("b", "broken", None, None, status=Status.INCORRECT, message="no")]
     suite = markdown(DOC, rows).split("## Suite")[1].split("## a")[0]
-    assert "Verdicts of the 2 solution row(s): 1 correct, 1 incorrect." in suite
+    assert "Verdicts of the 2 solution row(s): 1 correct, 1 incorrect; compiled 100%, correct 50%." in suite
+    nothing_built = [_row("b", EAGER, 1.0, 1.0), _row("b", "x", None, None, status=Status.COMPILE_ERROR),
+                     _row("b", "y", None, None, status=Status.LOAD_ERROR), _row("b", "z", 2.0, 1.0)]
+    assert leaderboard.rates(nothing_built) == "compiled 33%, correct 33%"  # KernelBench's compile and correct rates
     header = next(line for line in suite.splitlines() if line.startswith("| baseline"))
     wins = next(line for line in suite.splitlines() if "significant wins" in line)
     cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in wins.split("|")]))

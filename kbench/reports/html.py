@@ -242,6 +242,7 @@ def report_html(doc: JsonObject, evaluations: Sequence[Evaluation], state: str |
         degenerate=caveats.DEGENERATE,
         noise_band=speedups.NOISE_BAND,
         counts=[(s.value, counts[s]) for s in Status if counts[s]], n_solutions=len(solutions),
+        rates=leaderboard.rates(evaluations),
         suspects=[e for e in solutions if e.status == Status.SUSPECT],
         references=[e for e in evaluations if e.solution in leaderboard.BASELINE_ROWS and e.status != Status.CORRECT],
         environment=flatten(doc.get("environment") or {}), git=flatten(doc.get("git") or {}),

@@ -80,6 +80,20 @@ def summarize(evaluations: Sequence[Evaluation]) -> Summary:
     )
 
 
+NOT_COMPILED = (Status.COMPILE_ERROR, Status.LOAD_ERROR)  # a solution that never ran: KernelBench's "not compiled"
+
+
+def rates(evaluations: Sequence[Evaluation]) -> str:
+    """The solution rows' compile and correctness rates, as KernelBench users quote them: the share that compiled and
+    loaded, the share correct ("" when there is no solution row)."""
+    rows = [e for e in evaluations if e.solution not in BASELINE_ROWS]
+    if not rows:
+        return ""
+    compiled = sum(e.status not in NOT_COMPILED for e in rows) / len(rows)
+    correct = sum(e.status == Status.CORRECT for e in rows) / len(rows)
+    return f"compiled {compiled:.0%}, correct {correct:.0%}"
+
+
 def ratio_text(value: float | None) -> str:
     """A ratio as the tables print it (2.00x), empty for none."""
     return f"{value:.2f}x" if value is not None else ""

@@ -147,7 +147,9 @@ def suite_table(doc: JsonObject, evaluations: Sequence[Evaluation]) -> list[str]
     solutions = [e for e in evaluations if e.solution not in (EAGER, COMPILED)]
     counts = Counter(e.status for e in solutions)
     verdicts = ", ".join(f"{counts[s]} {s.value}" for s in Status if counts[s]) or "none"
-    return [f"Verdicts of the {len(solutions)} solution row(s): {verdicts}.", "", table,
+    rates = leaderboard.rates(evaluations)
+    return [f"Verdicts of the {len(solutions)} solution row(s): {verdicts}" + (f"; {rates}." if rates else "."),
+            "", table,
             *([] if measured else ["", f"vs torch.compile: {NOT_MEASURED} in this run."]), "", *_wrap(
         f"fast_p: the share of the {len(problems)} problem(s) with a correct solution more than p times faster than "
         "the baseline (fast_0: any correct solution). KernelBench's fast_p counts any ratio above p. A significant "

@@ -482,6 +482,14 @@ def _with_helper(conn, init_cuda=False, forked=False):  # a candidate that start
     candidate.main(conn, init_cuda, forked)
 
 
+def _command(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[0].rsplit(b"/", 1)[-1]
+    except OSError:
+        return b""
+
+
 def test_what_the_candidate_starts_outside_its_group_is_frozen_and_thawed_with_it():
     """Nothing the solution starts runs while the judge times the reference: a process in a session of its own is
     stopped whenever the candidate is frozen, and continued with it (escapes.Freezer)."""
@@ -489,10 +497,10 @@ def test_what_the_candidate_starts_outside_its_group_is_frozen_and_thawed_with_i
 
     cand = judge.CandidateProcess(target=_with_helper)
     try:
-        def helpers():
+        def helpers():  # the `sleep` it started (a process of torch's import, say, may come and go meanwhile)
             table = procfs.processes()
             below = escapes.descendants([cand.pid], table)
-            return [p.pid for p in table if p.pid in below and p.pgid != cand.pgid]
+            return [p.pid for p in table if p.pid in below and p.pgid != cand.pgid and _command(p.pid) == b"sleep"]
 
         deadline = time.monotonic() + 30
         while not helpers() and time.monotonic() < deadline:

@@ -10,7 +10,7 @@ from kbench.system import sandbox
 def test_the_plan_names_the_solution_its_build_folder_and_the_caches(tmp_path):
     solution = tmp_path / "s.py"
     plan = sandbox.plan_for(str(solution), {"TORCH_EXTENSIONS_DIR": "/c/ext/abc", "TRITON_CACHE_DIR": "/c/triton",
-                                            "CUTE_DSL_CACHE_DIR": "", "HOME": "/root"})
+                                            "CUTE_DSL_CACHE_DIR": "", "HOME": "/root"}, "cpu")
     assert plan == sandbox.SandboxPlan(str(solution.resolve()), "/c/ext/abc", ("/c/triton",), private_shm=True)
     assert not sandbox.plan_for(str(solution), {}, "cuda").private_shm  # CUDA tensors' reference counts are there
 

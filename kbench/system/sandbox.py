@@ -73,12 +73,12 @@ SOLUTION_CACHES = "solution_caches"
 SCRATCH = ".kbench-overlays"  # in the candidate's private temporary folder: what it writes to the overlaid folders
 
 
-def plan_for(solution: str, env: dict[str, str], device: str = "cpu") -> SandboxPlan:
+def plan_for(solution: str, env: dict[str, str], device: str) -> SandboxPlan:
     """The plan of a job: its solution, its build folder (TORCH_EXTENSIONS_DIR), the caches its env names, and on the
-    CPU a /dev/shm of its own."""
+    CPU a /dev/shm of its own (the device has no default: a private /dev/shm would break a CUDA job's protocol)."""
     return SandboxPlan(str(Path(solution).resolve()), env.get("TORCH_EXTENSIONS_DIR"),
-                tuple(value for key, value in sorted(env.items()) if key.endswith("_CACHE_DIR") and value),
-                private_shm=device == "cpu")
+                       tuple(value for key, value in sorted(env.items()) if key.endswith("_CACHE_DIR") and value),
+                       private_shm=device == "cpu")
 
 
 

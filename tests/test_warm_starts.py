@@ -19,8 +19,12 @@ from pathlib import Path
 
 if os.environ.get("TORCH_EXTENSIONS_DIR") != str(Path(__file__).parent / "ext"):
     raise RuntimeError(f"wrong extension dir: {os.environ.get('TORCH_EXTENSIONS_DIR')}")
-# in the sandbox each is PID 1 of a namespace of its own: its start time (clock ticks since boot) tells them apart
-print("pid", os.getpid(), open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19], flush=True)
+# A process that already loaded one of these solutions is not fresh: the mark it left says so.
+import builtins
+if getattr(builtins, "_kb_test_loaded_before", False):
+    raise RuntimeError("this process already ran a job")
+builtins._kb_test_loaded_before = True
+print("pid", os.getpid(), flush=True)
 '''
 
 
@@ -50,8 +54,8 @@ def test_each_job_gets_its_own_env_in_a_child_started_before_it(tmp_path):
             outcomes.append(warm(_job(path), 60, env))
             assert warm.waiting() == 1  # the next job's child is already started
         assert [o.result.status for o in outcomes] == ["correct"] * 3, [o.log for o in outcomes]
-        pids = {line for o in outcomes for line in o.log.splitlines() if line.startswith("pid ")}
-        assert len(pids) == 3  # a fresh process for every job
+        # each loaded its solution (which fails in a process that ran a job before): a fresh process for every job
+        assert [sum(line.startswith("pid ") for line in o.log.splitlines()) for o in outcomes] == [1, 1, 1]
     finally:
         warm.close()
     assert warm.waiting() == 0

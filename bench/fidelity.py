@@ -89,7 +89,7 @@ def one_process(problem: str, solution: str | None, regime: str, cache: str, bac
     import torch
     import triton.testing
 
-    from kbench.measure.timers import CudaEventTimer
+    from kbench.judge.timing.timers import CudaEventTimer
 
     model, inputs = _model(problem, solution or None, cache, bool(backward), problems, solutions)
     with torch.no_grad():
@@ -162,7 +162,7 @@ def _timed_child(conn, problem: str, solution: str | None, cache: str, pinned: i
     the inputs the parent shared."""
     import torch
 
-    from kbench.measure.timers import CudaEventTimer
+    from kbench.judge.timing.timers import CudaEventTimer
     from kbench.system import procstate
 
     os.setpgid(0, 0)

@@ -1,5 +1,5 @@
 """How much work one --backward call of the tiny fixtures leaves for Python's garbage collector, which kbench turns off
-inside the timed interval (kbench.measure.timers.no_collection): objects added to generation 0 per call, and what a
+inside the timed interval (kbench.judge.timing.timers.no_collection): objects added to generation 0 per call, and what a
 generation-0 collection after CALLS calls costs. On the CPU, where autograd runs in the calling thread.
 
     python bench/gc_per_call.py

@@ -35,7 +35,7 @@ VARIANTS = ("plain", "nogc", "pinned", "both", "norandom")
 def child(problem_path: str, variant: str, samples: int, blocks: int) -> dict[str, object]:
     import torch
 
-    from kbench.measure.timers import CudaEventTimer
+    from kbench.judge.timing.timers import CudaEventTimer
 
     if variant in ("pinned", "both"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})

@@ -50,7 +50,7 @@ def child(variant: str) -> dict[str, object]:
 
     from bench.fidelity import _model
     from kbench.judge.harness import pin
-    from kbench.measure.timers import CudaEventTimer
+    from kbench.judge.timing.timers import CudaEventTimer
 
     everywhere, core = set(_cores()), _cores()[-1]
     if variant == "pin_first":

@@ -12,8 +12,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from kbench.judge.candidate import candidate
+from kbench.judge.timing import timers
 from kbench.judge.timing.timed_call import TimedCalls
-from kbench.measure import timers
 from kbench.results.records import Regime
 
 

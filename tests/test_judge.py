@@ -132,8 +132,8 @@ def test_a_witness_that_fails_is_the_harness_problem_and_the_rounds_go_on(sessio
 
 
 def test_the_witness_calls_become_a_calibration_per_regime():
+    from kbench.judge.timing.checks import Calibration
     from kbench.judge.timing.timed_call import Observed
-    from kbench.measure.timing_checks import Calibration
 
     base = Calibration((1.0,), eager=(2e-3,) * 3, eager_regime="gpu", arm_overhead=(5e-6,))
     host = [Observed(1e-3, 2e-3, 0.1e-3, 0.05e-3, "host", done=1.5e-3) for _ in range(6)]
@@ -159,7 +159,7 @@ def _measured(reported_s: float, round_trip_s: float):
 def test_a_timer_mismatch_has_the_rounds_timed_again_and_only_the_second_count():
     """A burst of host load over the first rounds clears; a solution that shaves only while first timed gets the
     honest time of its second rounds; one that shaves both times keeps the flag."""
-    from kbench.measure.timing_checks import Calibration, timer_mismatch_warning
+    from kbench.judge.timing.checks import Calibration, timer_mismatch_warning
 
     then = Calibration((0.5e-3,) * 10)
 
@@ -186,8 +186,8 @@ def test_a_timer_mismatch_stays_only_when_the_witness_of_the_same_rounds_cannot_
     """The second rounds are checked against the witness's calls of those rounds: a host that got slower since
     calibration slows the witness's protocol as much (cleared); a shave shows against the witness as against the
     calibration (kept)."""
+    from kbench.judge.timing.checks import CONFIRM_P, Calibration, timer_mismatch_warning
     from kbench.judge.timing.timed_call import Observed
-    from kbench.measure.timing_checks import CONFIRM_P, Calibration, timer_mismatch_warning
 
     then = Calibration((0.5e-3,) * 10)  # the protocol's cost at calibration
     slower = [Observed(1.0e-3, 2.5e-3, 0, 0, "host", done=(2.05 + 0.01 * i) * 1e-3) for i in range(20)]
@@ -203,8 +203,8 @@ def test_a_timer_mismatch_stays_only_when_the_witness_of_the_same_rounds_cannot_
 def test_the_judge_checks_the_first_rounds_against_calibration_and_the_second_against_their_witness():
     """The check the judge hands retime_mismatch (flags.mismatch_check): an honest row on a host that got
     slower after calibration is flagged by its first rounds, and cleared by its second, whose witness slowed too."""
+    from kbench.judge.timing.checks import CONFIRM_P, Calibration
     from kbench.judge.timing.timed_call import Observed
-    from kbench.measure.timing_checks import CONFIRM_P, Calibration
 
     then = Calibration((0.5e-3,) * 10)
     honest = _measured(0.4e-3, 1.5e-3)  # 1.1 ms beyond the call: the protocol got slower since calibration
@@ -361,8 +361,8 @@ def test_unfinished_work_has_the_rounds_timed_again_and_is_settled_against_the_w
     """A gap between the signal and the outputs verified that one burst opened clears in the second rounds; a
     solution that leaves work running past its signal does it again, and the witness's verification of the same
     rounds does not explain it; a verification that got slower for everyone does."""
+    from kbench.judge.timing.checks import CONFIRM_P, Calibration, unfinished_warning
     from kbench.judge.timing.timed_call import Observed
-    from kbench.measure.timing_checks import CONFIRM_P, Calibration, unfinished_warning
 
     then = Calibration((0.5e-3,) * 10, verify=(0.40e-3,) * 10)
     honest = _measured(1.0e-3, 1.5e-3)
@@ -387,7 +387,7 @@ def test_unfinished_work_has_the_rounds_timed_again_and_is_settled_against_the_w
 def test_a_flag_is_confirmed_in_the_rounds_timed_again_at_a_lower_significance():
     """The first timing flags at p < 1e-3; the second confirms at p < 0.05. A 10% shave whose second timing was
     significant only at p = 0.017 got through on the H100 when the second timing asked for 1e-3 again."""
-    from kbench.measure.timing_checks import CONFIRM_P, TIMER_BOUND_P, Calibration, timer_mismatch_warning
+    from kbench.judge.timing.checks import CONFIRM_P, TIMER_BOUND_P, Calibration, timer_mismatch_warning
     from kbench.results.records import Measurement
 
     asked: list[float] = []

@@ -10,7 +10,7 @@ import pytest
 
 from kbench.commands.execute import execute
 from kbench.config.run_config import RunConfig, TimingPolicy
-from kbench.measure.timing_checks import level_moved_warning
+from kbench.judge.timing.checks import level_moved_warning
 from kbench.problems.discovery import select
 from kbench.results.records import Measurement, Status
 from kbench.system import machine, procfs

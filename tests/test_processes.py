@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from kbench.judge import judge
-from kbench.measure import timing_checks
-from kbench.measure.timing_checks import Calibration
+from kbench.judge.timing import checks
+from kbench.judge.timing.checks import Calibration
 from kbench.results.findings import FindingCode
 from kbench.wire.jobs import EvaluateJob, ProblemRef, SolutionRef
 from tests.conftest import FIXTURES
@@ -29,7 +29,7 @@ def _calibration(scale: float, eager: tuple[float, ...] = EAGER) -> Calibration:
 @pytest.mark.parametrize("scale, disagree", [(1.0, False), (1.02, False), (0.98, False), (1.05, True),
                                              (1.30, True), (0.77, True)])
 def test_the_processes_disagree_outside_the_honest_copy_band(scale, disagree):
-    ratio = timing_checks.processes_disagree(_calibration(scale))
+    ratio = checks.processes_disagree(_calibration(scale))
     assert (ratio is not None) == disagree
     if disagree:
         assert ratio == pytest.approx(scale, rel=1e-6)
@@ -39,12 +39,12 @@ def test_a_gap_within_the_noise_is_no_disagreement():
     """Two interleaved sets of samples 4% apart by their medians but not significantly: no verdict on noise."""
     judge_side = (1.0e-3, 1.1e-3, 0.9e-3, 1.2e-3, 0.8e-3, 1.0e-3)
     cand = (1.04e-3, 0.85e-3, 1.25e-3, 0.95e-3, 1.15e-3, 1.05e-3)
-    assert timing_checks.processes_disagree(Calibration(eager=judge_side, reference=cand)) is None
+    assert checks.processes_disagree(Calibration(eager=judge_side, reference=cand)) is None
 
 
 def test_too_few_samples_decide_nothing():
-    assert timing_checks.processes_disagree(_calibration(2.0, EAGER[:4])) is None
-    assert timing_checks.process_ratio(_calibration(2.0, EAGER[:4])) is None
+    assert checks.processes_disagree(_calibration(2.0, EAGER[:4])) is None
+    assert checks.process_ratio(_calibration(2.0, EAGER[:4])) is None
 
 
 def _job(device: str = "cuda") -> EvaluateJob:

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from kbench.measure import ceilings as ceiling_bench
-from kbench.measure.ceilings import Ceilings, MeasureSizes, cache_path, cached_ceilings, measure_ceilings
+from kbench.judge import ceilings as ceiling_bench
+from kbench.judge.ceilings import Ceilings, MeasureSizes, cache_path, cached_ceilings, measure_ceilings
 from kbench.measure.roofline import Work, floor, percent_of_floor, plausibility, problem_work
 
 F32 = 4  # bytes per float32 element

@@ -1,4 +1,4 @@
-"""The gate and the signal page (kbench.measure.gate) with the driver's calls replaced: no GPU needed."""
+"""The gate and the signal page (kbench.judge.timing.gate) with the driver's calls replaced: no GPU needed."""
 
 import ctypes
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from kbench.measure import driver, gate
+from kbench.judge.timing import driver, gate
 
 OFFSET = 1 << 40  # fake device addresses sit this far above the host page
 

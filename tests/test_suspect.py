@@ -1,7 +1,7 @@
 """The `suspect` status: which findings make a passing row untrustworthy, and what such a row shows."""
 
 from kbench.commands.evaluation import with_suspicion
-from kbench.measure.timing_checks import Calibration, disturbed_warning
+from kbench.judge.timing.checks import Calibration, disturbed_warning
 from kbench.reports.leaderboard import fast_p, summarize
 from kbench.results.findings import SUSPECT as SUSPECT_CODES
 from kbench.results.findings import from_legacy

@@ -17,9 +17,8 @@ from kbench.judge import reference as reference_child
 from kbench.judge.candidate import candidate, protocol
 from kbench.judge.checks import correctness
 from kbench.judge.harness import build_reference, input_maker, load_problem
-from kbench.judge.timing import judge_timing
+from kbench.judge.timing import judge_timing, sampling
 from kbench.judge.timing import rounds as round_steps
-from kbench.measure import timing
 from kbench.results.records import Regime
 from kbench.wire.jobs import EvaluateJob, ProblemRef, ReferenceJob, SolutionRef
 from tests.conftest import FIXTURES
@@ -110,7 +109,7 @@ def test_the_instrument_sees_work_of_the_harness_inside_the_markers():
     """The check below can fail: a sampler that copied the inputs inside its window would show the copy."""
     timer = CountingTimer()
     x, w = torch.rand(4, 8), torch.rand(8)
-    timing.local_sampler(lambda: torch.mul(*correctness.clone_inputs([x]), w), timer)()
+    sampling.local_sampler(lambda: torch.mul(*correctness.clone_inputs([x]), w), timer)()
     assert timer.windows == [["clone.default", "mul.Tensor"]]
 
 
@@ -155,7 +154,7 @@ def test_the_candidate_times_the_solutions_call_and_nothing_else(timers):
 def test_primed_reference_rounds_time_the_second_call_alone(timers, monkeypatch):
     """A launch-bound reference is timed right after an untimed call of its own (as on a GPU): every window still
     holds the call alone, and each sample costs one call outside the windows."""
-    monkeypatch.setattr(timing, "needs_priming", lambda device, fn, timer: True)
+    monkeypatch.setattr(sampling, "needs_priming", lambda device, fn, timer: True)
     calls = []
     real = reference_child.job_reference
 
@@ -178,7 +177,7 @@ def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_unti
     timed on its second copy of the same values after an untimed call of its own."""
     from kbench.judge.timing import timed_call
 
-    monkeypatch.setattr(judge_timing.timing_checks.Calibration, "reference_launch_bound", property(lambda self: True))
+    monkeypatch.setattr(judge_timing.checks.Calibration, "reference_launch_bound", property(lambda self: True))
     monkeypatch.setattr(judge_timing.SolutionRounds, "__init__", _primed_anyway(judge_timing.SolutionRounds.__init__))
     log: list[tuple[str, object, object]] = []
     real_call, real_sample = judge.Session.call, timed_call.TimedCalls.sample

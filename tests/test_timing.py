@@ -3,10 +3,8 @@
 import pytest
 
 from kbench.config.run_config import TimingPolicy
-from kbench.measure import timers, timing, timing_checks
-from kbench.measure.timers import HostTimer
-from kbench.measure.timing import Sampled, converged, measure_interleaved, measure_rounds, warm_up
-from kbench.measure.timing_checks import (
+from kbench.judge.timing import checks, sampling, timers
+from kbench.judge.timing.checks import (
     TIMER_BOUND_ABS_CPU_S,
     TIMER_BOUND_ABS_S,
     TIMER_BOUND_REL,
@@ -14,6 +12,8 @@ from kbench.measure.timing_checks import (
     escaped_work_warning,
     timer_mismatch_warning,
 )
+from kbench.judge.timing.sampling import Sampled, converged, measure_interleaved, measure_rounds, warm_up
+from kbench.judge.timing.timers import HostTimer
 from kbench.results.records import Measurement, Regime
 
 
@@ -124,7 +124,7 @@ def test_host_time_far_above_event_time_is_flagged():
 
 
 def test_a_sample_count_cut_short_by_max_time_is_flagged():
-    from kbench.measure.timing_checks import few_samples_warning
+    from kbench.judge.timing.checks import few_samples_warning
 
     policy = TimingPolicy(min_samples=10, max_time_s=2.0)
     assert "[few_samples] only 1 sample(s)" in few_samples_warning(Measurement((0.01,), (), "max_time"), policy).text
@@ -229,11 +229,11 @@ def test_escaped_work_is_measured_above_what_a_clean_call_shows():
 def test_issue_times_are_kept_and_a_call_the_host_cannot_issue_faster_than_the_gpu_runs_is_launch_bound():
     policy = TimingPolicy(warmup_calls=1, warmup_s=0.0, min_samples=5, min_time_s=0.0, max_time_s=1.0)
     clock = FakeClock()
-    busy = timing.measure_interleaved(fns("a"), FakeTimer(clock, {"a": [1e-3]}, issue_share=0.1), policy, clock)["a"]
+    busy = sampling.measure_interleaved(fns("a"), FakeTimer(clock, {"a": [1e-3]}, issue_share=0.1), policy, clock)["a"]
     assert busy.issue_samples == (1e-4,) * len(busy.samples)
-    assert timing_checks.launch_bound_warning(busy) is None
-    bound = timing.measure_interleaved(fns("a"), FakeTimer(clock, {"a": [1e-3]}, issue_share=0.9), policy, clock)["a"]
-    warning = timing_checks.launch_bound_warning(bound)
+    assert checks.launch_bound_warning(busy) is None
+    bound = sampling.measure_interleaved(fns("a"), FakeTimer(clock, {"a": [1e-3]}, issue_share=0.9), policy, clock)["a"]
+    warning = checks.launch_bound_warning(bound)
     assert warning.text.startswith("[launch_bound] the host spends 0.900 ms of the call's 1.000 ms issuing it "
                                    "(launches, Python, or a wait for the GPU inside the call")
     assert "GPU time" not in warning.text  # a host-regime time is not the GPU's (the issue's self-contradiction)
@@ -244,11 +244,11 @@ def test_rounds_can_keep_one_order_so_each_sampler_always_follows_the_same_one()
     policy = TimingPolicy(warmup_calls=1, warmup_s=0.0, min_samples=4, min_time_s=0.0, max_time_s=1.0)
     clock = FakeClock()
     timer = FakeTimer(clock, {"a": [1e-3], "b": [1e-3]})
-    timing.measure_interleaved(fns("a", "b"), timer, policy, clock)
+    sampling.measure_interleaved(fns("a", "b"), timer, policy, clock)
     assert timer.calls[2:6] == ["a", "b", "b", "a"]  # after the warm-ups: alternating
     timer = FakeTimer(clock, {"a": [1e-3], "b": [1e-3]})
-    timing.measure_rounds({n: timing.local_sampler(f, timer) for n, f in fns("a", "b").items()}, policy, clock,
-                          alternate=False)
+    sampling.measure_rounds({n: sampling.local_sampler(f, timer) for n, f in fns("a", "b").items()}, policy, clock,
+                            alternate=False)
     assert timer.calls[2:8] == ["a", "b"] * 3
 
 
@@ -258,14 +258,14 @@ def test_a_launch_bound_reference_is_not_called_disturbed():
     calibration = Calibration((1e-5,) * 10, eager=(1e-3,) * 10)
     slow = (1.5e-3,) * 20
     gpu_bound = Measurement(slow, slow, issue_samples=(0.2e-3,) * 20)
-    assert timing_checks.disturbed_warning(gpu_bound, calibration).code == "reference_disturbed"
+    assert checks.disturbed_warning(gpu_bound, calibration).code == "reference_disturbed"
     host_bound = Measurement(slow, slow, issue_samples=(1.4e-3,) * 20)
-    assert timing_checks.disturbed_warning(host_bound, calibration) is None
+    assert checks.disturbed_warning(host_bound, calibration) is None
 
 
 def test_settle_spins_through_its_pause_instead_of_sleeping(monkeypatch):
     """A core left idle may issue the next call's launches more slowly: the pause is spent on the host clock."""
-    monkeypatch.setattr(timing, "synchronize", lambda device: None)
+    monkeypatch.setattr(sampling, "synchronize", lambda device: None)
     monkeypatch.setattr("time.sleep", lambda s: pytest.fail("settle slept"))
     reads: list[float] = []
 
@@ -273,10 +273,10 @@ def test_settle_spins_through_its_pause_instead_of_sleeping(monkeypatch):
         reads.append(len(reads) * 1e-4)
         return reads[-1]
 
-    timing.settle("cuda", clock)
-    assert len(reads) >= timing.SETTLE_S / 1e-4  # it kept reading the clock until the pause was over
+    sampling.settle("cuda", clock)
+    assert len(reads) >= sampling.SETTLE_S / 1e-4  # it kept reading the clock until the pause was over
     reads.clear()
-    timing.settle("cpu", clock)
+    sampling.settle("cpu", clock)
     assert reads == []
 
 
@@ -306,16 +306,16 @@ def test_only_a_gpu_call_timed_in_the_host_regime_is_primed():
         def decide(self, fn):
             return self.regime
 
-    assert timing.needs_priming("cuda", lambda: None, Decides(Regime.HOST)) is True
-    assert timing.needs_priming("cuda", lambda: None, Decides(Regime.GPU)) is False
-    assert timing.needs_priming("cpu", lambda: None, HostTimer()) is False
+    assert sampling.needs_priming("cuda", lambda: None, Decides(Regime.HOST)) is True
+    assert sampling.needs_priming("cuda", lambda: None, Decides(Regime.GPU)) is False
+    assert sampling.needs_priming("cpu", lambda: None, HostTimer()) is False
 
 
 def test_a_primed_sampler_times_the_second_of_two_calls():
     clock = FakeClock()
     timer = FakeTimer(clock, {"f": [2e-3, 3e-3]})
     calls: list[int] = []
-    sample = timing.local_sampler(lambda: calls.append(1) or "f", timer, primed=True)()
+    sample = sampling.local_sampler(lambda: calls.append(1) or "f", timer, primed=True)()
     assert calls == [1, 1] and timer.calls == ["f"] and sample.timed == 2e-3
 
 
@@ -328,9 +328,9 @@ def test_the_judges_calibration_says_whether_the_reference_is_launch_bound():
 
 
 def test_a_measurements_regime_is_the_hosts_if_any_sample_was():
-    assert timing.regime_of(["gpu", "gpu"]) == "gpu"
-    assert timing.regime_of(["gpu", "host"]) == "host"  # a gate the watchdog opened switched the timer
-    assert timing.regime_of([]) == ""
+    assert sampling.regime_of(["gpu", "gpu"]) == "gpu"
+    assert sampling.regime_of(["gpu", "host"]) == "host"  # a gate the watchdog opened switched the timer
+    assert sampling.regime_of([]) == ""
     m = Measurement((1e-3,) * 3, regime="gpu")
     assert Measurement.from_json(m.to_json()).regime == "gpu"
 
@@ -343,11 +343,11 @@ def test_work_that_runs_past_the_candidates_signal_shows_in_the_verification_tim
     rng = random.Random(3)
     calibration = Calibration(verify=tuple(_jittered(rng, 0.3e-3, 20e-6, 58)))
     honest = _jittered(rng, 0.3e-3, 20e-6, 60)
-    assert timing_checks.unfinished_warning(honest, 0.36e-3, calibration) is None
+    assert checks.unfinished_warning(honest, 0.36e-3, calibration) is None
     early = [v + 0.1e-3 for v in _jittered(rng, 0.3e-3, 20e-6, 60)]  # 0.1 ms of work left at the signal
-    warning = timing_checks.unfinished_warning(early, 0.36e-3, calibration)
+    warning = checks.unfinished_warning(early, 0.36e-3, calibration)
     assert warning is not None and warning.code == "unfinished_work"
-    assert timing_checks.unfinished_warning(early, 0.36e-3, Calibration()) is None  # nothing calibrated: nothing to say
+    assert checks.unfinished_warning(early, 0.36e-3, Calibration()) is None  # nothing calibrated: nothing to say
 
 
 def test_at_the_cap_rounds_go_on_to_min_samples_when_they_fit_in_twice_the_cap():

@@ -13,8 +13,8 @@ from kbench.execution.executors import Executor, local_executor
 from kbench.execution.pool import Slot
 from kbench.judge.candidate.loading import load_failure
 from kbench.judge.checks.static_checks import analyze
+from kbench.judge.timing.checks import escaped_work_warning, few_samples_warning, launch_bound_warning
 from kbench.judge.verdicts import Verdict
-from kbench.measure.timing_checks import escaped_work_warning, few_samples_warning, launch_bound_warning
 from kbench.results.figures import Floor
 from kbench.results.findings import Finding, FindingCode
 from kbench.results.header import Environment

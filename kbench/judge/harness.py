@@ -17,8 +17,8 @@ from kbench.config.run_config import MathFlags
 from kbench.config.tolerances import PRECISIONS
 from kbench.judge import backward
 from kbench.judge.candidate.loading import import_path
+from kbench.judge.timing import sampling, timers
 from kbench.judge.verdicts import Verdict, short
-from kbench.measure import timers, timing
 from kbench.results.records import Status
 from kbench.wire.jobs import Judging, ProblemRef
 
@@ -167,7 +167,7 @@ def pin(pid: int, core: int | None) -> bool:
     return pinned
 
 
-def make_timer(device: str) -> timing.Timer:
+def make_timer(device: str) -> sampling.Timer:
     return timers.CudaEventTimer(torch.device("cuda")) if device == "cuda" else timers.HostTimer()
 
 

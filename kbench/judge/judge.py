@@ -30,6 +30,8 @@ from kbench.judge.harness import (
     set_sizes,
     with_peak,
 )
+from kbench.judge.timing import checks, timers
+from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.flags import host_only_again, mismatch_check, retime_mismatch
 from kbench.judge.timing.judge_timing import (
     calibrate,
@@ -38,8 +40,6 @@ from kbench.judge.timing.judge_timing import (
     time_rounds,
 )
 from kbench.judge.verdicts import Verdict
-from kbench.measure import timers, timing_checks
-from kbench.measure.timing_checks import Calibration
 from kbench.results.figures import PeakMemory
 from kbench.results.findings import Finding, FindingCode
 from kbench.results.records import Regime, Status
@@ -152,9 +152,9 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     draft.timing, draft.eager_timing = timed.solution, timed.divisor or timed.eager
     draft.figures["protocol"], draft.figures["machine"] = timed.figures, timed.machine
     draft.warnings += found + timed.findings
-    draft.warnings += [w for w in (timing_checks.level_moved_warning(timed.solution, "the solution"),
-                                       timing_checks.level_moved_warning(timed.eager, "the eager reference"))
-                           if w is not None]
+    draft.warnings += [w for w in (checks.level_moved_warning(timed.solution, "the solution"),
+                                   checks.level_moved_warning(timed.eager, "the eager reference"))
+                       if w is not None]
     phases.mark("timing")
     announce("timed")  # the parent may now start the next child (kbench.execution.warm_starts.WarmStarts)
     _trust(job, session, reference, make, draft, phases)
@@ -186,18 +186,18 @@ def _calibrated(job: EvaluateJob, session: Session, fresh: Callable[[Session], S
     a process that agrees with the judge's, or its row is `suspect` with `[processes_disagree]`. Nothing of the
     solution's has run in any of these processes yet."""
     calibration = calibrate_in(session)
-    ratios = [timing_checks.process_ratio(calibration)]
+    ratios = [checks.process_ratio(calibration)]
     # On CUDA in the host regime the speedup divides by a witness, a candidate's kind of process (divided_by_witness)
     witnessed = job.device == "cuda" and calibration.eager_regime == Regime.HOST
     act = job.device in PROCESS_CHECKED and not witnessed
-    while act and timing_checks.processes_disagree(calibration) is not None and len(ratios) <= PROCESS_RETRIES:
+    while act and checks.processes_disagree(calibration) is not None and len(ratios) <= PROCESS_RETRIES:
         session = fresh(session)
         calibration = calibrate_in(session)
-        ratios.append(timing_checks.process_ratio(calibration))
-    gap = timing_checks.processes_disagree(calibration) if act else None
+        ratios.append(checks.process_ratio(calibration))
+    gap = checks.processes_disagree(calibration) if act else None
     figures = {"ratios": [round(r, 4) if r is not None else None for r in ratios],
                "fresh_candidates": len(ratios) - 1}
-    finding = timing_checks.processes_warning(gap, len(ratios)) if gap else None
+    finding = checks.processes_warning(gap, len(ratios)) if gap else None
     return session, calibration, ProcessCheck(figures, finding)
 
 

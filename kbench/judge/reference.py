@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from kbench.judge import backward
+from kbench.judge import backward, ceilings
 from kbench.judge.candidate.session import Announce
 from kbench.judge.checks import correctness, degeneracy, noise, trust
 from kbench.judge.draft import ReferenceDraft
@@ -31,8 +31,8 @@ from kbench.judge.harness import (
     timing_core,
     with_peak,
 )
+from kbench.judge.timing import checks, sampling, timers
 from kbench.judge.verdicts import short
-from kbench.measure import ceilings, timers, timing, timing_checks
 from kbench.results.codec import decode
 from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
@@ -116,24 +116,24 @@ def _time_models(job: ReferenceJob, reference: Any, make: Any, models: dict[str,
         for name in models:
             inputs.pop(name, None)  # the last round's go before this round's are drawn
             inputs[name] = make(seed + 1000 + index)
-        timing.settle(device)
+        sampling.settle(device)
 
     # Each model gets a timer of its own, in the regime its calls call for; primed as the judge's rounds are.
     timers = {name: make_timer(device) for name in models}
     probe = make(seed + 999)
-    primed = {name: timing.needs_priming(device, partial(model, *probe), timers[name])
+    primed = {name: sampling.needs_priming(device, partial(model, *probe), timers[name])
               for name, model in models.items()}
     del probe
 
     def call(model: Any, name: str) -> Callable[[], Any]:  # the round's inputs, drawn by `fresh`
         return lambda: model(*inputs[name])
 
-    samplers = {name: timing.local_sampler(call(model, name), timers[name], primed[name])
+    samplers = {name: sampling.local_sampler(call(model, name), timers[name], primed[name])
                 for name, model in models.items()}
     measured, result.figures["machine"], busy = machine.watched(
-        lambda: guarded(device, "timing", lambda: timing.measure_rounds(samplers, job.timing, before_round=fresh)),
+        lambda: guarded(device, "timing", lambda: sampling.measure_rounds(samplers, job.timing, before_round=fresh)),
         device, own_processes=1)
-    moved = timing_checks.level_moved_warning(measured["eager"], "the eager reference")
+    moved = checks.level_moved_warning(measured["eager"], "the eager reference")
     result.warnings += busy + ([moved] if moved else [])
     result.figures["primed"] = primed["eager"]
     result.figures["regimes"] = {name: timer.regime for name, timer in timers.items()}

@@ -1,1 +1,1 @@
-"""Timers, stopping rules, timing checks and roofline ceilings."""
+"""The hardware floor: a problem's work against the machine's ceilings (the ceilings are timed in kbench.judge)."""

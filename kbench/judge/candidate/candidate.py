@@ -27,9 +27,9 @@ from kbench.judge.candidate.loading import import_path, load_solution
 from kbench.judge.candidate.outputs import Locator, each_output
 from kbench.judge.checks import trust
 from kbench.judge.harness import apply_math_flags, construct, set_sizes
+from kbench.judge.timing import timers
+from kbench.judge.timing.gate import Gate, SignalPage
 from kbench.judge.verdicts import Verdict, short
-from kbench.measure import timers
-from kbench.measure.gate import Gate, SignalPage
 from kbench.results.records import Status
 from kbench.system import procstate, sandbox
 from kbench.system.lifetime import die_with_parent

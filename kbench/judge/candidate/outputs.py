@@ -19,8 +19,8 @@ from typing import Any, TypeGuard
 import torch
 
 from kbench.judge import backward
+from kbench.judge.timing import driver
 from kbench.judge.verdicts import Verdict
-from kbench.measure import driver
 from kbench.results.records import Status
 
 _tensor_type, _strided = torch.Tensor, torch.strided

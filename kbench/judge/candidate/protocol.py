@@ -38,7 +38,7 @@ class Calibrate:
     inputs: list[Any]
     outputs: list[Any]
     precision: str = "fp32"
-    page: Any = None  # CUDA: a CPU tensor in shared memory holding the signal page (kbench.measure.gate)
+    page: Any = None  # CUDA: a CPU tensor in shared memory holding the signal page (kbench.judge.timing.gate)
     sandbox: SandboxPlan | None = None  # the job's file system, restricted before the solution comes
     grads: tuple[str, ...] | None = None  # --backward: the parameters whose gradients a call returns (judge.backward)
 

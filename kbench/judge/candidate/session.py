@@ -20,8 +20,8 @@ import torch.multiprocessing as torch_mp
 from kbench.judge import backward
 from kbench.judge.candidate import candidate, protocol
 from kbench.judge.checks import correctness, trust
+from kbench.judge.timing import gate, timers
 from kbench.judge.verdicts import Verdict
-from kbench.measure import gate, timers
 from kbench.results.codec import ProtocolError
 from kbench.results.records import Status
 from kbench.system import escapes
@@ -186,7 +186,7 @@ class Session:
         self.precision = "fp32"  # the run's (tolerances.PRECISIONS); set with the calibration
         self.values: tuple[Any, ...] = ()
         self.peak_bytes = 0  # the solution's largest peak of GPU memory over a call (as its process reports it)
-        # CUDA: the shared page of the gate and the DONE word (kbench.measure.gate), sent with the calibration
+        # CUDA: the shared page of the gate and the DONE word (kbench.judge.timing.gate), sent with the calibration
         self.page_tensor = gate.shared_page_tensor() if device == "cuda" else None
         self.sandbox_plan: SandboxPlan | None = None  # sent with the calibration (None: namespaces only)
         self.sandbox = ""  # the sandbox the candidate reported before the solution was imported

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from kbench.judge.checks import comparison, trust
-from kbench.measure.timers import synchronize
+from kbench.judge.timing.timers import synchronize
 from kbench.results.findings import Finding, FindingCode
 
 

@@ -17,7 +17,7 @@ from torch.autograd import DeviceType
 
 from kbench.judge.checks import comparison, kernel_names
 from kbench.judge.draft import Draft
-from kbench.measure.timers import synchronize
+from kbench.judge.timing.timers import synchronize
 from kbench.results.codec import decode
 from kbench.results.figures import Accuracy, KernelShare
 from kbench.results.findings import Finding, FindingCode

@@ -1,1 +1,3 @@
-"""The judge's timing of a solution: calibration, the timed rounds, and its side of each timed call."""
+"""Everything about a timed call: the timers in each `Regime` and the stream gate (with the driver calls under it),
+sampling and its stopping rule, calibration and the timing's checks, the timed rounds, and the call timed across the
+judge's and the candidate's processes, with the flags a timing raises."""

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from kbench.judge.timing import checks
+from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.judge_timing import TimedRounds
-from kbench.measure import timing_checks
-from kbench.measure.timing_checks import Calibration
 from kbench.results.findings import Finding, FindingCode
 
 Timed = TypeVar("Timed")
@@ -17,15 +17,15 @@ REGIME_SLACK = 1.25  # a GPU-regime row whose judged issue time later exceeds it
 
 
 def timing_warnings(device: str, timed: TimedRounds, calibration: Calibration,
-                    p: float = timing_checks.TIMER_BOUND_P) -> list[Finding]:
+                    p: float = checks.TIMER_BOUND_P) -> list[Finding]:
     """What the timing's figures flag: a timer mismatch, a GPU-regime call that was launch-bound after all, and on
     CUDA a disturbed reference. `p`: the significance the judge's clock checks ask for (CONFIRM_P when the rounds
     are timed again after a first flag)."""
-    found = [timing_checks.timer_mismatch_warning(timed.solution, calibration, cpu=device == "cpu", p=p),
-             timing_checks.unfinished_warning(timed.figures.get("verify_s", ()), timed.solution.median, calibration,
+    found = [checks.timer_mismatch_warning(timed.solution, calibration, cpu=device == "cpu", p=p),
+             checks.unfinished_warning(timed.figures.get("verify_s", ()), timed.solution.median, calibration,
                                        cpu=device == "cpu", p=p)]
     if device == "cuda":  # on the CPU the freeze covers a disturbed reference, and the noise there is larger
-        found += [timing_checks.disturbed_warning(timed.eager, calibration), regime_warning(timed.figures)]
+        found += [checks.disturbed_warning(timed.eager, calibration), regime_warning(timed.figures)]
     return [w for w in found if w is not None]
 
 
@@ -74,9 +74,9 @@ def retime_mismatch(timed: Callable[[], Timed], again: Callable[[list[Finding]],
     asks for significance `p`: TIMER_BOUND_P first, then CONFIRM_P, since the first flag already stands (a first flag
     thrown away would give a shaver two tries)."""
     measured = timed()
-    found = check(measured, timing_checks.TIMER_BOUND_P)
+    found = check(measured, checks.TIMER_BOUND_P)
     first = next((w for w in found if w.code in RETIMED), None)
     if first is None:
         return measured, found, None
     measured = again(found)
-    return measured, check(measured, timing_checks.CONFIRM_P), first
+    return measured, check(measured, checks.CONFIRM_P), first

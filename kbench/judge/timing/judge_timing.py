@@ -11,10 +11,10 @@ from typing import Any
 from kbench.config.run_config import TimingPolicy
 from kbench.judge.candidate.session import CandidateProcess, Session
 from kbench.judge.harness import guarded, make_timer, pin, timing_core
+from kbench.judge.timing import checks, sampling
+from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.rounds import SolutionRounds
 from kbench.judge.timing.timed_call import Observed, TimedCalls
-from kbench.measure import timing, timing_checks
-from kbench.measure.timing_checks import Calibration
 from kbench.results.findings import Finding
 from kbench.results.records import Measurement, Regime
 from kbench.results.stats import median
@@ -36,7 +36,7 @@ CALIBRATION_S = 0.3  # no more calibration rounds once this long has passed
 # samples, kept after the discard). A 10 ms call's bound is 5% of it (0.5 ms), far above the protocol's spread of
 # tens of microseconds; at 10 rounds per regime its calibration took 0.9 s of the row on the H100 (a 47 ms call's
 # 2.5 s).
-CALIBRATION_LEAST = timing_checks.PROCESS_MIN_SAMPLES + CALIBRATION_DISCARD
+CALIBRATION_LEAST = checks.PROCESS_MIN_SAMPLES + CALIBRATION_DISCARD
 
 
 def pin_timing_core(device: str, cand: CandidateProcess, judge: bool = False) -> None:
@@ -74,7 +74,7 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
         while not all(len(seen[m]) >= high for m in modes) and (
                 _perf_counter() - start < CALIBRATION_S or any(len(seen[m]) < CALIBRATION_LEAST for m in modes)):
             values = make(job.seed - 1 - index)
-            timing.settle(job.device)
+            sampling.settle(job.device)
             held: list[Any] = []
             eager.append(timer.sample(lambda: held.append(reference(*values)))[0])  # noqa: B023 - called at once
             issue.append(timer.last_issue)
@@ -159,7 +159,7 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
 
         witnesses = (witness.cand.pid,) if witness is not None else ()  # the judge's own: neither escaped nor busy
         window, machine_figures, busy = machine.watched(
-            lambda: _measure(session, device, rounds.sampling(policy), rounds, after, witnesses), device,
+            lambda: _measure(session, device, rounds.stopping_rule(policy), rounds, after, witnesses), device,
             own_processes=2 + len(witnesses))
         escaped = escapes.escaped_warning(window.escaped_s, window.escaped_processes, window.seconds,
                                           window.gpu_holders)
@@ -243,7 +243,7 @@ def _measure(session: Session, device: str, policy: TimingPolicy, rounds: Soluti
     pid, group = session.cand.pid, session.cand.pgid
     own = escapes.own_helpers() | set(witnesses) | session.reserve.pids()
     start, tree = _perf_counter(), escapes.tree_cpu(pid, group, own=own)
-    found = guarded(device, "timing", lambda: timing.measure_rounds(
+    found = guarded(device, "timing", lambda: sampling.measure_rounds(
         {"eager": rounds.eager, "solution": rounds.solution}, policy, before_round=rounds.before,
         after_round=after, alternate=False), judge_work="timing (the judge's inputs, reference calls and rechecks)")
     end = escapes.tree_cpu(pid, group, own=own)

@@ -16,10 +16,10 @@ from kbench.config.run_config import TimingPolicy
 from kbench.judge.candidate.session import Session
 from kbench.judge.checks import comparison, correctness
 from kbench.judge.harness import make_timer
+from kbench.judge.timing import sampling, timers
+from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.timed_call import Observed, TimedCalls
 from kbench.judge.verdicts import Verdict, short
-from kbench.measure import timers, timing
-from kbench.measure.timing_checks import Calibration
 from kbench.results.records import Regime, Status
 from kbench.results.stats import median
 from kbench.wire.jobs import Judging
@@ -124,7 +124,7 @@ class SolutionRounds:
         self.decision = {"issue_s": issue, "gpu_s": gpu}
         return self.regime
 
-    def sampling(self, policy: TimingPolicy) -> TimingPolicy:
+    def stopping_rule(self, policy: TimingPolicy) -> TimingPolicy:
         """The rounds' stopping rule: the run's, with at least BOUND_ROUNDS rounds for a short GPU-regime call."""
         short = self.regime == Regime.GPU and self.decision.get("gpu_s", 0.0) < BOUND_SHORT_S
         return dataclasses.replace(policy, min_samples=max(policy.min_samples, BOUND_ROUNDS)) if short else policy
@@ -142,9 +142,9 @@ class SolutionRounds:
         self.inputs = self.ref = None  # the last round's go before this round's are made
         self.inputs = self.make(self.base + index + 1)
         self.refresh_s += _perf_counter() - start
-        timing.settle(self.job.device)
+        sampling.settle(self.job.device)
 
-    def eager(self) -> timing.Sampled:
+    def eager(self) -> sampling.Sampled:
         held: list[Any] = []
         inputs = self.inputs
         assert inputs is not None
@@ -155,9 +155,9 @@ class SolutionRounds:
             timers.synchronize(self.job.device)
         timed, wall = self.timer.sample(lambda: held.append(self.reference(*inputs)))
         self.ref, self.eager_s = held[0], timed
-        return timing.Sampled(timed, wall, None, self.timer.last_issue, self.timer.regime)
+        return sampling.Sampled(timed, wall, None, self.timer.last_issue, self.timer.regime)
 
-    def solution(self) -> timing.Sampled:
+    def solution(self) -> sampling.Sampled:
         witness_first = self.round % 2 == 1  # the witness's call before the solution's every other round
         if witness_first:
             self._witness()
@@ -173,7 +173,7 @@ class SolutionRounds:
         if not witness_first:
             self._witness()
         self.rechecks.round_s = self.eager_s + seen.window
-        return timing.Sampled(seen.timed, seen.window, seen.done, seen.issue, seen.regime)
+        return sampling.Sampled(seen.timed, seen.window, seen.done, seen.issue, seen.regime)
 
     def _witness(self) -> None:
         """The witness's timed call on this round's inputs, in the solution's regime (primed as the solution's is).

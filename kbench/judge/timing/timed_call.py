@@ -12,7 +12,7 @@
    that wrote DONE before its work was over, or a process that answered early, fails here: either the judge's reads
    wait for the remaining work (the GPU runs one process's work at a time) or they find it unfinished.
 
-The candidate's reported time is then bounded by that window (kbench.measure.timing_checks.timer_mismatch_warning).
+The candidate's reported time is then bounded by that window (kbench.judge.timing.checks.timer_mismatch_warning).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from kbench.judge.candidate import protocol
 from kbench.judge.candidate.outputs import OutputViews
 from kbench.judge.candidate.session import Session
 from kbench.judge.checks import comparison
+from kbench.judge.timing import timers
+from kbench.judge.timing.gate import Gate, SignalPage
 from kbench.judge.verdicts import Verdict
-from kbench.measure import timers
-from kbench.measure.gate import Gate, SignalPage
 from kbench.results.records import Regime, Status
 
 _perf_counter = time.perf_counter
@@ -68,7 +68,7 @@ class TimedCalls:
         self.page = SignalPage.within(session.page_tensor) if self.cuda else None
         self.views = OutputViews()
         self.outputs: list[Any] = []  # the last call's outputs, where they lie
-        # The candidate's gate, as the judge counts its values: they go on from the page's (kbench.measure.gate.Gate).
+        # The candidate's gate, as the judge counts its values: they go on from the page's (timing.gate.Gate).
         self.gate = Gate(self.page) if self.page is not None else None
         self._flush: torch.Tensor | None = None
         self._generator: torch.Generator | None = None
@@ -123,7 +123,7 @@ class TimedCalls:
         """The round's inputs into the shared buffers, the L2 flushed, then the gate opened by the judge's stream. In
         the host regime the judge waits until that is done before it says `Go`: the candidate's start event then
         fires as its host starts issuing, as the judge's own host-regime timer's does after its flush
-        (kbench.measure.timers.CudaEventTimer). Queued behind the release, it would fire only once the GPU had copied
+        (timing.timers.CudaEventTimer). Queued behind the release, it would fire only once the GPU had copied
         the inputs, flushed and switched contexts, while the candidate's host issued launches uncounted meanwhile:
         honest launch-bound copies read 1.01-1.04x of eager that way on the H100 and H200."""
         self.session.copy_in(values)

@@ -1,4 +1,4 @@
-"""Sampling: warm-up, rounds of samples from several callables, adaptive stopping (timers: kbench.measure.timers)."""
+"""Sampling: warm-up, rounds of samples from several callables, adaptive stopping (the timers: the timers module)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from kbench.config.run_config import TimingPolicy
-from kbench.measure.timers import Clock, Timer, synchronize
-from kbench.measure.timing_checks import STOP_CONVERGED, STOP_MAX_TIME
+from kbench.judge.timing.checks import STOP_CONVERGED, STOP_MAX_TIME
+from kbench.judge.timing.timers import Clock, Timer, synchronize
 from kbench.results.records import Measurement, Regime
 from kbench.results.stats import median_ci_relative
 

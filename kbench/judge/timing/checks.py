@@ -1,7 +1,6 @@
 """What a finished measurement says beyond its median: the timing protocol's warnings and the calibration record.
 
-Plain Python over recorded samples (no torch), so the parent can judge rows without importing torch;
-kbench.measure.timing re-exports everything here.
+Plain Python over recorded samples (no torch): importing it imports no torch.
 """
 
 from __future__ import annotations

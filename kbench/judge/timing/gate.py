@@ -1,7 +1,7 @@
 """A gate on a CUDA stream: work queued behind it waits until the host opens it.
 
-The gate is a 32-bit word in a page of page-locked host memory that the GPU reads (`SignalPage`, through
-kbench.measure.driver). `Gate.close(stream, value)` enqueues a wait until the word reaches `value`; opening it is one
+The gate is a 32-bit word in a page of page-locked host memory that the GPU reads (`SignalPage`, through the
+driver module). `Gate.close(stream, value)` enqueues a wait until the word reaches `value`; opening it is one
 store of that value, from the host (in this process, or in any other that maps the same page: the judge opens its
 candidate's gate) or from a stream of any process that maps it. Everything issued behind a closed gate is queued
 before the GPU starts on it, so the events around a call time its GPU work alone, not the host's time to issue it
@@ -23,7 +23,7 @@ import mmap
 import threading
 from typing import Any
 
-from kbench.measure import driver
+from kbench.judge.timing import driver
 
 PAGE = mmap.PAGESIZE
 WORD_BYTES = 4

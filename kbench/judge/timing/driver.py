@@ -1,7 +1,7 @@
 """The few CUDA driver calls kbench's timing needs that torch does not expose, through ctypes on libcuda.
 
 - Page-locking a host page for the GPU (`cuMemHostRegister`), a stream wait on a word in it (`cuStreamWaitValue32`)
-  and a stream write to one (`cuStreamWriteValue32`): the gate of kbench.measure.gate, which holds a stream until
+  and a stream write to one (`cuStreamWriteValue32`): the gate of kbench.judge.timing.gate, which holds a stream until
   the host opens it, and the word a stream writes when its work is done.
 - Sharing device memory between processes by handle (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`): the judge reads a
   candidate's outputs where they lie (kbench.judge.candidate.outputs).

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
-from kbench.measure.gate import Gate, SignalPage, Watchdog
+from kbench.judge.timing.gate import Gate, SignalPage, Watchdog
 from kbench.results.records import Regime
 from kbench.results.stats import median
 
@@ -104,7 +104,7 @@ class CudaEventTimer:
     served from L2); synchronize (the GPU idle when the host starts); record start; call; record end;
     synchronize. Only the call lies between the events, and the GPU waits for the host to issue each of its
     launches. In the GPU regime (`Regime.GPU`) the same but the second synchronize, with the
-    start event, the call and the end event issued behind a closed gate (kbench.measure.gate) that opens once the
+    start event, the call and the end event issued behind a closed gate (kbench.judge.timing.gate) that opens once the
     end event is issued: the call's work is all queued before the GPU starts on it, so the events time its GPU work
     alone, as Triton's do_bench does by issuing calls back to back. A call that waits for the GPU while it is
     issued cannot run behind a gate: the watchdog opens it, and the timer times in the host regime from then on.

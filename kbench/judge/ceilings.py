@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from kbench.measure.timers import HostTimer
+from kbench.judge.timing.timers import HostTimer
 from kbench.results.figures import Ceilings
 from kbench.results.storage import atomic_write
 from kbench.system.environment import cpu_model

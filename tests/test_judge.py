@@ -14,6 +14,7 @@ from kbench.judge.timing import flags, judge_timing
 from kbench.judge.verdicts import Verdict
 from kbench.results.codec import ProtocolError
 from kbench.results.findings import Finding, FindingCode
+from kbench.results.records import Regime
 from kbench.system import procstate
 from kbench.wire.jobs import EvaluateJob, ProblemRef, SolutionRef
 from tests import judge_targets
@@ -80,9 +81,11 @@ def test_calibration_measures_the_round_trip_beyond_the_reported_time():
     finally:
         cand.kill()
     low, high = judge_timing.CALIBRATION_ROUNDS
-    assert low - judge_timing.CALIBRATION_DISCARD <= len(calibration.overhead) <= high - judge_timing.CALIBRATION_DISCARD
-    assert all(gap > 0 for gap in calibration.overhead)  # the judge's window always holds more than the call alone
-    assert calibration.gpu_overhead == () and calibration.eager_regime == "host"  # the CPU has one regime
+    kept = len(calibration.excess(Regime.HOST))
+    assert low - judge_timing.CALIBRATION_DISCARD <= kept <= high - judge_timing.CALIBRATION_DISCARD
+    # the judge's window always holds more than the call alone
+    assert all(gap > 0 for gap in calibration.excess(Regime.HOST))
+    assert calibration.excess(Regime.GPU) == () and calibration.eager_regime == "host"  # the CPU has one regime
 
 
 def test_rounds_timed_beside_a_witness_carry_the_protocol_cost_of_those_rounds(session):
@@ -104,10 +107,11 @@ def test_rounds_timed_beside_a_witness_carry_the_protocol_cost_of_those_rounds(s
         witness.cand.kill()
     rounds, figures = len(timed.solution.samples), timed.figures["witness"]
     assert figures["failure"] is None and figures["rounds"] == rounds  # one witness call per timed round
-    assert timed.witness is not None and len(timed.witness.overhead) == rounds and len(timed.witness.verify) == rounds
-    assert all(gap > 0 for gap in timed.witness.overhead)  # its window holds more than its call, as the solution's
+    assert timed.witness is not None and len(timed.witness.verify) == rounds
+    assert len(timed.witness.excess(Regime.HOST)) == rounds
+    assert all(gap > 0 for gap in timed.witness.excess(Regime.HOST))  # its window holds more than its call
     assert timed.witness.eager == calibration.eager and timed.witness.eager_regime == calibration.eager_regime
-    assert figures["p50_s"] == pytest.approx(sorted(timed.witness.overhead)[rounds // 2], rel=0.5)
+    assert figures["p50_s"] == pytest.approx(sorted(timed.witness.excess(Regime.HOST))[rounds // 2], rel=0.5)
     # the same model in both processes here (the session holds the reference): reported times alike
     assert figures["timed_p50_s"] == pytest.approx(timed.solution.median, rel=1.0)
     # the witness is the judge's own process: its CPU time over the rounds is not the solution's escaped work
@@ -135,11 +139,12 @@ def test_the_witness_calls_become_a_calibration_per_regime():
     from kbench.judge.timing.checks import Calibration
     from kbench.judge.timing.timed_call import Observed
 
-    base = Calibration((1.0,), eager=(2e-3,) * 3, eager_regime="gpu", arm_overhead=(5e-6,))
+    base = Calibration({Regime.HOST: (1.0,)}, eager=(2e-3,) * 3, eager_regime="gpu", arm_overhead=(5e-6,))
     host = [Observed(1e-3, 2e-3, 0.1e-3, 0.05e-3, "host", done=1.5e-3) for _ in range(6)]
     gpu = [Observed(1e-3, 1.8e-3, 0.3e-3, 0.2e-3, "gpu", done=1.2e-3) for _ in range(6)]
     cal = judge_timing.witnessed_calibration(host + gpu, base)
-    assert cal.overhead == pytest.approx((0.5e-3,) * 6) and cal.gpu_overhead == pytest.approx((0.2e-3,) * 6)
+    assert cal.excess(Regime.HOST) == pytest.approx((0.5e-3,) * 6)
+    assert cal.excess(Regime.GPU) == pytest.approx((0.2e-3,) * 6)
     assert cal.verify == pytest.approx((0.5e-3,) * 6 + (0.6e-3,) * 6)
     assert cal.arm_overhead == pytest.approx((0.1e-3,) * 6)  # the witness's own, where it had gated calls
     assert cal.eager == base.eager and cal.eager_regime == "gpu"
@@ -161,7 +166,7 @@ def test_a_timer_mismatch_has_the_rounds_timed_again_and_only_the_second_count()
     honest time of its second rounds; one that shaves both times keeps the flag."""
     from kbench.judge.timing.checks import Calibration, timer_mismatch_warning
 
-    then = Calibration((0.5e-3,) * 10)
+    then = Calibration({Regime.HOST: (0.5e-3,) * 10})
 
     def check(measured, p):
         return [w for w in (timer_mismatch_warning(measured, then, p=p), THREADS) if w is not None]
@@ -189,7 +194,7 @@ def test_a_timer_mismatch_stays_only_when_the_witness_of_the_same_rounds_cannot_
     from kbench.judge.timing.checks import CONFIRM_P, Calibration, timer_mismatch_warning
     from kbench.judge.timing.timed_call import Observed
 
-    then = Calibration((0.5e-3,) * 10)  # the protocol's cost at calibration
+    then = Calibration({Regime.HOST: (0.5e-3,) * 10})  # the protocol's cost at calibration
     slower = [Observed(1.0e-3, 2.5e-3, 0, 0, "host", done=(2.05 + 0.01 * i) * 1e-3) for i in range(20)]
     witness = judge_timing.witnessed_calibration(slower, then)  # the protocol costs ~1.1 ms in these rounds
     honest = _measured(0.4e-3, 1.5e-3)  # 1.1 ms beyond the call
@@ -206,7 +211,7 @@ def test_the_judge_checks_the_first_rounds_against_calibration_and_the_second_ag
     from kbench.judge.timing.checks import CONFIRM_P, Calibration
     from kbench.judge.timing.timed_call import Observed
 
-    then = Calibration((0.5e-3,) * 10)
+    then = Calibration({Regime.HOST: (0.5e-3,) * 10})
     honest = _measured(0.4e-3, 1.5e-3)  # 1.1 ms beyond the call: the protocol got slower since calibration
     slower = [Observed(1.0e-3, 2.5e-3, 0, 0, "host", done=(2.05 + 0.01 * i) * 1e-3) for i in range(20)]
     first = judge_timing.TimedRounds(honest, honest, {}, {}, [])
@@ -364,7 +369,7 @@ def test_unfinished_work_has_the_rounds_timed_again_and_is_settled_against_the_w
     from kbench.judge.timing.checks import CONFIRM_P, Calibration, unfinished_warning
     from kbench.judge.timing.timed_call import Observed
 
-    then = Calibration((0.5e-3,) * 10, verify=(0.40e-3,) * 10)
+    then = Calibration({Regime.HOST: (0.5e-3,) * 10}, verify=(0.40e-3,) * 10)
     honest = _measured(1.0e-3, 1.5e-3)
 
     def check(verify):
@@ -396,7 +401,7 @@ def test_a_flag_is_confirmed_in_the_rounds_timed_again_at_a_lower_significance()
                                  lambda m, p: asked.append(p) or [flag])
     assert asked == [TIMER_BOUND_P, CONFIRM_P]
     base = [0.50e-3 + i * 0.01e-3 for i in range(10)]  # the protocol's cost at calibration
-    then = Calibration(tuple(base))
+    then = Calibration({Regime.HOST: tuple(base)})
     shaved = Measurement(samples=(0.3e-3,) * 10, judge_samples=tuple(0.3e-3 + b + 0.04e-3 for b in base))
     assert timer_mismatch_warning(shaved, then) is None  # p = 0.017: not enough for a first flag
     confirmed = timer_mismatch_warning(shaved, then, p=CONFIRM_P)
@@ -470,7 +475,8 @@ def test_calibration_of_a_long_call_stops_at_what_the_process_check_needs(monkey
         cand.kill()
     kept = judge_timing.CALIBRATION_LEAST - judge_timing.CALIBRATION_DISCARD
     assert kept < judge_timing.CALIBRATION_ROUNDS[0] - judge_timing.CALIBRATION_DISCARD
-    assert len(calibration.overhead) == len(calibration.reference) == kept  # enough for the process check, no more
+    # enough for the process check, no more
+    assert len(calibration.excess(Regime.HOST)) == len(calibration.reference) == kept
 
 
 def _with_helper(conn, init_cuda=False, forked=False):  # a candidate that starts a process in a session of its own

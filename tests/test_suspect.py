@@ -5,7 +5,7 @@ from kbench.judge.timing.checks import Calibration, disturbed_warning
 from kbench.reports.leaderboard import fast_p, summarize
 from kbench.results.findings import SUSPECT as SUSPECT_CODES
 from kbench.results.findings import from_legacy
-from kbench.results.records import EAGER, Evaluation, Measurement, Status
+from kbench.results.records import EAGER, Evaluation, Measurement, Regime, Status
 
 
 def _row(warnings=(), status=Status.CORRECT, solution="fast", device="cuda", eager=None):
@@ -35,12 +35,12 @@ def test_failing_rows_and_reference_rows_stay_as_they_are():
 
 
 def test_a_reference_slowed_beside_the_solution_is_caught_against_its_calibration_neighbour():
-    calm = Calibration((0.0001,) * 10, tuple(0.002 + i * 1e-6 for i in range(10)))
+    calm = Calibration({Regime.HOST: (0.0001,) * 10}, tuple(0.002 + i * 1e-6 for i in range(10)))
     slowed = Measurement(tuple(0.003 + i * 1e-6 for i in range(20)))
     steady = Measurement(tuple(0.002 + i * 1e-6 for i in range(20)))
     assert disturbed_warning(slowed, calm).code == "reference_disturbed"
     assert disturbed_warning(steady, calm) is None
-    assert disturbed_warning(slowed, Calibration((0.0001,) * 10)) is None  # nothing to compare with
+    assert disturbed_warning(slowed, Calibration({Regime.HOST: (0.0001,) * 10})) is None  # nothing to compare with
 
 
 def test_a_suspect_row_counts_as_failing_in_fast_p_and_the_geomean():

@@ -145,7 +145,7 @@ def test_the_candidate_times_the_solutions_call_and_nothing_else(timers):
     server.load(protocol.Load(str(SOLUTION), {}))
     server.build(protocol.Build("main", init, reference.state_dict(), 5, "cpu"))
     server.bind(protocol.Bind("main", inputs, [out]))
-    replies = [(server.arm(protocol.Arm(False)), server.go(protocol.Go()))[1] for _ in range(3)]
+    replies = [(server.arm(protocol.Arm(Regime.HOST)), server.go(protocol.Go()))[1] for _ in range(3)]
     assert all(r["status"] == "ok" and r["outputs"] == [{"copied": True}] for r in replies)
     assert torch.equal(out, reference(*inputs))  # the delivered output, copied outside the window
     assert timers[-1].windows == [THE_CALL] * 3

@@ -168,20 +168,20 @@ def _measured(reported, judge):
 
 
 def test_a_round_trip_within_the_calibrated_cost_is_not_flagged():
-    calibration = Calibration((0.0004, 0.0005, 0.0005, 0.0006))
+    calibration = Calibration({Regime.HOST: (0.0004, 0.0005, 0.0005, 0.0006)})
     m = _measured([0.002] * 10, [0.0025] * 10)  # 0.5 ms over the report, what the protocol costs
     assert timer_mismatch_warning(m, calibration) is None
 
 
 def test_a_reported_time_the_judges_clock_contradicts_is_flagged():
-    calibration = Calibration((0.0004, 0.0005, 0.0005, 0.0006))
+    calibration = Calibration({Regime.HOST: (0.0004, 0.0005, 0.0005, 0.0006)})
     m = _measured([0.001] * 10, [0.0025] * 10)  # reports 1 ms; the judge saw 2.5 ms round trips
     warning = timer_mismatch_warning(m, calibration)
     assert warning is not None and warning.code == "timer_mismatch" and "1.000 ms" in warning.message
 
 
 def test_the_bound_is_a_share_of_the_reported_time_with_a_floor_per_device():
-    calibration = Calibration((0.0005,) * 10)
+    calibration = Calibration({Regime.HOST: (0.0005,) * 10})
     assert calibration.bound(0.0) == TIMER_BOUND_ABS_S
     assert calibration.bound(0.010) == pytest.approx(TIMER_BOUND_REL * 0.010)
     assert calibration.bound(0.0, cpu=True) == TIMER_BOUND_ABS_CPU_S
@@ -200,19 +200,19 @@ def test_a_shave_of_a_tenth_stands_out_of_the_protocols_jitter_and_an_honest_row
 
     rng = random.Random(seed)
     call = 0.36e-3
-    calibration = Calibration(gpu_overhead=tuple(_jittered(rng, 0.5e-3, 25e-6, 58)))
+    calibration = Calibration({Regime.GPU: tuple(_jittered(rng, 0.5e-3, 25e-6, 58))})
     for shave, flagged in ((0.0, False), (0.10, True), (0.50, True)):
         excess = _jittered(rng, 0.5e-3, 25e-6, 150)
         reported = [call * (1 - shave) + rng.gauss(0.0, 2e-6) for _ in excess]
         windows = [call + e for e in excess]
         m = Measurement(tuple(reported), judge_samples=tuple(windows), regime="gpu")
         assert (timer_mismatch_warning(m, calibration) is not None) is flagged, (shave, seed)
-    host_only = Calibration((0.5e-3,) * 20)
+    host_only = Calibration({Regime.HOST: (0.5e-3,) * 20})
     assert timer_mismatch_warning(m, host_only) is None  # no calibration of the row's regime: nothing to compare with
 
 
 def test_the_cpu_bound_has_a_floor_of_its_own():
-    calibration = Calibration((0.0004,) * 10)
+    calibration = Calibration({Regime.HOST: (0.0004,) * 10})
     jittery = _measured([0.0013] * 10, [0.0019] * 10)  # 0.2 ms more than the calibration: within the CPU's floor
     assert timer_mismatch_warning(jittery, calibration, cpu=True) is None
     assert timer_mismatch_warning(jittery, calibration) is not None  # a GPU row with that gap is flagged
@@ -255,7 +255,7 @@ def test_rounds_can_keep_one_order_so_each_sampler_always_follows_the_same_one()
 def test_a_launch_bound_reference_is_not_called_disturbed():
     """Its time is the judge's host issuing launches, which varies between phases; GPU work left behind by the
     candidate would lengthen the GPU time and end the launch-bound state, so the check still applies then."""
-    calibration = Calibration((1e-5,) * 10, eager=(1e-3,) * 10)
+    calibration = Calibration({Regime.HOST: (1e-5,) * 10}, eager=(1e-3,) * 10)
     slow = (1.5e-3,) * 20
     gpu_bound = Measurement(slow, slow, issue_samples=(0.2e-3,) * 20)
     assert checks.disturbed_warning(gpu_bound, calibration).code == "reference_disturbed"
@@ -323,8 +323,8 @@ def test_the_judges_calibration_says_whether_the_reference_is_launch_bound():
     assert Calibration(eager_regime="host").reference_launch_bound
     assert not Calibration(eager_regime="gpu").reference_launch_bound
     eager = (1e-3,) * 4  # a record without the regime: from the issue times, as before
-    assert Calibration((1e-4,) * 4, eager=eager, eager_issue=(0.9e-3,) * 4).reference_launch_bound
-    assert not Calibration((1e-4,) * 4).reference_launch_bound  # no samples: not primed
+    assert Calibration({Regime.HOST: (1e-4,) * 4}, eager=eager, eager_issue=(0.9e-3,) * 4).reference_launch_bound
+    assert not Calibration({Regime.HOST: (1e-4,) * 4}).reference_launch_bound  # no samples: not primed
 
 
 def test_a_measurements_regime_is_the_hosts_if_any_sample_was():

@@ -30,7 +30,7 @@ from kbench.judge.harness import apply_math_flags, construct, set_sizes
 from kbench.judge.timing import timers
 from kbench.judge.timing.gate import Gate, SignalPage
 from kbench.judge.verdicts import Verdict, short
-from kbench.results.records import Status
+from kbench.results.records import Regime, Status
 from kbench.system import procstate, sandbox
 from kbench.system.lifetime import die_with_parent
 
@@ -163,7 +163,7 @@ class CommandServer:
         """Ready for a timed call (protocol.Arm): in the GPU regime, the call issued behind the closed gate now."""
         self._before_call()
         self.armed = ()
-        if not cmd.gated:
+        if cmd.regime != Regime.GPU:
             return {"status": "ok"}
         assert self.gate is not None and self.page is not None
         stream = timers.current_stream_handle()

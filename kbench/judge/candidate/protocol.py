@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbench.results.codec import ProtocolError  # raised for a reply that is not valid
+from kbench.results.records import Regime
 from kbench.system.sandbox import SandboxPlan
 
 MAX_REPLY_BYTES = 1 << 20
@@ -81,12 +82,12 @@ class Call:
 
 @dataclass(frozen=True)
 class Arm:
-    """Get ready for one timed call (docs/timing.md). `gated` (GPU regime): issue it now, behind the gate of
+    """Get ready for one timed call (docs/timing.md). In the GPU regime (`Regime.GPU`): issue it now, behind the gate of
     the signal page closed on `value`, between the timing events, with a write of `value` to the page's DONE word
     after the end event; answer with the outputs' locations and the host's time to issue. Otherwise (host regime)
     just answer: the call waits for `Go`. Either way the judge writes the round's inputs only after this answer."""
 
-    gated: bool
+    regime: Regime
     value: int = 0
 
 

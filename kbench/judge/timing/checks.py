@@ -5,13 +5,13 @@ Plain Python over recorded samples (no torch): importing it imports no torch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from kbench.config.run_config import TimingPolicy
 from kbench.results.findings import Finding, FindingCode
 from kbench.results.records import Measurement, Regime
-from kbench.results.stats import mann_whitney_u, median, quantile
+from kbench.results.stats import mann_whitney_u, median
 
 STOP_CONVERGED = "converged"
 STOP_MAX_TIME = "max_time"
@@ -71,12 +71,12 @@ class Calibration:
     """What the protocol costs beyond the reported time, from the reference timed through the candidate's process
     before the solution was imported, per regime, and the judge's own eager samples of the same rounds."""
 
-    overhead: tuple[float, ...] = ()  # judge's window minus reported time, host regime (the only one on the CPU)
+    # the judge's window minus the reported time, per call, in each regime calibrated (on the CPU only the host's)
+    overheads: Mapping[Regime, tuple[float, ...]] = field(default_factory=dict)
     eager: tuple[float, ...] = ()  # the judge's eager samples in the same rounds (a trusted neighbour)
-    gpu_overhead: tuple[float, ...] = ()  # judge's window minus reported time, GPU regime
     eager_issue: tuple[float, ...] = ()  # the host seconds each of the judge's eager calls took to issue
     arm_overhead: tuple[float, ...] = ()  # the judge's clock over arming a gated call, less the call's issue time
-    eager_regime: str = ""  # the regime of the judge's eager timing (the reference's, decided by the judge)
+    eager_regime: Regime | None = None  # the regime of the judge's eager timing (the reference's, decided by it)
     verify: tuple[float, ...] = ()  # the judge's clock from the candidate's signal to its outputs verified
     # the reference's own times as the candidate's process reported them, in the regime of the judge's eager samples
     # (`eager`, the same rounds): the same call in the two processes (`processes_disagree`)
@@ -88,15 +88,9 @@ class Calibration:
         return self.eager_regime == Regime.HOST or (not self.eager_regime and issue_bound(self.eager_issue, self.eager))
 
     def excess(self, regime: str) -> tuple[float, ...]:
-        return self.gpu_overhead if regime == Regime.GPU else self.overhead
-
-    @property
-    def p50(self) -> float:
-        return quantile(self.overhead, 0.5) if self.overhead else 0.0
-
-    @property
-    def p90(self) -> float:
-        return quantile(self.overhead, 0.9) if self.overhead else 0.0
+        """The protocol's cost per call in `regime` (empty where that regime was not calibrated); a measurement that
+        names no regime was timed by the host's clock."""
+        return self.overheads.get(Regime(regime) if regime else Regime.HOST, ())
 
     def bound(self, timed_median: float, cpu: bool = False) -> float:
         """How far the excess may sit above the calibration's before it counts."""

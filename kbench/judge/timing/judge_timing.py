@@ -79,7 +79,7 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
             eager.append(timer.sample(lambda: held.append(reference(*values)))[0])  # noqa: B023 - called at once
             issue.append(timer.last_issue)
             mode = modes[index % len(modes)]
-            seen[mode].append(calls.sample(mode == Regime.GPU, values, held[0], "a calibration call"))
+            seen[mode].append(calls.sample(mode, values, held[0], "a calibration call"))
             if seen[mode][-1].forced:  # the reference waits for the GPU while issued: no GPU regime on this problem
                 modes.remove(mode)
                 seen[mode] = []
@@ -93,15 +93,16 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
 
 
 def observed_calibration(host: Sequence[Observed], gpu: Sequence[Observed], eager: Sequence[float] = (),
-                         eager_issue: Sequence[float] = (), eager_regime: str = "") -> Calibration:
+                         eager_issue: Sequence[float] = (), eager_regime: Regime | None = None) -> Calibration:
     """A calibration from the reference's timed calls through the protocol, by regime: the judge's window up to the
     signal less the reported time, the Arm request less the issue time (gated calls), and the time from the signal to
     the outputs verified; with the judge's own eager samples and their regime, and the candidate's reported times of
     the reference in that regime."""
     same = gpu if eager_regime == Regime.GPU else host
+    overheads = {regime: tuple(o.done - o.timed for o in calls) for regime, calls in ((Regime.HOST, host),
+                                                                                        (Regime.GPU, gpu)) if calls}
     return Calibration(
-        overhead=tuple(o.done - o.timed for o in host), eager=tuple(eager),
-        gpu_overhead=tuple(o.done - o.timed for o in gpu), eager_issue=tuple(eager_issue),
+        overheads=overheads, eager=tuple(eager), eager_issue=tuple(eager_issue),
         arm_overhead=tuple(o.arm - o.issue for o in gpu), eager_regime=eager_regime,
         verify=tuple(o.verify for o in (*host, *gpu)), reference=tuple(o.timed for o in same))
 

@@ -108,14 +108,14 @@ class SolutionRounds:
         if self.host_only:
             self.decision = {"why": "timed again in the host regime: the GPU regime's call was launch-bound"}
             return self.regime
-        if self.job.device != "cuda" or not self.calibration.gpu_overhead:
+        if self.job.device != "cuda" or not self.calibration.excess(Regime.GPU):
             self.decision = {"why": "no GPU regime on this device or problem"}
             return self.regime
         seen = []
         for index in range(REGIME_ROUNDS):
             values = self.make(self.base - 1 - index)
             expected = self.reference(*values)
-            seen.append(self.calls.sample(True, values, expected, "a call of the solution"))
+            seen.append(self.calls.sample(Regime.GPU, values, expected, "a call of the solution"))
             if seen[-1].forced:
                 self.decision = {"why": "the call waits for the GPU while it is issued"}
                 return self.regime
@@ -133,7 +133,7 @@ class SolutionRounds:
         """The calls' median issue and GPU times as the judge's own clock sees them (seconds)."""
         cal = self.calibration
         issue = median([o.arm for o in seen]) - median(cal.arm_overhead)
-        gpu = median([o.done for o in seen]) - median(cal.gpu_overhead)
+        gpu = median([o.done for o in seen]) - median(cal.excess(Regime.GPU))
         return issue, gpu
 
     def before(self, index: int) -> None:
@@ -165,10 +165,10 @@ class SolutionRounds:
             self.session.call()  # untimed, on the last round's inputs: this round's reach the buffers at release
         assert self.inputs is not None
         label = f"timed call {self.round + 1}" if self.round >= 0 else "a warm-up call"
-        seen = self.calls.sample(self.regime == Regime.GPU, self.inputs, self.ref, label)
+        seen = self.calls.sample(self.regime, self.inputs, self.ref, label)
         if seen.forced:  # the call waited for the GPU while issued: timed in the host regime from now on
             self.regime = Regime.HOST
-            seen = self.calls.sample(False, self.inputs, self.ref, label)
+            seen = self.calls.sample(Regime.HOST, self.inputs, self.ref, label)
         self.seen.append(seen)
         if not witness_first:
             self._witness()
@@ -183,7 +183,7 @@ class SolutionRounds:
         try:
             if self.primed:
                 self.witness.session.call()
-            seen = self.witness.sample(self.regime == Regime.GPU, self.inputs, self.ref, "the witness's call")
+            seen = self.witness.sample(self.regime, self.inputs, self.ref, "the witness's call")
         except Exception as exc:  # noqa: BLE001 - the reference in a process of the judge's: not the solution's fault
             self.witness_failure = short(exc)
             return

@@ -73,9 +73,11 @@ class TimedCalls:
         self._flush: torch.Tensor | None = None
         self._generator: torch.Generator | None = None
 
-    def sample(self, gated: bool, values: list[Any], expected: Any, label: str = "a timed call") -> Observed:
-        """One timed call on `values`, verified against `expected` (the reference's output on them)."""
-        gated = gated and self.cuda
+    def sample(self, regime: Regime, values: list[Any], expected: Any, label: str = "a timed call") -> Observed:
+        """One timed call on `values` in `regime` (the host regime on the CPU), verified against `expected` (the
+        reference's output on them)."""
+        regime = regime if self.cuda else Regime.HOST
+        gated = regime == Regime.GPU
         session, cand = self.session, self.session.cand
         if not session.fits(values):
             session.bind(session.name, values)
@@ -84,7 +86,7 @@ class TimedCalls:
         cand.thaw()
         try:
             sent = _perf_counter()
-            cand.send(protocol.Arm(gated, value))
+            cand.send(protocol.Arm(regime, value))
             if gated and not cand.ready(ARM_DEADLINE_S):
                 return self._forced(value, _perf_counter() - sent)
             armed = _answer(cand.receive())
@@ -106,8 +108,7 @@ class TimedCalls:
                 reply = _answer(cand.receive())
         finally:
             cand.freeze()
-        return Observed(reply.timed_s, window, arm, reply.issue_s, Regime.GPU if gated else Regime.HOST,
-                        done=done)
+        return Observed(reply.timed_s, window, arm, reply.issue_s, regime, done=done)
 
     def _forced(self, value: int, arm: float) -> Observed:
         """The gated call is still being issued: it waits for the GPU. Open its gate so that it finishes (on stale

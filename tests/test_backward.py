@@ -13,7 +13,7 @@ from kbench.cli import app
 from kbench.config.run_config import RunConfig
 from kbench.judge import backward
 from kbench.judge.checks.comparison import compare
-from kbench.judge.verdicts import Verdict
+from kbench.judge.verdict import Verdict
 from kbench.problems.discovery import find_problem
 from kbench.problems.metadata import DiscoveryError
 from kbench.results.records import Status

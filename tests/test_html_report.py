@@ -21,7 +21,16 @@ from kbench.reports import html, reproduce, strips
 from kbench.reports.compare import Comparison, compare_runs
 from kbench.results.codec import decode
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
-from kbench.results.records import COMPILED, EAGER, CompileInfo, Evaluation, Measurement, Status, TrialResult
+from kbench.results.records import (
+    COMPILED,
+    EAGER,
+    CompileInfo,
+    Evaluation,
+    Measurement,
+    Speedups,
+    Status,
+    TrialResult,
+)
 from kbench.results.storage import RunStore, load
 
 CHROMIUM = Path(os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium")
@@ -42,7 +51,7 @@ TYPED = {"floor": Floor, "accuracy": Accuracy, "kernels": KernelShare, "peak": P
 
 def with_figures(e: Evaluation, **figures: object) -> Evaluation:
     """The one place the fixtures set floor, accuracy, kernels, phases, peak memory and GPU (typed fields; what has
-    no field, a suspect row's withheld speedups, goes to `extra`)."""
+    no field goes to `extra`)."""
     typed = {k: decode(TYPED[k], v) if k in TYPED else v
              for k, v in figures.items() if k in TYPED or k in ("percent_of_floor", "phases", "gpu")}
     extra = {k: v for k, v in figures.items() if k not in TYPED and k not in ("percent_of_floor", "phases", "gpu")}
@@ -86,8 +95,8 @@ def problem_rows(problem: str = "conv") -> list[Evaluation]:
         row(problem, "slow", ms=3.0, compile=ok, trials=trials),
         with_figures(row(problem, "cheat", Status.SUSPECT, ms=0.01, trials=trials,
                          message="outputs pass, timing not trusted: [escaped_timer] work ran outside the timed interval",
-                         warnings=(Finding(FindingCode.ESCAPED_TIMER, "work ran outside the timed interval"),)),
-                     speedup_vs_eager=400.0, speedup_vs_compile=200.0),
+                         warnings=(Finding(FindingCode.ESCAPED_TIMER, "work ran outside the timed interval"),),
+                         withheld=Speedups(400.0, 200.0))),
         row(problem, "wrong", Status.INCORRECT, compile=ok, message="max abs error 0.5 at trial 2",
             trials=trials[:1] + (TrialResult(seed=44, passed=False, max_abs_err=0.5, message="0.5 > atol"),)),
         row(problem, "no_build", Status.COMPILE_ERROR, message="kernel.cu(42): error: identifier is undefined",

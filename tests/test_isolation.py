@@ -92,7 +92,7 @@ def test_incorrect_rows_record_per_trial_error_figures(fixture_run):
 def test_results_are_written_and_reload(fixture_run):
     store, _ = fixture_run
     doc, evaluations = load_run(store.directory)
-    assert doc["state"] == "complete" and doc["version"] == storage.VERSION == 3
+    assert doc["state"] == "complete" and doc["version"] == storage.VERSION == 4
     assert doc["config"]["device"] == "cpu" and doc["config"]["size"] == "small"
     assert doc["environment"]["torch"] and "commit" in doc["git"]
     assert [e.solution for e in evaluations] == [e.solution for e in store.evaluations]

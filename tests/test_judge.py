@@ -11,7 +11,7 @@ from kbench.judge import judge
 from kbench.judge.candidate import protocol
 from kbench.judge.harness import build_reference, input_maker, load_problem
 from kbench.judge.timing import flags, judge_timing
-from kbench.judge.verdicts import Verdict
+from kbench.judge.verdict import Verdict
 from kbench.results.codec import ProtocolError
 from kbench.results.findings import Finding, FindingCode
 from kbench.results.records import Regime

@@ -9,7 +9,7 @@ from kbench.errors import ResultsError
 from kbench.results import migrate, storage
 from kbench.results.findings import Finding, FindingCode
 from kbench.results.figures import Accuracy, Ceilings, Floor, KernelShare, PeakMemory, Work
-from kbench.results.records import Status
+from kbench.results.records import Speedups, Status
 
 FLOOR = {"seconds": 1e-3, "memory_s": 1e-3, "compute_s": 1e-4, "bound": "memory", "work": {"flops": 1e9, "bytes": 3e9},
          "ceilings": {"name": "H100", "bandwidth_bytes_s": 3e12, "flops_s": 4e14, "flops_kind": "tf32",
@@ -37,7 +37,7 @@ def test_a_version_1_run_loads_with_its_figures_in_typed_fields(tmp_path):
                              "peak_bytes": {"solution": 8192, "reference": 4096}, "gpu": "1",
                              "protocol": {"rounds": 12}})
     doc, (e, s) = storage.load_run(_v1_file(tmp_path, [eager, solution]))
-    assert doc["version"] == storage.VERSION == 3
+    assert doc["version"] == storage.VERSION == 4
     assert e.floor == Floor(1e-3, 1e-3, 1e-4, "memory", Work(1e9, 3e9), Ceilings("H100", 3e12, 4e14, "tf32", "2026-11-20"))
     assert e.floor.describe() == "memory-bound: 3.0 GB at 3.0 TB/s"
     assert e.peak == PeakMemory(reference=4096) and e.phases == {"timing": 2.0} and e.extra == {"noise": {"rel": 1e-7}}
@@ -58,14 +58,14 @@ def test_a_resumed_version_1_run_is_written_as_the_current_version(tmp_path):
     store = storage.RunStore.resume(path)
     store.save("interrupted")
     written = json.loads(path.read_text())
-    assert written["version"] == 3 and written["evaluations"][0]["phases"] == {"setup": 1.0}
+    assert written["version"] == 4 and written["evaluations"][0]["phases"] == {"setup": 1.0}
     assert "phases" not in written["evaluations"][0]["extra"]
 
 
 def test_a_file_of_a_newer_version_is_refused_with_what_to_do(tmp_path):
     path = tmp_path / "run.json"
-    path.write_text(json.dumps({"format": "kbench-run", "version": 4, "evaluations": []}))
-    with pytest.raises(ResultsError, match="format version 4; this kbench reads up to 3. Upgrade kbench"):
+    path.write_text(json.dumps({"format": "kbench-run", "version": 5, "evaluations": []}))
+    with pytest.raises(ResultsError, match="format version 5; this kbench reads up to 4. Upgrade kbench"):
         storage.load_run(path)
 
 
@@ -91,3 +91,16 @@ def test_a_version_2_warning_that_is_not_a_string_is_not_dropped_but_refused(tmp
     path.write_text(json.dumps(doc))
     with pytest.raises(ResultsError):
         storage.load_run(path)
+
+
+def test_a_version_3_suspect_rows_withheld_speedups_move_to_their_field(tmp_path):
+    suspect = {**_row("fast", {"speedup_vs_eager": 4.0, "speedup_vs_compile": 2.0, "protocol": {"rounds": 3}}),
+               "status": "suspect"}
+    honest = _row("slow", {"speedup_vs_eager": 9.0})  # not a suspect row: what its extra holds is not withheld
+    doc = {"format": "kbench-run", "version": 3, "run_id": "20261120-000000-abcd", "started": "2026-11-20T00:00:00",
+           "state": "complete", "config": {"device": "cuda"}, "evaluations": [suspect, honest]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(doc))
+    _, (s, h) = storage.load_run(path)
+    assert s.withheld == Speedups(4.0, 2.0) and s.extra == {"protocol": {"rounds": 3}}
+    assert h.withheld is None and h.extra == {"speedup_vs_eager": 9.0}

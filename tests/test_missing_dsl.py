@@ -9,7 +9,7 @@ from kbench.build.compile import BuildResult
 from kbench.cli import app
 from kbench.commands import evaluation
 from kbench.judge.candidate import loading
-from kbench.judge.verdicts import Verdict
+from kbench.judge.verdict import Verdict
 from kbench.results.records import CompileInfo, SolutionSpec, Status
 from kbench.results.storage import load_run
 from tests.conftest import FIXTURES

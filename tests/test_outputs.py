@@ -6,7 +6,7 @@ import torch
 from kbench.judge.candidate import protocol
 from kbench.judge.candidate.outputs import Locator, OutputViews, check_output
 from kbench.judge.timing.timed_call import spot_check, spots
-from kbench.judge.verdicts import Verdict
+from kbench.judge.verdict import Verdict
 from kbench.results.codec import ProtocolError
 
 

@@ -12,7 +12,8 @@ from torch import nn
 
 from kbench.judge import ceilings as ceiling_bench
 from kbench.judge.ceilings import Ceilings, MeasureSizes, cache_path, cached_ceilings, measure_ceilings
-from kbench.measure.roofline import Work, floor, percent_of_floor, plausibility, problem_work
+from kbench.measure.roofline import Work, floor, floor_findings, percent_of_floor, problem_work
+from kbench.results.findings import Finding, FindingCode
 
 F32 = 4  # bytes per float32 element
 CEILINGS = Ceilings("Test GPU", bandwidth_bytes_s=1e9, flops_s=1e12, flops_kind="fp32", measured_at="now")
@@ -78,7 +79,9 @@ def test_percent_of_floor():
 
 def test_below_the_floor_warns_with_the_bound():
     fl = floor(Work(flops=0, bytes=2e6), CEILINGS)  # 2 ms, memory-bound
-    [warning] = plausibility(1e-3, None, fl)
+    [finding] = floor_findings(1e-3, None, fl)
+    assert finding.code == FindingCode.BELOW_FLOOR and finding.code.suspect  # the row's timing is not trusted
+    warning = finding.message
     assert warning.startswith("faster than the hardware floor: 1.000 ms < 2.000 ms")
     assert "(memory-bound: 2.0 MB at 1.0 GB/s)" in warning
     assert "work escaping the timer" in warning
@@ -86,19 +89,21 @@ def test_below_the_floor_warns_with_the_bound():
 
 def test_just_below_the_floor_passes_within_tolerance_only():
     fl = floor(Work(flops=0, bytes=2e6), CEILINGS)
-    assert plausibility(1.95e-3, None, fl) == []
-    assert len(plausibility(1.95e-3, None, fl, tolerance=0.0)) == 1
+    assert floor_findings(1.95e-3, None, fl) == []
+    assert len(floor_findings(1.95e-3, None, fl, tolerance=0.0)) == 1
 
 
 def test_far_faster_than_eager_warns():
-    assert plausibility(2.5e-3, 30e-3, None) == ["12.0x faster than eager: review before trusting"]
-    assert plausibility(2.5e-3, 30e-3, None, max_speedup=20.0) == []
+    [finding] = floor_findings(2.5e-3, 30e-3, None)
+    assert finding == Finding(FindingCode.IMPLAUSIBLE_SPEED, "12.0x faster than eager: review before trusting")
+    assert not finding.code.suspect  # a heuristic: a warning only
+    assert floor_findings(2.5e-3, 30e-3, None, max_speedup=20.0) == []
 
 
 def test_plausible_times_and_missing_floor_give_no_warning():
     fl = floor(Work(flops=0, bytes=2e6), CEILINGS)
-    assert plausibility(3e-3, 10e-3, fl) == []
-    assert plausibility(1e-6, None, None) == []
+    assert floor_findings(3e-3, 10e-3, fl) == []
+    assert floor_findings(1e-6, None, None) == []
 
 
 class CountingMeasure:
@@ -168,23 +173,3 @@ def test_best_of_repeats_is_the_fastest_sample():
 def test_meta_device_cannot_be_measured():
     with pytest.raises(ValueError, match="cuda or cpu"):
         measure_ceilings(torch.device("meta"), tf32=False)
-
-
-def test_rows_below_the_floor_or_far_above_eager_are_flagged():
-    from kbench.commands.evaluation import with_floor
-    from kbench.measure.roofline import floor
-    from kbench.results.figures import Ceilings, Work
-    from kbench.results.records import Evaluation, Measurement, Status
-
-    fl = floor(Work(flops=1e9, bytes=1e9), Ceilings("GPU", 1e12, 1e15, "tf32", "now"))  # memory-bound: 1 ms
-    def row(ms, eager_ms):
-        return Evaluation(problem="p", solution="s", status=Status.CORRECT, device="cuda", size="full",
-                          timing=Measurement((ms / 1e3,)), eager_timing=Measurement((eager_ms / 1e3,)))
-
-    plausible = with_floor(row(2.0, 4.0), fl)
-    assert plausible.flags == () and plausible.percent_of_floor == pytest.approx(50.0)
-    too_fast = with_floor(row(0.5, 4.0), fl)
-    assert too_fast.flags == ("below_floor",) and "faster than the hardware floor" in too_fast.warnings[0].message
-    far_ahead = with_floor(row(2.0, 40.0), fl)
-    assert far_ahead.flags == ("implausible_speed",) and "20.0x faster than eager" in far_ahead.warnings[0].message
-    assert with_floor(row(2.0, 4.0), None).percent_of_floor is None

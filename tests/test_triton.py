@@ -86,7 +86,7 @@ CUDA = "__global__ void cuda_kernel(float* x) {}"
 @pytest.mark.parametrize("module, extra", [("tilelang", "tilelang"), ("cutlass.cute", "cute")])
 def test_a_solution_in_a_missing_kernel_dsl_is_a_load_error_naming_the_extra(tmp_path, module, extra):
     from kbench.judge.candidate.loading import load_solution
-    from kbench.judge.verdicts import Verdict
+    from kbench.judge.verdict import Verdict
 
     if importlib.util.find_spec(module.split(".")[0]) is not None:
         pytest.skip(f"{module} is installed here")

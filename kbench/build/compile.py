@@ -12,6 +12,8 @@ from pathlib import Path
 
 from kbench.execution import child, isolation
 from kbench.execution.pool import drain
+from kbench.judge.checks.static_checks import analyze
+from kbench.results.findings import Finding
 from kbench.results.records import CompileInfo, SolutionSpec
 from kbench.system import sandbox, toolkit
 from kbench.wire.jobs import BuildJob, BuildJobResult, SolutionRef
@@ -38,6 +40,17 @@ class BuildResult:
     status: str  # "ok" or the failing evaluation status (compile_error, load_error, timeout, crashed)
     message: str
     compile: CompileInfo
+    # what the static checks find in the source (heuristics: on the row as warnings, never deciding its status)
+    findings: tuple[Finding, ...] = ()
+
+
+def source_findings(solution: SolutionSpec) -> tuple[Finding, ...]:
+    """The static checks' findings on the solution's source (kbench.judge.checks.static_checks)."""
+    try:
+        source = solution.path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ()
+    return tuple(Finding(f.code, f.message) for f in analyze(source))
 
 
 def extension_dir(ctx: BuildContext, solution: SolutionSpec) -> tuple[Path, str]:
@@ -86,8 +99,10 @@ def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int,
     Import errors of files with nothing to build are left to the evaluation child, which reports them.
     """
     directory, key = extension_dir(ctx, solution)
+    found = source_findings(solution)
     if not needs_build(solution):
-        return BuildResult(solution, True, "ok", "", CompileInfo(ok=True, log="nothing to build", cache_key=key))
+        return BuildResult(solution, True, "ok", "", CompileInfo(ok=True, log="nothing to build", cache_key=key),
+                           found)
     directory.mkdir(parents=True, exist_ok=True)
     with open(ctx.cache_dir / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -106,8 +121,8 @@ def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int,
         status, message = failure
         if status == "compile_error":
             message = toolkit.first_compiler_error(log) or message
-        return BuildResult(solution, False, status, message, info)
-    return BuildResult(solution, True, "ok", "", info)
+        return BuildResult(solution, False, status, message, info, found)
+    return BuildResult(solution, True, "ok", "", info, found)
 
 
 def build_all(

@@ -12,9 +12,7 @@ from kbench.commands.evaluation import (
     evaluate_reference,
     evaluate_solution,
     on_gpu,
-    with_floor,
     with_next_step,
-    with_suspicion,
 )
 from kbench.commands.progress import (
     EvaluationFinished,
@@ -101,7 +99,7 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
         store.begin(problem.name, EAGER)
         with evaluating(progress, problem.name, label, f"{problem.name}: reference"):
             rows = evaluate_reference(plan, problem, slot)
-        return [on_gpu(with_floor(row, rows[0].floor), slot, plan) for row in rows]
+        return [on_gpu(row, slot, plan) for row in rows]
 
     def stored(problem: ProblemSpec, rows: list[Evaluation]) -> None:
         for row in rows:
@@ -129,8 +127,8 @@ def evaluate_all(plan: Plan, problems: Sequence[ProblemSpec], solutions: dict[st
                               message=skipped[solution.path], **where)
         store.begin(problem.name, solution.name)  # a run that dies now is resumed with this row crashed
         with evaluating(progress, problem.name, solution.name, f"{problem.name}: {solution.name}"):
-            row = with_floor(evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, slot), floor)
-        return on_gpu(with_next_step(with_suspicion(row), plan.config.timeout_s), slot, plan)
+            row = evaluate_solution(plan, problem, solution, builds.get(solution.path), gain, floor, slot)
+        return on_gpu(with_next_step(row, plan.config.timeout_s), slot, plan)
 
     def record(item: tuple[ProblemSpec, SolutionSpec], row: Evaluation) -> None:
         store.add(row)

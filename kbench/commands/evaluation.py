@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypedDict
 
 from kbench.build.compile import BuildContext, BuildResult, child_env
@@ -12,11 +11,8 @@ from kbench.execution.child import answer
 from kbench.execution.executors import Executor, local_executor
 from kbench.execution.pool import Slot
 from kbench.judge.candidate.loading import load_failure
-from kbench.judge.checks.static_checks import analyze
-from kbench.judge.timing.checks import escaped_work_warning, few_samples_warning, launch_bound_warning
-from kbench.judge.verdicts import Verdict
+from kbench.judge.verdict import Verdict
 from kbench.results.figures import Floor
-from kbench.results.findings import Finding, FindingCode
 from kbench.results.header import Environment
 from kbench.results.records import (
     COMPILED,
@@ -112,19 +108,6 @@ def other_sizes(plan: Plan, problem: ProblemSpec) -> tuple[OtherSize, ...]:
     return (OtherSize(other, problem.overrides(other)),)
 
 
-def _warnings(plan: Plan, timing: Measurement | None, extra: Sequence[Finding] = ()) -> tuple[Finding, ...]:
-    found = list(extra)
-    if timing is not None and (few := few_samples_warning(timing, plan.config.timing)):
-        found.append(few)
-    if timing is not None and plan.device == "cuda" and not timing.judge_samples:  # a candidate's: the judge checks
-        warning = escaped_work_warning(timing)
-        if warning:
-            found.append(warning)
-    if timing is not None and plan.device == "cuda" and (launch := launch_bound_warning(timing)):
-        found.append(launch)
-    return tuple(found)
-
-
 def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> list[Evaluation]:
     """The eager row, and the torch.compile row unless it was switched off."""
     job = ReferenceJob(**judging(plan, problem), compile_baseline=plan.config.compile_baseline,
@@ -138,8 +121,9 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
         return [Evaluation(solution=EAGER, status=Status(result.status), message=result.message, **common)]
     eager = result.timing
     rows = [Evaluation(solution=EAGER, status=Status.CORRECT, timing=eager, eager_timing=eager, speedup_vs_eager=1.0,
-                       warnings=_warnings(plan, eager, result.warnings), floor=result.floor, peak=result.peak,
-                       phases=result.phases, extra={"output": result.output, **result.figures}, **common)]
+                       warnings=result.warnings, floor=result.floor, percent_of_floor=result.percent_of_floor,
+                       peak=result.peak, phases=result.phases, extra={"output": result.output, **result.figures},
+                       **common)]
     if result.compiled is not None:
         rows.append(_compiled_row(plan, result.compiled, eager, **common))
     return rows
@@ -150,24 +134,11 @@ def _compiled_row(plan: Plan, compiled: CompiledResult, eager: Measurement,
     timing = compiled.timing
     return Evaluation(
         solution=COMPILED, status=Status(compiled.status), message=compiled.message, trials=compiled.trials,
-        timing=timing, eager_timing=eager, speedup_vs_eager=eager.median / timing.median if timing else None,
-        speedup_vs_compile=1.0 if timing else None, warnings=_warnings(plan, timing),
-        compile=CompileInfo(ok=True, seconds=compiled.compile_seconds), **common,
+        timing=timing, eager_timing=eager, speedup_vs_eager=compiled.speedup_vs_eager,
+        speedup_vs_compile=1.0 if timing else None, warnings=compiled.warnings,
+        percent_of_floor=compiled.percent_of_floor, compile=CompileInfo(ok=True, seconds=compiled.compile_seconds),
+        **common,
     )
-
-
-def with_floor(row: Evaluation, floor: Floor | None) -> Evaluation:
-    """Add % of the hardware floor and implausible-speed warnings to a timed row."""
-    if floor is None or row.timing is None:
-        return row
-    from kbench.measure import roofline  # heavy: torch, which the parent imports only for a row with a floor
-
-    eager = row.eager_timing.median if row.eager_timing is not None and row.solution != EAGER else None
-    checks = ((FindingCode.BELOW_FLOOR, roofline.below_floor(row.timing.median, floor)),  # untrusted timing: suspect
-              (FindingCode.IMPLAUSIBLE_SPEED, roofline.far_ahead(row.timing.median, eager)))  # a heuristic: a warning
-    found = [Finding(code, why) for code, why in checks if why is not None]
-    return dataclasses.replace(row, warnings=row.warnings + tuple(found),
-                               percent_of_floor=roofline.percent_of_floor(row.timing.median, floor))
 
 
 def _not_judged(plan: Plan, solution: SolutionSpec, precision: str,
@@ -192,8 +163,10 @@ def _failed_build(built: BuildResult) -> tuple[Status, str]:
 
 
 def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, built: BuildResult | None,
-                      compile_gain: float | None, slot: Slot = None) -> Evaluation:
-    """One solution in its own child; `compile_gain` is eager/compiled time from the reference child."""
+                      compile_gain: float | None, floor: Floor | None = None, slot: Slot = None) -> Evaluation:
+    """One solution in its own child, whose judge decides its row (kbench.judge.verdict); `compile_gain` (eager's
+    median over torch.compile's) and `floor` come from the problem's reference row. The row adds the build's findings
+    (the static checks': warnings that decide nothing) to the judge's."""
     precision = plan.config.precision_for(problem)
     common: SolutionRowFields = {"problem": problem.name, "solution": solution.name, "device": plan.device,
                                  "size": plan.size, "precision": precision,
@@ -202,29 +175,19 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
     if (refused := _not_judged(plan, solution, precision, built)) is not None:
         return Evaluation(status=refused[0], message=refused[1], **common)
     job = EvaluateJob(**judging(plan, problem), other_sizes=other_sizes(plan, problem),
-                      solution=SolutionRef(solution.name, str(solution.path)))
+                      solution=SolutionRef(solution.name, str(solution.path)), floor=floor, compile_gain=compile_gain)
     outcome = plan.executor.launch(job, plan.config.timeout_s,
                                    plan.executor.env(child_env(plan.build, solution, 1), slot))
     result = answer(outcome, EvaluateResult)
-    timing, eager = result.timing, result.eager_timing
-    speedup = eager.median / timing.median if timing and eager else None
+    assert built is not None  # _not_judged: a judged solution was built
     return Evaluation(
-        status=Status(result.status), message=result.message, trials=result.trials, timing=timing, eager_timing=eager,
-        size_checks=result.size_checks, speedup_vs_eager=speedup,
-        speedup_vs_compile=speedup / compile_gain if speedup and compile_gain else None,
-        warnings=_warnings(plan, timing, [*static_warnings(solution), *result.warnings]), seconds=outcome.seconds,
+        status=Status(result.status), message=result.message, trials=result.trials, timing=result.timing,
+        eager_timing=result.eager_timing, size_checks=result.size_checks, speedup_vs_eager=result.speedup_vs_eager,
+        speedup_vs_compile=result.speedup_vs_compile, withheld=result.withheld,
+        percent_of_floor=result.percent_of_floor, warnings=built.findings + result.warnings, seconds=outcome.seconds,
         accuracy=result.accuracy, kernels=result.kernels, peak=result.peak, phases=result.phases, extra=result.figures,
         **common,
     )
-
-
-def static_warnings(solution: SolutionSpec) -> list[Finding]:
-    """Findings of the static checks on the solution's source (kbench.judge.checks.static_checks)."""
-    try:
-        source = solution.path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return []
-    return [Finding(f.code, f.message) for f in analyze(source)]
 
 
 def on_gpu(row: Evaluation, slot: Slot, plan: Plan | None = None) -> Evaluation:
@@ -257,14 +220,3 @@ def with_next_step(row: Evaluation, timeout_s: float) -> Evaluation:
     if hint is None or row.solution in (EAGER, COMPILED) or not row.message or hint in row.message:
         return row
     return dataclasses.replace(row, message=f"{row.message} (next: {hint})")
-
-
-def with_suspicion(row: Evaluation) -> Evaluation:
-    """A passing row whose timing cannot be trusted becomes `suspect`: its samples stay, its speedups go."""
-    reasons = [w for w in row.warnings if w.code.suspect]
-    if row.status != Status.CORRECT or not reasons or row.solution in (EAGER, COMPILED):
-        return row
-    extra = {**row.extra, "speedup_vs_eager": row.speedup_vs_eager, "speedup_vs_compile": row.speedup_vs_compile}
-    return dataclasses.replace(row, status=Status.SUSPECT,
-                               message=f"outputs pass, timing not trusted: {reasons[0].text}",
-                               speedup_vs_eager=None, speedup_vs_compile=None, extra=extra)

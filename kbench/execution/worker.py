@@ -27,7 +27,7 @@ from kbench.judge.candidate.session import Reserve
 from kbench.judge.harness import out_of_memory
 from kbench.judge.judge import CandidateProcess
 from kbench.judge.reference import check_problem, time_reference
-from kbench.judge.verdicts import Verdict, short
+from kbench.judge.verdict import Verdict, short
 from kbench.results import codec
 from kbench.results.codec import ProtocolError, decode, to_wire
 from kbench.system import machine

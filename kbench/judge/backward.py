@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import torch
 
-from kbench.judge.verdicts import Verdict, short
+from kbench.judge.verdict import Verdict, short
 from kbench.results.records import Status
 
 _tensor_type = torch.Tensor

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbench.judge.verdict import Decision
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
 from kbench.results.findings import Finding
 from kbench.results.records import Measurement, Status, TrialResult
@@ -27,11 +28,15 @@ class Draft:
     accuracy: Accuracy | None = None
     kernels: KernelShare | None = None
     peak: PeakMemory | None = None
+    percent_of_floor: float | None = None
 
-    def result(self, status: Status, message: str = "") -> EvaluateResult:
-        """The verdict with everything found so far, as the record the parent reads."""
-        return EvaluateResult(status=status, message=message, trials=tuple(self.trials), size_checks=self.size_checks,
-                              timing=self.timing, eager_timing=self.eager_timing, warnings=tuple(self.warnings),
+    def result(self, decision: Decision) -> EvaluateResult:
+        """The verdict (kbench.judge.verdict.decide) with everything found, as the record the parent reads."""
+        return EvaluateResult(status=decision.status, message=decision.message, trials=tuple(self.trials),
+                              size_checks=self.size_checks, timing=self.timing, eager_timing=self.eager_timing,
+                              speedup_vs_eager=decision.speedups.speedup_vs_eager,
+                              speedup_vs_compile=decision.speedups.speedup_vs_compile, withheld=decision.withheld,
+                              percent_of_floor=self.percent_of_floor, warnings=tuple(self.warnings),
                               accuracy=self.accuracy, kernels=self.kernels, peak=self.peak, phases=self.phases,
                               figures=self.figures)
 
@@ -46,7 +51,8 @@ class ReferenceDraft:
     figures: dict[str, Any] = field(default_factory=dict)  # free-form diagnostics: noise, machine, primed, regimes
 
     def result(self, timing: Measurement, peak: PeakMemory, floor: Floor | None = None,
-               compiled: CompiledResult | None = None) -> ReferenceResult:
+               compiled: CompiledResult | None = None, percent_of_floor: float | None = None) -> ReferenceResult:
         """The reference's row: correct, with its time and figures."""
         return ReferenceResult(status=Status.CORRECT, output=self.output, warnings=tuple(self.warnings), timing=timing,
-                               compiled=compiled, floor=floor, peak=peak, phases=self.phases, figures=self.figures)
+                               compiled=compiled, floor=floor, percent_of_floor=percent_of_floor, peak=peak,
+                               phases=self.phases, figures=self.figures)

@@ -18,7 +18,7 @@ from kbench.config.tolerances import PRECISIONS
 from kbench.judge import backward
 from kbench.judge.candidate.loading import import_path
 from kbench.judge.timing import sampling, timers
-from kbench.judge.verdicts import Verdict, short
+from kbench.judge.verdict import Verdict, short
 from kbench.results.records import Status
 from kbench.wire.jobs import Judging, ProblemRef
 

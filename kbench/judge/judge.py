@@ -39,10 +39,10 @@ from kbench.judge.timing.judge_timing import (
     time_beside_witness,
     time_rounds,
 )
-from kbench.judge.verdicts import Verdict
+from kbench.judge.verdict import Verdict, decide
 from kbench.results.figures import PeakMemory
 from kbench.results.findings import Finding, FindingCode
-from kbench.results.records import Regime, Status
+from kbench.results.records import Regime, Speedups, Status
 from kbench.system import escapes, sandbox
 from kbench.wire.jobs import EvaluateJob, EvaluateResult
 
@@ -133,14 +133,14 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     phases.mark("trials")
     if not all(t.passed for t in trials):
         _finish(session, draft)
-        return draft.result(Status.INCORRECT, trials[-1].message)
+        return _decided(job, draft, Status.INCORRECT, trials[-1].message)
     failure = _other_sizes(job, problem, session, draft)
     set_sizes(problem, job.problem.overrides)
     session.bind("main", make(seed))
     phases.mark("other_sizes")
     if failure:
         _finish(session, draft)
-        return draft.result(Status.INCORRECT, failure)
+        return _decided(job, draft, Status.INCORRECT, failure)
     beside_witness = device == "cuda" and calibration.reference_launch_bound  # its speedup divides by the witness
     timed, found, first = retime_mismatch(
         (lambda: time_beside_witness(job, session, reference, init, make, calibration)) if beside_witness else
@@ -161,7 +161,20 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     draft.peak = PeakMemory(solution=session.peak_bytes, reference=ref_peak)
     if (warning := memory_warning(session.peak_bytes, ref_peak)) is not None:
         draft.warnings.append(warning)
-    return draft.result(Status.CORRECT)
+    return _decided(job, draft, Status.CORRECT)
+
+
+def _decided(job: EvaluateJob, draft: Draft, judged: Status, message: str = "") -> EvaluateResult:
+    """The last findings, on the timing's samples and against the problem's floor, then the verdict: decided here,
+    once, from everything the judge found (kbench.judge.verdict.decide)."""
+    timing, eager = draft.timing, draft.eager_timing
+    draft.warnings += checks.measurement_warnings(timing, job.timing, job.device)
+    if timing is not None and job.floor is not None:
+        from kbench.measure import roofline  # the FLOP counter's imports: paid ahead in the zygote (worker)
+
+        draft.warnings += roofline.floor_findings(timing.median, eager.median if eager else None, job.floor)
+        draft.percent_of_floor = roofline.percent_of_floor(timing.median, job.floor)
+    return draft.result(decide(judged, message, draft.warnings, Speedups.of(timing, eager, job.compile_gain)))
 
 
 # Fresh candidate processes tried, one after another, when the candidate's process runs the reference itself at

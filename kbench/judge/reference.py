@@ -32,11 +32,11 @@ from kbench.judge.harness import (
     with_peak,
 )
 from kbench.judge.timing import checks, sampling, timers
-from kbench.judge.verdicts import short
+from kbench.judge.verdict import short
 from kbench.results.codec import decode
 from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
-from kbench.results.records import Measurement, Status
+from kbench.results.records import Measurement, Speedups, Status
 from kbench.system import machine
 from kbench.wire.jobs import CheckJob, CheckResult, CompiledResult, Judging, ReferenceJob, ReferenceResult
 
@@ -77,10 +77,35 @@ def time_reference(job: ReferenceJob, announce: Announce, wait_turn: Callable[[]
     if device == "cuda" and job.ceilings_dir:
         floor = hardware_floor(job, reference, make(seed))
         phases.mark("floor")
+    eager = measured["eager"]
+    result.warnings += _row_findings(job, eager, None, floor)
     compiled_result = None
     if compiled is not None:
-        compiled_result = decode(CompiledResult, {**compiled, "timing": measured.get("compiled")})
-    return result.result(measured["eager"], PeakMemory(reference=peak), floor, compiled_result)
+        timing = measured.get("compiled")
+        compiled_result = decode(CompiledResult, {
+            **compiled, "timing": timing, "warnings": _row_findings(job, timing, eager, floor),
+            "speedup_vs_eager": Speedups.of(timing, eager, None).speedup_vs_eager,
+            "percent_of_floor": _percent(timing, floor)})
+    return result.result(eager, PeakMemory(reference=peak), floor, compiled_result, _percent(eager, floor))
+
+
+def _row_findings(job: ReferenceJob, timing: Measurement | None, eager: Measurement | None,
+                  floor: Floor | None) -> list[Finding]:
+    """What the eager or torch.compile row's timing warns of (its samples; below the floor, or far ahead of eager)."""
+    found = checks.measurement_warnings(timing, job.timing, job.device)
+    if timing is not None and floor is not None:
+        from kbench.measure import roofline  # heavy: the FLOP counter's imports (paid for the floor already)
+
+        found += roofline.floor_findings(timing.median, eager.median if eager else None, floor)
+    return found
+
+
+def _percent(timing: Measurement | None, floor: Floor | None) -> float | None:
+    if timing is None or floor is None:
+        return None
+    from kbench.measure import roofline  # heavy, as above
+
+    return roofline.percent_of_floor(timing.median, floor)
 
 
 def _first_call(job: ReferenceJob, reference: Any, make: Any,

@@ -23,6 +23,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from kbench.results.figures import Ceilings, Floor, Work
+from kbench.results.findings import Finding, FindingCode
 
 FLOOR_TOLERANCE = 0.05  # copy bandwidth trails read-mostly bandwidth by a few percent; don't cry wolf at 99%
 MAX_SPEEDUP = 10.0
@@ -103,13 +104,10 @@ def far_ahead(solution_s: float, eager_s: float | None, max_speedup: float = MAX
     return f"{speedup:.1f}x faster than eager: review before trusting" if speedup > max_speedup else None
 
 
-def plausibility(
-    solution_s: float,
-    eager_s: float | None,
-    fl: Floor | None,
-    max_speedup: float = MAX_SPEEDUP,
-    tolerance: float = FLOOR_TOLERANCE,
-) -> list[str]:
-    """Warnings for a solution median that is too fast to believe: below the floor, or far below eager."""
-    found = (below_floor(solution_s, fl, tolerance), far_ahead(solution_s, eager_s, max_speedup))
-    return [w for w in found if w is not None]
+def floor_findings(solution_s: float, eager_s: float | None, fl: Floor | None, max_speedup: float = MAX_SPEEDUP,
+                   tolerance: float = FLOOR_TOLERANCE) -> list[Finding]:
+    """What a median too fast to believe is flagged with: `[below_floor]` (the timing cannot be trusted: the row is
+    `suspect`, kbench.judge.verdict) and `[implausible_speed]` (far below eager's: a heuristic, a warning only)."""
+    found = ((FindingCode.BELOW_FLOOR, below_floor(solution_s, fl, tolerance)),
+             (FindingCode.IMPLAUSIBLE_SPEED, far_ahead(solution_s, eager_s, max_speedup)))
+    return [Finding(code, why) for code, why in found if why is not None]

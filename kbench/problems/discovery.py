@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kbench.config.tolerances import PRECISIONS
 from kbench.errors import DiscoveryError
-from kbench.judge.verdicts import NO_MODELNEW, syntax_error
+from kbench.judge.verdict import NO_MODELNEW, syntax_error
 from kbench.problems.metadata import (
     META_FILE,
     MODEL_FILE,

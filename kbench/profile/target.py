@@ -16,7 +16,7 @@ import torch
 from kbench.judge.candidate.loading import load_solution
 from kbench.judge.harness import apply_math_flags, build_reference, construct, input_maker, load_problem
 from kbench.judge.timing import timers
-from kbench.judge.verdicts import Verdict, short
+from kbench.judge.verdict import Verdict, short
 from kbench.profile.jobs import TargetJob, TargetResult
 from kbench.results.codec import decode_json, encode
 from kbench.results.records import Status

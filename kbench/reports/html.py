@@ -44,11 +44,10 @@ MEANING = {  # what each status says, before the row's own message says why
 
 
 def figures(e: Evaluation) -> RowFigures:
-    """What a row keeps in `extra` that the page shows (its typed figures are read off the row itself): the timing
-    protocol's figures and a suspect row's withheld speedups."""
-    x = e.extra
-    return {"protocol": x.get("protocol"),
-            "withheld": {k: x[k] for k in ("speedup_vs_eager", "speedup_vs_compile") if x.get(k) is not None}}
+    """The timing protocol's figures (kept in `extra`) and a suspect row's withheld speedups, as the page shows them
+    (the other typed figures are read off the row itself)."""
+    withheld = dataclasses.asdict(e.withheld) if e.withheld is not None else {}
+    return {"protocol": e.extra.get("protocol"), "withheld": {k: v for k, v in withheld.items() if v is not None}}
 
 
 def _number(value: Any, pattern: str) -> str:

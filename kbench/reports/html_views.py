@@ -14,8 +14,8 @@ from kbench.results.records import Evaluation
 
 
 class RowFigures(TypedDict):
-    """What a row keeps in `extra` that the page shows: the timing protocol's figures and a suspect row's withheld
-    speedups."""
+    """What the page shows of a row beyond its typed figures: the timing protocol's figures and a suspect row's
+    withheld speedups."""
 
     protocol: JsonObject | None  # as the run file holds it: shown flattened, key by key
     withheld: dict[str, float]

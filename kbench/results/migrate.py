@@ -6,6 +6,9 @@ record it should be stays in `extra` as it was: a migration never drops what a r
 
 Version 3 (2026-11-26) keeps each warning as a finding, {"code", "message"} (kbench.results.findings), where
 version 2 kept one string, "[code] message".
+
+Version 4 (2026-11-27) gives a `suspect` row's withheld speedups a typed field, `withheld` (version 3 kept them in
+`extra` as speedup_vs_eager and speedup_vs_compile).
 """
 
 from __future__ import annotations
@@ -56,7 +59,21 @@ def _v2_to_v3(doc: JsonObject) -> JsonObject:
     return {**doc, "version": 3, "evaluations": [row(e) for e in doc.get("evaluations", [])]}
 
 
-MIGRATIONS: dict[int, Callable[[JsonObject], JsonObject]] = {1: _v1_to_v2, 2: _v2_to_v3}
+WITHHELD = ("speedup_vs_eager", "speedup_vs_compile")  # v3 `extra` keys of a suspect row -> v4 `withheld`
+
+
+def _v3_to_v4(doc: JsonObject) -> JsonObject:
+    def row(e: JsonObject) -> JsonObject:
+        extra = dict(e.get("extra") or {})
+        if e.get("status") != "suspect" or not any(k in extra for k in WITHHELD):
+            return e
+        withheld = {k: extra.pop(k, None) for k in WITHHELD}
+        return {**e, "withheld": withheld, "extra": extra}
+
+    return {**doc, "version": 4, "evaluations": [row(e) for e in doc.get("evaluations", [])]}
+
+
+MIGRATIONS: dict[int, Callable[[JsonObject], JsonObject]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def upgrade(doc: JsonObject, to: int) -> JsonObject:

@@ -152,6 +152,22 @@ class CompileInfo:
 
 
 @dataclass(frozen=True)
+class Speedups:
+    """A row's speedups: eager's median over the row's, and that over torch.compile's gain (eager's median over
+    torch.compile's), each None where a median is missing."""
+
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+
+    @classmethod
+    def of(cls, timing: Measurement | None, eager: Measurement | None, compile_gain: float | None) -> Speedups:
+        if timing is None or eager is None or not timing.median:
+            return cls()
+        vs_eager = eager.median / timing.median
+        return cls(vs_eager, vs_eager / compile_gain if compile_gain else None)
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """The verdict for one problem x one solution (or the eager / torch.compile reference rows)."""
 
@@ -170,6 +186,7 @@ class Evaluation:
     eager_timing: Measurement | None = None  # eager reference timed in the same child, interleaved
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
+    withheld: Speedups | None = None  # a `suspect` row's speedups, shown as withheld and counted nowhere
     warnings: tuple[Finding, ...] = ()
     seconds: float = 0.0  # wall time of the whole evaluation, child start to result
     floor: Floor | None = None  # the problem's hardware floor on this GPU (on the eager row)
@@ -219,6 +236,7 @@ class Evaluation:
             eager_timing=Measurement.from_json(data["eager_timing"]) if data.get("eager_timing") else None,
             speedup_vs_eager=data.get("speedup_vs_eager"),
             speedup_vs_compile=data.get("speedup_vs_compile"),
+            withheld=_typed(Speedups, data.get("withheld")),
             warnings=tuple(Finding(FindingCode(w["code"]), w["message"]) for w in data.get("warnings", ())),
             seconds=data.get("seconds", 0.0),
             floor=_typed(Floor, data.get("floor")),

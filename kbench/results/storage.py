@@ -23,7 +23,7 @@ from kbench.results.profiles import ModelProfile, profiles_of, profiles_to_json
 from kbench.results.records import Evaluation
 
 FORMAT = "kbench-run"
-VERSION = 3  # kbench.results.migrate brings older files up to it
+VERSION = 4  # kbench.results.migrate brings older files up to it
 RUN_FILE = "run.json"
 # What happened since run.json was last written in full: one JSON line an event (an evaluation begun, one finished),
 # appended and flushed to disk as it happens, so that no finished evaluation is lost while run.json itself is

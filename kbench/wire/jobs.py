@@ -14,7 +14,7 @@ from typing import Any, Literal
 from kbench.config.run_config import MathFlags, TimingPolicy
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
 from kbench.results.findings import Finding
-from kbench.results.records import Measurement, Status, TrialResult
+from kbench.results.records import Measurement, Speedups, Status, TrialResult
 
 # ---- jobs (parent -> child) -----------------------------------------------------------------------
 
@@ -75,6 +75,8 @@ class EvaluateJob(Judging):
     mode: Literal["evaluate"] = "evaluate"
     solution: SolutionRef
     other_sizes: tuple[OtherSize, ...] = ()
+    floor: Floor | None = None  # the problem's hardware floor, from its reference's child (kbench.measure.roofline)
+    compile_gain: float | None = None  # eager's median over torch.compile's, from the same child
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,6 +127,9 @@ class CompiledResult:
     trials: tuple[TrialResult, ...] = ()
     compile_seconds: float = 0.0
     timing: Measurement | None = None
+    warnings: tuple[Finding, ...] = ()
+    speedup_vs_eager: float | None = None
+    percent_of_floor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,7 @@ class ReferenceResult:
     timing: Measurement | None = None
     compiled: CompiledResult | None = None
     floor: Floor | None = None
+    percent_of_floor: float | None = None  # eager's
     peak: PeakMemory | None = None
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step of the child
     figures: dict[str, Any] = field(default_factory=dict)  # diagnostics: noise, machine, primed
@@ -149,6 +155,10 @@ class EvaluateResult:
     size_checks: dict[str, tuple[TrialResult, ...]] = field(default_factory=dict)
     timing: Measurement | None = None
     eager_timing: Measurement | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    withheld: Speedups | None = None  # a suspect row's speedups (kbench.judge.verdict.decide)
+    percent_of_floor: float | None = None
     warnings: tuple[Finding, ...] = ()
     accuracy: Accuracy | None = None
     kernels: KernelShare | None = None

@@ -29,7 +29,7 @@ from kbench.judge.checks import trust
 from kbench.judge.harness import apply_math_flags, construct, set_sizes
 from kbench.judge.timing import timers
 from kbench.judge.timing.gate import Gate, SignalPage
-from kbench.judge.verdicts import Verdict, short
+from kbench.judge.verdict import Verdict, short
 from kbench.results.records import Regime, Status
 from kbench.system import procstate, sandbox
 from kbench.system.lifetime import die_with_parent

@@ -11,7 +11,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from kbench.judge.verdicts import NO_MODELNEW, Verdict, short, syntax_error
+from kbench.judge.verdict import NO_MODELNEW, Verdict, short, syntax_error
 from kbench.results.records import Status
 from kbench.system.toolkit import first_compiler_error
 

@@ -20,7 +20,7 @@ import torch
 
 from kbench.judge import backward
 from kbench.judge.timing import driver
-from kbench.judge.verdicts import Verdict
+from kbench.judge.verdict import Verdict
 from kbench.results.records import Status
 
 _tensor_type, _strided = torch.Tensor, torch.strided

@@ -21,7 +21,7 @@ from kbench.judge import backward
 from kbench.judge.candidate import candidate, protocol
 from kbench.judge.checks import correctness, trust
 from kbench.judge.timing import gate, timers
-from kbench.judge.verdicts import Verdict
+from kbench.judge.verdict import Verdict
 from kbench.results.codec import ProtocolError
 from kbench.results.records import Status
 from kbench.system import escapes

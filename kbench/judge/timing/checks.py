@@ -25,6 +25,18 @@ def few_samples_warning(m: Measurement, policy: TimingPolicy) -> Finding | None:
     return None
 
 
+def measurement_warnings(m: Measurement | None, policy: TimingPolicy, device: str) -> list[Finding]:
+    """What a finished measurement's samples warn of: fewer than the minimum (`few_samples_warning`); on CUDA, work
+    outside the timed stream, for a timing the judge did not check with its own clock (`escaped_work_warning`), and
+    calls that are launch-bound (`launch_bound_warning`)."""
+    if m is None:
+        return []
+    found = [few_samples_warning(m, policy)]
+    if device == "cuda":
+        found += [escaped_work_warning(m) if not m.judge_samples else None, launch_bound_warning(m)]
+    return [f for f in found if f is not None]
+
+
 # Host time above event time by both margins means work ran outside the timed stream.
 HOST_EXCESS_ABS_S = 100e-6
 HOST_EXCESS_REL = 0.5

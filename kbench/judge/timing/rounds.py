@@ -19,7 +19,7 @@ from kbench.judge.harness import make_timer
 from kbench.judge.timing import sampling, timers
 from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.timed_call import Observed, TimedCalls
-from kbench.judge.verdicts import Verdict, short
+from kbench.judge.verdict import Verdict, short
 from kbench.results.records import Regime, Status
 from kbench.results.stats import median
 from kbench.wire.jobs import Judging

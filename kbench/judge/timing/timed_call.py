@@ -30,7 +30,7 @@ from kbench.judge.candidate.session import Session
 from kbench.judge.checks import comparison
 from kbench.judge.timing import timers
 from kbench.judge.timing.gate import Gate, SignalPage
-from kbench.judge.verdicts import Verdict
+from kbench.judge.verdict import Verdict
 from kbench.results.records import Regime, Status
 
 _perf_counter = time.perf_counter

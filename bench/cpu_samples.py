@@ -10,7 +10,7 @@ machine (sized by timing the call here first):
 Each gets an honest copy (the problem's source and `class ModelNew(Model): pass`); then one `kbench run --device cpu --size full
 --no-compile-baseline --max-time T` over them all, and per row: the eager call's median ms, the timed samples, why
 sampling stopped, the timing phase's seconds, and the protocol's seconds per round spent refreshing inputs and
-rechecking outputs (run.json's extra.protocol). The issue's goal: at least 10 samples for calls up to 100 ms.
+rechecking outputs (run.json's diagnostics.protocol). The issue's goal: at least 10 samples for calls up to 100 ms.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def main() -> None:
         if row["solution"] == "eager":
             continue
         timing = row.get("timing") or {}
-        protocol = (row.get("extra") or {}).get("protocol") or {}
+        protocol = (row.get("diagnostics") or {}).get("protocol") or {}
         rounds = max(protocol.get("rounds") or 0, 1)
         samples = len(timing.get("samples") or [])
         base_ms = ((row.get("eager_timing") or {}).get("median") or float("nan")) * 1e3

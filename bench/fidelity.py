@@ -249,7 +249,7 @@ def protocol(args: argparse.Namespace) -> None:
     run = json.loads(Path(args.out).read_text())
     for e in run["evaluations"]:
         t = e.get("timing") or {}
-        figures = (e.get("extra") or {}).get("protocol", {})
+        figures = (e.get("diagnostics") or {}).get("protocol") or {}
         samples, judge = t.get("samples", []), t.get("judge_samples", [])
         excess = statistics.median([j - s for j, s in zip(judge, samples)]) * 1e3 if judge else float("nan")
         cal = figures.get("calibration_p50_s")

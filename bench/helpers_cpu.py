@@ -53,7 +53,7 @@ def main() -> None:
             rows = one_run(Path(scratch) / str(index), args.max_time)
             for name in HELPERS:
                 e = rows.get(name, {})
-                speedup = e.get("speedup_vs_eager") or (e.get("extra") or {}).get("speedup_vs_eager")
+                speedup = e.get("speedup_vs_eager") or (e.get("withheld") or {}).get("speedup_vs_eager")
                 flags = ",".join(sorted({w.get("code", "") for w in e.get("warnings", [])}))
                 cell = f"{e.get('status', '?')} {speedup:.2f}x" if speedup else e.get("status", "?")
                 seen[name].append(f"{cell} [{flags}]" if flags else cell)

@@ -4,7 +4,7 @@
 
 For each run: the median, over its solution rows that ran (correct, suspect or incorrect), of the wall seconds of
 each evaluation and of each phase the judge recorded (`phases`), the evaluation overhead (everything but
-the timing phase), and the timing protocol's own figures (`extra.protocol`: rounds, outputs rechecked, seconds
+the timing phase), and the timing protocol's own figures (`diagnostics.protocol`: rounds, outputs rechecked, seconds
 spent refreshing inputs and rechecking, the calibrated round-trip cost). Several runs print side by side.
 """
 
@@ -43,7 +43,8 @@ def medians(rows: list[dict]) -> dict[str, float]:
     out["overhead (all but timing)"] = med([r["seconds"] - (r.get("phases") or {}).get("timing", 0.0)
                                             for r in rows])
     for key in PROTOCOL:
-        values = [r["extra"]["protocol"][key] for r in rows if key in r.get("extra", {}).get("protocol", {})]
+        protocols = [(r.get("diagnostics") or {}).get("protocol") or {} for r in rows]
+        values = [p[key] for p in protocols if p.get(key) is not None]
         out[f"protocol.{key}"] = med(values)
     return out
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kbench.results.diagnostics import Diagnostics, TimingProtocol
 from kbench.results.records import Evaluation, Measurement, Status, TrialResult
 from kbench.results.storage import JOURNAL_FILE, RUN_FILE, RunStore
 
@@ -32,7 +33,7 @@ def _row(i: int, n: int) -> Evaluation:
     return Evaluation(problem=f"p{i}", solution="honest", status=Status.CORRECT, device="cuda", size="full",
                       trials=tuple(TrialResult(seed=j, passed=True, max_abs_err=1e-5) for j in range(5)),
                       timing=_measurement(n), eager_timing=_measurement(n),
-                      extra={"protocol": {"verify_s": [random.random() for _ in range(n)]}})
+                      diagnostics=Diagnostics(protocol=TimingProtocol(verify_s=tuple(random.random() for _ in range(n)))))
 
 
 def _size(path: Path) -> str:

@@ -158,7 +158,7 @@ def figures(folder: Path) -> dict:
     statuses: dict[str, int] = {}
     for r in honest:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-    fresh = [((r.get("extra") or {}).get("processes") or {}).get("fresh_candidates", 0) for r in honest]
+    fresh = [((r.get("diagnostics") or {}).get("processes") or {}).get("fresh_candidates", 0) for r in honest]
     codes = [w["code"] for r in honest for w in r.get("warnings", [])]
     return {
         "label": folder.name, "gpu": gpu.get("name", "none"), "gpus": len(state["gpus"].split(",")),
@@ -221,11 +221,11 @@ def _rows(folder: Path) -> None:
             continue
         eager = (r.get("eager_timing") or {}).get("median")
         own = (r.get("timing") or {}).get("median")
-        processes = ((r.get("extra") or {}).get("processes") or {}).get("ratios")
+        processes = ((r.get("diagnostics") or {}).get("processes") or {}).get("ratios")
         codes = ",".join(sorted({w["code"] for w in r.get("warnings", [])}))
         top = "; ".join(f"{name[:60]} {us:.0f}us" for name, us in ((r.get("kernels") or {}).get("top") or [])[:2])
         print(f"{r['problem']} | {r['solution']} | {r.get('gpu')} | {r['status']} "
-              f"| {_fmt(r.get('speedup_vs_eager') or (r.get('extra') or {}).get('speedup_vs_eager'), '.3f')} "
+              f"| {_fmt(r.get('speedup_vs_eager') or (r.get('withheld') or {}).get('speedup_vs_eager'), '.3f')} "
               f"| {_fmt(eager and eager * 1e3, '.3f')} | {_fmt(own and own * 1e3, '.3f')} "
               f"| {(r.get('timing') or {}).get('regime', '')} | {processes} | {codes} | {top}")
 

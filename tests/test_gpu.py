@@ -151,14 +151,14 @@ def test_the_noise_check_names_tf32_where_it_puts_the_reference_beyond_kernelben
     (off,) = check_problems(["convtranspose3d_layernorm"], ROOT / "problems", "cuda", "full", 600, profile="kernelbench",
                             tf32=False)
     assert not any(f.code == FindingCode.TOLERANCE_BELOW_NOISE for f in off.findings), off.findings
-    assert off.figures["noise"]["max_abs"] < on.figures["noise"]["max_abs"]
+    assert off.noise.max_abs < on.noise.max_abs
 
 
 def test_shipped_problems_are_not_degenerate_at_full_size():
     from kbench.commands.build_and_check import check_problems
 
     for check in check_problems(SHIPPED, ROOT / "problems", "cuda", "full", 600):
-        assert check.error == "" and check.findings == (), (check.problem.name, check.findings, check.figures)
+        assert check.error == "" and check.findings == (), (check.problem.name, check.findings, check.output, check.noise)
 
 
 # The attack classes on CUDA (the CPU verdicts are in test_adversarial.TIMED_CASES), on a problem of a few ms per call.
@@ -207,7 +207,7 @@ def test_a_launch_bound_model_is_named_so_and_its_honest_copy_is_not_faster(tmp_
     honest, eager = rows["honest"], rows[EAGER]
     assert honest.status == Status.CORRECT, (honest.message, honest.warnings)
     assert "launch_bound" in honest.flags and "launch_bound" in eager.flags, (honest.warnings, eager.warnings)
-    assert honest.extra["protocol"]["primed"] is True and eager.extra["primed"] is True
+    assert honest.diagnostics.protocol.primed is True and eager.diagnostics.primed is True
     assert honest.speedup_vs_eager <= HONEST_SPEEDUP, honest.speedup_vs_eager
 
 

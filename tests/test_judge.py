@@ -14,6 +14,7 @@ from kbench.judge.timing import flags, judge_timing
 from kbench.judge.verdict import Verdict
 from kbench.results.codec import ProtocolError
 from kbench.results.findings import Finding, FindingCode
+from kbench.results.diagnostics import MachineState, TimingProtocol
 from kbench.results.records import Regime
 from kbench.system import procstate
 from kbench.wire.jobs import EvaluateJob, ProblemRef, SolutionRef
@@ -105,15 +106,15 @@ def test_rounds_timed_beside_a_witness_carry_the_protocol_cost_of_those_rounds(s
         timed = judge_timing.time_rounds(job, session, reference, make, calibration, witness)
     finally:
         witness.cand.kill()
-    rounds, figures = len(timed.solution.samples), timed.figures["witness"]
-    assert figures["failure"] is None and figures["rounds"] == rounds  # one witness call per timed round
+    rounds, figures = len(timed.solution.samples), timed.protocol.witness
+    assert figures.failure is None and figures.rounds == rounds  # one witness call per timed round
     assert timed.witness is not None and len(timed.witness.verify) == rounds
     assert len(timed.witness.excess(Regime.HOST)) == rounds
     assert all(gap > 0 for gap in timed.witness.excess(Regime.HOST))  # its window holds more than its call
     assert timed.witness.eager == calibration.eager and timed.witness.eager_regime == calibration.eager_regime
-    assert figures["p50_s"] == pytest.approx(sorted(timed.witness.excess(Regime.HOST))[rounds // 2], rel=0.5)
+    assert figures.p50_s == pytest.approx(sorted(timed.witness.excess(Regime.HOST))[rounds // 2], rel=0.5)
     # the same model in both processes here (the session holds the reference): reported times alike
-    assert figures["timed_p50_s"] == pytest.approx(timed.solution.median, rel=1.0)
+    assert figures.timed_p50_s == pytest.approx(timed.solution.median, rel=1.0)
     # the witness is the judge's own process: its CPU time over the rounds is not the solution's escaped work
     assert FindingCode.ESCAPED_PROCESS not in [w.code for w in timed.findings], timed.findings
 
@@ -132,7 +133,7 @@ def test_a_witness_that_fails_is_the_harness_problem_and_the_rounds_go_on(sessio
     witness.cand.kill()  # dies before the rounds: its first call fails
     timed = judge_timing.time_rounds(job, session, reference, make, calibration, witness)
     assert timed.solution.samples and timed.witness is None  # too few witness calls to calibrate anything
-    assert timed.figures["witness"]["rounds"] == 0 and timed.figures["witness"]["failure"]
+    assert timed.protocol.witness.rounds == 0 and timed.protocol.witness.failure
 
 
 def test_the_witness_calls_become_a_calibration_per_regime():
@@ -214,8 +215,9 @@ def test_the_judge_checks_the_first_rounds_against_calibration_and_the_second_ag
     then = Calibration({Regime.HOST: (0.5e-3,) * 10})
     honest = _measured(0.4e-3, 1.5e-3)  # 1.1 ms beyond the call: the protocol got slower since calibration
     slower = [Observed(1.0e-3, 2.5e-3, 0, 0, "host", done=(2.05 + 0.01 * i) * 1e-3) for i in range(20)]
-    first = judge_timing.TimedRounds(honest, honest, {}, {}, [])
-    second = judge_timing.TimedRounds(honest, honest, {}, {}, [], judge_timing.witnessed_calibration(slower, then))
+    first = judge_timing.TimedRounds(honest, honest, TimingProtocol(), MachineState(), [])
+    second = judge_timing.TimedRounds(honest, honest, TimingProtocol(), MachineState(), [],
+                                      judge_timing.witnessed_calibration(slower, then))
     check = flags.mismatch_check("cpu", then)
     measured, found, flag = flags.retime_mismatch(lambda: first, lambda found: second, check)
     assert measured is second and found == [] and flag is not None and flag.code == FindingCode.TIMER_MISMATCH
@@ -283,6 +285,12 @@ def _running_in_group(pgid):
     (b'{"status": "ok", "wall_s": "1"}', "wall_s"),
     (b'{"status": "ok", "timed_s": NaN}', "timed_s"),
     (b'{"status": "ok", "values": [{"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {"i": 1}}}}}}}}}]}', "plain JSON"),
+    (b'{"status": "ok", "copied": -1}', "copied"),
+    (b'{"status": "ok", "peak_bytes": true}', "peak_bytes"),
+    (b'{"status": "ok", "patched": ["a", 2]}', "patched"),
+    (b'{"status": "ok", "state_changes": "x"}', "state_changes"),
+    (b'{"status": "ok", "kernels": [1]}', "kernel profile"),
+    (b'{"status": "ok", "sandbox": 3}', "sandbox"),
 ])
 def test_replies_are_checked_field_by_field(raw, words):
     with pytest.raises(ProtocolError, match=words):
@@ -290,8 +298,11 @@ def test_replies_are_checked_field_by_field(raw, words):
 
 
 def test_a_valid_reply_is_typed():
-    reply = protocol.decode(b'{"status": "ok", "timed_s": 0.002, "wall_s": 0.0021, "values": [1.5], "figures": {"n": 2}}')
-    assert reply.ok and reply.timed_s == 0.002 and reply.values == (1.5,) and reply.figures == {"n": 2}
+    reply = protocol.decode(b'{"status": "ok", "timed_s": 0.002, "wall_s": 0.0021, "values": [1.5], "copied": 2, '
+                            b'"peak_bytes": 4096, "patched": ["torch.matmul"], "sandbox": "namespaces"}')
+    assert reply.ok and reply.timed_s == 0.002 and reply.values == (1.5,) and reply.copied == 2
+    assert reply.peak_bytes == 4096 and reply.patched == ("torch.matmul",) and reply.sandbox == "namespaces"
+    assert reply.kernels is None and reply.state_changes == ()  # what the command did not answer with
 
 
 def test_process_state_changes_are_found_named_and_restored():
@@ -325,10 +336,10 @@ def test_a_gpu_regime_call_the_judge_saw_launch_bound_is_regime_changed():
     """[regime_changed]: the judge's own clock saw the host take more than REGIME_SLACK times the call's GPU time to
     issue it, in the GPU regime; nothing below that, nothing in the host regime (no judged figures)."""
     slack = flags.REGIME_SLACK
-    found = flags.regime_warning({"judged_issue_s": 43e-6, "judged_gpu_s": 20e-6})
+    found = flags.regime_warning(TimingProtocol(judged_issue_s=43e-6, judged_gpu_s=20e-6))
     assert found is not None and found.code == FindingCode.REGIME_CHANGED and "0.043 ms" in found.message
-    assert flags.regime_warning({"judged_issue_s": 20e-6 * slack * 0.99, "judged_gpu_s": 20e-6}) is None
-    assert flags.regime_warning({"regime": "host"}) is None
+    assert flags.regime_warning(TimingProtocol(judged_issue_s=20e-6 * slack * 0.99, judged_gpu_s=20e-6)) is None
+    assert flags.regime_warning(TimingProtocol(regime="host")) is None
 
 
 def test_a_regime_change_has_the_rounds_timed_again_in_the_host_regime():
@@ -358,7 +369,7 @@ def test_rounds_timed_host_only_skip_the_regime_decision(session):
     inputs = make(1)
     calibration = judge_timing.calibrate(job, session, reference, init, make, inputs, reference(*inputs))
     timed = judge_timing.time_rounds(job, session, reference, make, calibration, host_only=True)
-    assert timed.figures["regime"] == "host" and "host regime" in timed.figures["regime_decision"]["why"]
+    assert timed.protocol.regime == "host" and "host regime" in timed.protocol.regime_decision.why
     assert timed.solution.samples and timed.solution.regime == "host"
 
 

@@ -1,5 +1,6 @@
 """A noisy machine is reported: other processes' CPU time while a row is timed, and a level that moved."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from kbench.commands.execute import execute
 from kbench.config.run_config import RunConfig, TimingPolicy
 from kbench.judge.timing.checks import level_moved_warning
 from kbench.problems.discovery import select
+from kbench.results.diagnostics import GpuState, MachineState
 from kbench.results.records import Measurement, Status
 from kbench.system import machine, procfs
 from tests.conftest import FIXTURES
@@ -33,18 +35,18 @@ def test_other_processes_cpu_time_is_measured_and_the_sessions_own_is_not():
         loaded = machine.others(before, machine.snapshot())
     finally:
         busy.kill()
-    assert own["other_cores"] < 0.5, own
-    assert loaded["other_cores"] >= 0.8, loaded  # one busy loop: about one core
+    assert own.other_cores < 0.5, own
+    assert loaded.other_cores >= 0.8, loaded  # one busy loop: about one core
     assert machine.busy_warning(own, "cpu") is None
     warning = machine.busy_warning(loaded, "cpu")
-    assert warning is not None and warning.text.startswith(f"[machine_busy] other processes kept {loaded['other_cores']:.1f} of ")
+    assert warning is not None and warning.text.startswith(f"[machine_busy] other processes kept {loaded.other_cores:.1f} of ")
 
 
 def test_on_a_gpu_run_a_quarter_of_the_cores_is_busy():
-    figures = {"other_cores": 3.0, "load_average": 3.0, "window_s": 1.0, "cores": 16.0}
-    assert machine.busy_warning(figures, "cuda") is None
-    assert machine.busy_warning({**figures, "other_cores": 4.5}, "cuda") is not None
-    assert machine.busy_warning({}, "cpu") is None  # nothing measured (no /proc): nothing said
+    state = MachineState(other_cores=3.0, load_average=3.0, window_s=1.0, cores=16.0)
+    assert machine.busy_warning(state, "cuda") is None
+    assert machine.busy_warning(dataclasses.replace(state, other_cores=4.5), "cuda") is not None
+    assert machine.busy_warning(MachineState(), "cpu") is None  # nothing measured (no /proc): nothing said
 
 
 def test_a_tight_timing_whose_level_moved_is_not_silent():
@@ -71,8 +73,8 @@ def test_a_row_timed_beside_a_synthetic_load_says_so_and_run_json_records_it(tmp
     good = rows["good"]
     assert good.status == Status.CORRECT, good.message
     assert "machine_busy" in good.flags, good.warnings
-    assert good.extra["machine"]["other_cores"] >= 0.5
-    assert "machine_busy" in rows["eager"].flags and rows["eager"].extra["machine"]["other_cores"] >= 0.5
+    assert good.diagnostics.machine.other_cores >= 0.5
+    assert "machine_busy" in rows["eager"].flags and rows["eager"].diagnostics.machine.other_cores >= 0.5
 
 
 def _smi(gpu: str | None, apps: str | None):
@@ -89,10 +91,10 @@ def _no_nvml(index):
 def test_the_gpu_is_read_as_nvidia_smi_reports_it():
     state = machine.gpu_state(_smi("1980, 1980, 0x0000000000000000\n", "123\n456\n"), _no_nvml,
                               kbench=lambda pids: len([p for p in pids if p == 456]))
-    assert state == {"sm_mhz": 1980, "max_sm_mhz": 1980, "throttled": [], "compute_processes": 2,
-                     "kbench_elsewhere": 1}
+    assert state == GpuState(sm_mhz=1980, max_sm_mhz=1980, throttled=(), compute_processes=2, kbench_elsewhere=1)
     assert machine.gpu_warnings(state, own_processes=2) == []
-    assert machine.gpu_state(_smi(None, None), _no_nvml) == {}  # no nvidia-smi: nothing measured, nothing said
+    assert machine.gpu_state(_smi(None, None), _no_nvml) == GpuState()  # no nvidia-smi: nothing measured, nothing said
+    assert machine.gpu_warnings(GpuState(), own_processes=2) == []
 
 
 class _FakeNvml:
@@ -127,22 +129,22 @@ def test_nvml_answers_what_nvidia_smi_would_without_a_process_per_row():
     nvml = machine.Nvml()
     nvml._lib = _FakeNvml(processes=3)
     state = nvml.read(0)
-    assert state == {"sm_mhz": 1410, "max_sm_mhz": 1980, "throttled": ["power cap", "thermal (hardware)"],
-                     "compute_processes": 3, "pids": [100, 101, 102]}
+    assert state == (GpuState(sm_mhz=1410, max_sm_mhz=1980, throttled=("power cap", "thermal (hardware)"),
+                              compute_processes=3), [100, 101, 102])
     seen = []
     found = machine.gpu_state(_smi(None, None), nvml.read, kbench=lambda pids: seen.append(pids) or 1)
     assert seen == [[100, 101, 102]]  # nvidia-smi is not asked; the pids are classified, not kept
-    assert found == {"sm_mhz": 1410, "max_sm_mhz": 1980, "throttled": ["power cap", "thermal (hardware)"],
-                     "compute_processes": 3, "kbench_elsewhere": 1}
+    assert found == GpuState(sm_mhz=1410, max_sm_mhz=1980, throttled=("power cap", "thermal (hardware)"),
+                             compute_processes=3, kbench_elsewhere=1)
     nvml._lib = _FakeNvml(processes=0, fail="nvmlDeviceGetMaxClockInfo")
     assert nvml.read(0) is None  # a failed query: nvidia-smi is asked instead
     smi = machine.gpu_state(_smi("1980, 1980, 0x0\n", "1\n"), nvml.read)
-    assert smi["compute_processes"] == 1 and smi["sm_mhz"] == 1980
+    assert smi.compute_processes == 1 and smi.sm_mhz == 1980
 
 
 def test_other_processes_on_the_gpu_and_a_throttled_gpu_are_reported():
     state = machine.gpu_state(_smi("1410, 1980, 0x0000000000000084\n", "1\n2\n3\n"), _no_nvml)
-    assert state["throttled"] == ["power cap", "thermal (hardware)"]
+    assert state.throttled == ("power cap", "thermal (hardware)")
     busy, throttled = machine.gpu_warnings(state, own_processes=2)
     assert busy.text.startswith("[gpu_busy] 1 other process(es) held a context on this GPU")
     assert throttled.text == ("[gpu_throttled] the GPU was slowed while this was timed (power cap, thermal (hardware); "
@@ -173,7 +175,7 @@ def test_kbench_own_processes_outside_the_judge_are_its_parents_other_children_a
 
 
 def test_kbench_own_contexts_elsewhere_are_not_another_programs():
-    state = {"compute_processes": 5, "kbench_elsewhere": 2}
+    state = GpuState(compute_processes=5, kbench_elsewhere=2)
     assert machine.gpu_warnings(state, own_processes=3) == []  # the judge, its candidate, a witness; the next worker
-    busy = machine.gpu_warnings({**state, "kbench_elsewhere": 1}, own_processes=3)
+    busy = machine.gpu_warnings(dataclasses.replace(state, kbench_elsewhere=1), own_processes=3)
     assert busy[0].text.startswith("[gpu_busy] 1 other process(es)")

@@ -124,14 +124,14 @@ def test_the_noise_check_finds_a_tolerance_below_the_references_own_rounding():
     x = torch.rand(4, 1000)
     out = Summed()(x)
     figures, warnings = noise.reference_noise(Summed(), [x], out, "cpu", "fp32", 1e-5, 1e-5, tf32=False)
-    assert figures["exact_passes"] is False and figures["max_abs"] > 1e-4
-    assert figures["cause"] == "float32 rounding in the library's algorithms"
+    assert figures.exact_passes is False and figures.max_abs > 1e-4
+    assert figures.cause == "float32 rounding in the library's algorithms"
     assert warnings and warnings[0].code == FindingCode.TOLERANCE_BELOW_NOISE
     figures, warnings = noise.reference_noise(Summed(), [x], out, "cpu", "fp32", 1e-2, 1e-2, tf32=False)
-    assert figures["exact_passes"] is True and warnings == []
+    assert figures.exact_passes is True and warnings == []
     xb = x.bfloat16()
     figures, warnings = noise.reference_noise(Summed(), [xb], Summed()(xb), "cpu", "bf16", 1e-2, 1e-2, tf32=False)
-    assert figures["cause"] == "bf16 arithmetic" and warnings
+    assert figures.cause == "bf16 arithmetic" and warnings
 
 
 def test_the_noise_check_is_skipped_not_failed_when_it_cannot_run():
@@ -143,7 +143,7 @@ def test_the_noise_check_is_skipped_not_failed_when_it_cannot_run():
 
     x = torch.rand(8)
     figures, warnings = noise.reference_noise(NoDouble(), [x], x * 2, "cpu", "fp32", 1e-4, 1e-4, tf32=False)
-    assert figures == {} and warnings[0].text.startswith("[check_skipped] the reference-noise check could not run")
+    assert figures is None and warnings[0].text.startswith("[check_skipped] the reference-noise check could not run")
 
 
 def test_list_check_reports_the_noise_per_precision():
@@ -161,10 +161,12 @@ def test_list_check_reports_the_noise_per_precision():
 def test_the_report_gives_each_problems_reference_noise_beside_its_tolerance():
     from kbench.reports.report_text import markdown
 
-    noise = {"precision": "fp32", "atol": 1e-4, "rtol": 1e-4, "max_abs": 2.8e-3, "exact_passes": False,
-             "cause": "TF32, on in this run for cuDNN or matmul; --no-tf32 turns it off"}
+    from kbench.results.diagnostics import Diagnostics, ReferenceNoise
+
+    noise = ReferenceNoise("fp32", 1e-4, 1e-4, 2.8e-3, False,
+                           "TF32, on in this run for cuDNN or matmul; --no-tf32 turns it off")
     rows = [Evaluation(problem="p", solution="eager", status=Status.CORRECT, device="cuda", size="full",
-                       extra={"noise": noise}),
+                       diagnostics=Diagnostics(noise=noise)),
             Evaluation(problem="q", solution="eager", status=Status.CORRECT, device="cuda", size="full")]
     text = " ".join(markdown({"environment": {}}, rows).split())  # the line is wrapped within 120 columns
     assert ("Reference at fp32 against float64: max error 0.0028 at atol=0.0001, rtol=0.0001; an exact result fails: "

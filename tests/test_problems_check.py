@@ -14,7 +14,7 @@ def test_each_shipped_problem_is_clean_at_its_tolerance():
     assert len(checks) == 4
     for check in checks:
         assert check.error == "" and check.findings == (), (check.problem.name, check.findings)
-        assert check.figures["constant_pass_share"] < 1.0  # so a constant output is incorrect
+        assert check.output.degeneracy.constant_pass_share < 1.0  # so a constant output is incorrect
 
 
 def test_a_near_constant_output_like_softmax_sigmoid_is_degenerate_at_1e_2():
@@ -31,7 +31,7 @@ def test_degenerate_zeros_are_found():
     import torch
 
     findings, figures = degenerate_findings(torch.zeros(10), torch.zeros(10), 1e-2, 1e-2)
-    assert figures["zero_share"] == 1.0 and any(f.code == "degenerate_zeros" for f in findings)
+    assert figures.zero_share == 1.0 and any(f.code == "degenerate_zeros" for f in findings)
 
 
 def test_list_check_prints_the_table():

@@ -69,24 +69,24 @@ def _scripted(scales: list[float]):
 
 def test_a_candidate_process_that_disagrees_is_replaced_before_the_solution_is_imported():
     seen, calibrate_in, fresh = _scripted([1.3, 1.0])
-    session, _, check = judge._calibrated(_job(), "first", fresh, calibrate_in)
+    session, _, check, finding = judge._calibrated(_job(), "first", fresh, calibrate_in)
     assert seen == ["first", "fresh after first"] and session == "fresh after first"
-    assert check.finding is None and check.figures["fresh_candidates"] == 1
-    assert check.figures["ratios"] == [pytest.approx(1.3), pytest.approx(1.0)]
+    assert finding is None and check.fresh_candidates == 1
+    assert check.ratios == (pytest.approx(1.3), pytest.approx(1.0))
 
 
 def test_a_row_whose_every_candidate_process_disagrees_is_suspect():
     seen, calibrate_in, fresh = _scripted([1.3] * (judge.PROCESS_RETRIES + 1))
-    _, _, check = judge._calibrated(_job(), "first", fresh, calibrate_in)
+    _, _, _, finding = judge._calibrated(_job(), "first", fresh, calibrate_in)
     assert len(seen) == judge.PROCESS_RETRIES + 1
-    assert check.finding is not None and check.finding.code == FindingCode.PROCESSES_DISAGREE
-    assert check.finding.code.suspect and "1.300x" in check.finding.message
+    assert finding is not None and finding.code == FindingCode.PROCESSES_DISAGREE
+    assert finding.code.suspect and "1.300x" in finding.message
 
 
 def test_on_the_cpu_the_ratio_is_recorded_and_nothing_retried():
     seen, calibrate_in, fresh = _scripted([1.3])
-    _, _, check = judge._calibrated(_job("cpu"), "first", fresh, calibrate_in)
-    assert seen == ["first"] and check.finding is None and check.figures["ratios"] == [pytest.approx(1.3)]
+    _, _, check, finding = judge._calibrated(_job("cpu"), "first", fresh, calibrate_in)
+    assert seen == ["first"] and finding is None and check.ratios == (pytest.approx(1.3),)
 
 
 def _quiet(event, **fields):
@@ -110,16 +110,16 @@ def test_the_judge_retimes_in_fresh_processes_until_one_agrees(checked_on_the_cp
     monkeypatch.delenv("KBENCH_TEST_FAST", raising=False)
     monkeypatch.setattr(judge, "_fresh_session", fresh)
     result = judge.evaluate(_job("cpu"), {}, _quiet)
-    processes = result.figures["processes"]
-    assert processes["fresh_candidates"] == 1, processes
-    assert processes["ratios"][0] > 2 and abs(processes["ratios"][1] - 1) < 0.5, processes
+    processes = result.diagnostics.processes
+    assert processes.fresh_candidates == 1, processes
+    assert processes.ratios[0] > 2 and abs(processes.ratios[1] - 1) < 0.5, processes
     assert FindingCode.PROCESSES_DISAGREE not in [w.code for w in result.warnings]
 
 
 def test_the_judge_flags_a_row_whose_candidate_processes_all_disagree(checked_on_the_cpu, monkeypatch):
     monkeypatch.delenv("KBENCH_TEST_FAST", raising=False)
     result = judge.evaluate(_job("cpu"), {}, _quiet)
-    assert result.figures["processes"]["fresh_candidates"] == judge.PROCESS_RETRIES
+    assert result.diagnostics.processes.fresh_candidates == judge.PROCESS_RETRIES
     assert FindingCode.PROCESSES_DISAGREE in [w.code for w in result.warnings]
 
 
@@ -158,5 +158,5 @@ def test_in_the_host_regime_the_judges_disagreement_is_recorded_not_acted_on():
     def host(session):
         return Calibration(eager=real(session).eager, reference=tuple(0.96 * t for t in EAGER), eager_regime="host")
 
-    _, _, check = judge._calibrated(_job("cuda"), "first", fresh, host)
-    assert seen == ["first"] and check.finding is None and check.figures["ratios"] == [pytest.approx(0.96)]
+    _, _, check, finding = judge._calibrated(_job("cuda"), "first", fresh, host)
+    assert seen == ["first"] and finding is None and check.ratios == (pytest.approx(0.96),)

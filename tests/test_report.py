@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from kbench.results.diagnostics import Diagnostics, Divisor, ProcessCheck, TimingProtocol
 from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.reports import leaderboard
 from kbench.reports.leaderboard import fast_p, ranked, summarize
@@ -175,10 +176,9 @@ def test_rows_spread_over_gpus_say_where_each_ran_and_the_process_check_is_summe
 
     def placed(problem, gpu, ratios, fresh=0, warnings=(), divisor=None):
         row = _row(problem, "honest", 1.0, 1.0, warnings=warnings)
-        extra = {**row.extra, "processes": {"ratios": ratios, "fresh_candidates": fresh}}
-        if divisor:
-            extra["protocol"] = {"divisor": {"by": "witness"}}
-        return dataclasses.replace(row, gpu=gpu, gpu_name="NVIDIA H100 80GB HBM3", extra=extra)
+        protocol = TimingProtocol(divisor=Divisor("witness", 30, 1e-3, 1e-3)) if divisor else None
+        found = Diagnostics(processes=ProcessCheck(tuple(ratios), fresh), protocol=protocol)
+        return dataclasses.replace(row, gpu=gpu, gpu_name="NVIDIA H100 80GB HBM3", diagnostics=found)
 
     disagree = ["[processes_disagree] the reference itself ran 1.300x as long"]
     rows = [placed("a", "0", [1.0]), placed("b", "1", [1.3, 1.0], fresh=1),

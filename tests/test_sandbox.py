@@ -106,7 +106,7 @@ def test_a_kernel_one_solution_writes_into_its_triton_cache_is_not_there_for_the
     assert rows["b_looks"].status == Status.CORRECT, rows["b_looks"].message
     # it was written (a_plants checks that its own write reads back), into an overlay that ended with its candidate
     assert list((tmp_path / "cache").rglob("planted_kernel.py")) == []
-    assert rows["a_plants"].extra["sandbox"] == sandbox.NAMESPACES
+    assert rows["a_plants"].diagnostics.sandbox == sandbox.NAMESPACES
 
 
 def _restricting(monkeypatch, tmp_path, mount):

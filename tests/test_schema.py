@@ -8,10 +8,11 @@ import pytest
 
 from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.config.run_config import RunConfig
-from kbench.results.records import CompileInfo, Evaluation, Measurement, Status, TrialResult
+from kbench.results.records import CompileInfo, Evaluation, Measurement, Speedups, Status, TrialResult
 from kbench.results.storage import RunStore
 
 from kbench.results import schema
+from kbench.results.diagnostics import Diagnostics, GpuState, MachineState, TimingProtocol
 from kbench.results.figures import Accuracy, KernelShare, PeakMemory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +27,10 @@ def _run_file(tmp_path) -> dict:
                          trials=(TrialResult(seed=43, passed=True, max_abs_err=0.0),),
                          timing=Measurement((0.002, 0.001, 0.003)), speedup_vs_eager=1.5, warnings=(Finding(FindingCode.FEW_SAMPLES, "y"),),
                          accuracy=Accuracy(1e-6, 2e-6), kernels=KernelShare(own_s=1e-3, own_share=0.5, top=(("k", 9.0),)),
-                         peak=PeakMemory(solution=1 << 20), phases={"load": 0.5}, extra={"noise": {"x": 1}}))
+                         peak=PeakMemory(solution=1 << 20), phases={"load": 0.5}, extra={"noise": {"x": 1}},
+                         withheld=Speedups(2.0, None),
+                         diagnostics=Diagnostics(protocol=TimingProtocol(rounds=3, verify_s=(1e-4,)), sandbox="none",
+                                                 machine=MachineState(cores=2.0, gpu=GpuState(sm_mhz=1980)))))
     store.finish()
     return json.loads((store.directory / "run.json").read_text())
 

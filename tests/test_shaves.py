@@ -40,7 +40,7 @@ def test_every_shave_is_suspect_with_the_judges_reason(shaved_run):
         row = rows[name]
         assert row.status == Status.SUSPECT, (name, row.status, row.message, row.warnings)
         assert "timer_mismatch" in row.flags and row.speedup_vs_eager is None, (name, row.warnings)
-        assert row.extra["protocol"]["retimed"]["first"].startswith("[timer_mismatch]")  # flagged in both timings
+        assert row.diagnostics.protocol.retimed.startswith("[timer_mismatch]")  # flagged in both timings
 
 
 def test_the_honest_copy_beside_them_is_correct_and_unflagged(shaved_run):

@@ -36,7 +36,7 @@ def test_every_file_gets_a_record_and_broken_ones_fail_alone(suite_run):
     assert eager["12_raises"].status == Status.RUNTIME_ERROR and "broken at run time" in eager["12_raises"].message
     fine = [name for name, e in eager.items() if e.status == Status.CORRECT]
     assert len(fine) == 10, {n: (e.status, e.message) for n, e in eager.items()}
-    assert eager["04_max_argmax"].extra["output"]["dtype"] == "torch.float32"
+    assert eager["04_max_argmax"].diagnostics.output.dtype == "torch.float32"
 
 
 def test_solutions_are_matched_by_problem_name(suite_run):

@@ -126,7 +126,7 @@ def test_the_judge_times_the_eager_reference_and_nothing_else(timers):
     result = judge.evaluate(_job("evaluate"), {}, _quiet)
     assert result.status == "correct", result.message
     windows = _windows(timers)
-    rounds = result.figures["protocol"]["rounds"]
+    rounds = result.diagnostics.protocol.rounds
     assert len(windows) >= rounds + judge_timing.CALIBRATION_ROUNDS[0]
     assert all(w == THE_CALL for w in windows), windows
 
@@ -165,7 +165,7 @@ def test_primed_reference_rounds_time_the_second_call_alone(timers, monkeypatch)
 
     monkeypatch.setattr(reference_child, "job_reference", counted)
     result = reference_child.time_reference(_job("reference"), _quiet)
-    assert result.status == "correct" and result.figures["primed"] is True
+    assert result.status == "correct" and result.diagnostics.primed is True
     windows = _windows(timers)
     assert windows and all(w == THE_CALL for w in windows), windows
     assert len(calls) >= 2 * len(windows)
@@ -196,11 +196,11 @@ def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_unti
     monkeypatch.setattr(timed_call.TimedCalls, "sample", sample)
     result = judge.evaluate(_job("evaluate"), {}, _quiet)
     assert result.status == "correct", result.message
-    assert result.figures["protocol"]["primed"] is True
+    assert result.diagnostics.protocol.primed is True
     windows = _windows(timers)
     assert all(w == THE_CALL for w in windows), windows
     timed = [i for i in range(len(log) - 1) if [e[0] for e in log[i:i + 2]] == ["call", "sample"]]
-    rounds = result.figures["protocol"]["rounds"]
+    rounds = result.diagnostics.protocol.rounds
     assert len(timed) >= rounds
     for i in timed[-rounds:]:
         untimed_saw = log[i][1]

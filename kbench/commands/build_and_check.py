@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from kbench.build.compile import BuildResult, build_all
 from kbench.commands.evaluation import Plan, judging
@@ -17,6 +16,7 @@ from kbench.errors import KbenchError, UsageError
 from kbench.execution import isolation
 from kbench.execution.child import answer
 from kbench.problems.discovery import find_problem, list_problems, select
+from kbench.results.diagnostics import ReferenceNoise, ReferenceOutput
 from kbench.results.findings import Finding
 from kbench.results.records import ProblemSpec
 from kbench.wire.jobs import CheckJob, CheckResult
@@ -47,7 +47,8 @@ class ProblemCheck:
     problem: ProblemSpec
     size: str
     findings: tuple[Finding, ...]
-    figures: dict[str, Any]  # free-form diagnostics of the check's child (kbench.wire.jobs.CheckResult.figures)
+    output: ReferenceOutput | None  # what the reference returns, and whether it can tell right from wrong
+    noise: ReferenceNoise | None  # the reference's error against float64
     error: str = ""
     precision: str = "fp32"
 
@@ -74,5 +75,5 @@ def check_problems(problem_refs: Sequence[str], problems_dir: Path, device: str,
             outcome = isolation.run_child(CheckJob(**judging(plan, problem)), timeout_s, isolation.worker_path_env())
             result = answer(outcome, CheckResult)
             error = "" if result.status == "correct" else (result.message or result.status)
-            checks.append(ProblemCheck(problem, size, result.findings, result.figures, error, precision))
+            checks.append(ProblemCheck(problem, size, result.findings, result.output, result.noise, error, precision))
     return checks

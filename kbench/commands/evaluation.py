@@ -122,8 +122,7 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
     eager = result.timing
     rows = [Evaluation(solution=EAGER, status=Status.CORRECT, timing=eager, eager_timing=eager, speedup_vs_eager=1.0,
                        warnings=result.warnings, floor=result.floor, percent_of_floor=result.percent_of_floor,
-                       peak=result.peak, phases=result.phases, extra={"output": result.output, **result.figures},
-                       **common)]
+                       peak=result.peak, phases=result.phases, diagnostics=result.diagnostics, **common)]
     if result.compiled is not None:
         rows.append(_compiled_row(plan, result.compiled, eager, **common))
     return rows
@@ -185,7 +184,8 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
         eager_timing=result.eager_timing, size_checks=result.size_checks, speedup_vs_eager=result.speedup_vs_eager,
         speedup_vs_compile=result.speedup_vs_compile, withheld=result.withheld,
         percent_of_floor=result.percent_of_floor, warnings=built.findings + result.warnings, seconds=outcome.seconds,
-        accuracy=result.accuracy, kernels=result.kernels, peak=result.peak, phases=result.phases, extra=result.figures,
+        accuracy=result.accuracy, kernels=result.kernels, peak=result.peak, phases=result.phases,
+        diagnostics=result.diagnostics,
         **common,
     )
 

@@ -95,15 +95,14 @@ def _share(value: float) -> str:
 def check_table(checks: Sequence[ProblemCheck]) -> str:
     rows = []
     for c in checks:
-        fig = c.figures
         verdict = c.error or ("; ".join(f.message for f in c.findings) if c.findings else "clean")
-        noise = fig.get("noise") or {}
-        atol, rtol = noise.get("atol", c.problem.atol), noise.get("rtol", c.problem.rtol)
+        noise, found = c.noise, c.output.degeneracy if c.output is not None else None
+        atol, rtol = (noise.atol, noise.rtol) if noise is not None else (c.problem.atol, c.problem.rtol)
         rows.append([c.problem.name, c.size, c.precision, f"atol={atol:g} rtol={rtol:g}",
-                     f"{noise['max_abs']:.2g}" if "max_abs" in noise else "",
-                     _share(fig["constant_pass_share"]) if "constant_pass_share" in fig else "",
-                     f"{fig['zero_share']:.1%}" if "zero_share" in fig else "",
-                     f"{fig['output_std']:.3g}" if "output_std" in fig else "", verdict])
+                     f"{noise.max_abs:.2g}" if noise is not None else "",
+                     _share(found.constant_pass_share) if found is not None else "",
+                     f"{found.zero_share:.1%}" if found is not None else "",
+                     f"{found.output_std:.3g}" if found is not None else "", verdict])
     return tabulate(rows, headers=["problem", "size", "precision", "tolerance", "ref err vs fp64", "constant passes",
                                    "zeros", "output std", "verdict"], tablefmt="simple",
                     maxcolwidths=[None, None, None, 12, None, None, None, None, 60])

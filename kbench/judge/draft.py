@@ -4,9 +4,9 @@ closes it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from kbench.judge.verdict import Decision
+from kbench.results.diagnostics import Diagnostics
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
 from kbench.results.findings import Finding
 from kbench.results.records import Measurement, Status, TrialResult
@@ -19,8 +19,8 @@ class Draft:
 
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step (kbench.judge.harness.Phases)
     warnings: list[Finding] = field(default_factory=list)
-    # free-form diagnostics (run.json's `extra`): the protocol's rounds, the machine, the sandbox, weights copied
-    figures: dict[str, Any] = field(default_factory=dict)
+    # the protocol's rounds, the machine, the sandbox, weights copied
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)
     trials: list[TrialResult] = field(default_factory=list)
     size_checks: dict[str, tuple[TrialResult, ...]] = field(default_factory=dict)
     timing: Measurement | None = None
@@ -38,7 +38,7 @@ class Draft:
                               speedup_vs_compile=decision.speedups.speedup_vs_compile, withheld=decision.withheld,
                               percent_of_floor=self.percent_of_floor, warnings=tuple(self.warnings),
                               accuracy=self.accuracy, kernels=self.kernels, peak=self.peak, phases=self.phases,
-                              figures=self.figures)
+                              diagnostics=self.diagnostics)
 
 
 @dataclass
@@ -47,12 +47,12 @@ class ReferenceDraft:
 
     phases: dict[str, float] = field(default_factory=dict)
     warnings: list[Finding] = field(default_factory=list)
-    output: dict[str, Any] = field(default_factory=dict)  # what the reference returns: free-form (shapes, dtypes)
-    figures: dict[str, Any] = field(default_factory=dict)  # free-form diagnostics: noise, machine, primed, regimes
+    # what it returns, its noise, the machine, priming, regimes
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)
 
     def result(self, timing: Measurement, peak: PeakMemory, floor: Floor | None = None,
                compiled: CompiledResult | None = None, percent_of_floor: float | None = None) -> ReferenceResult:
         """The reference's row: correct, with its time and figures."""
-        return ReferenceResult(status=Status.CORRECT, output=self.output, warnings=tuple(self.warnings), timing=timing,
-                               compiled=compiled, floor=floor, percent_of_floor=percent_of_floor, peak=peak,
-                               phases=self.phases, figures=self.figures)
+        return ReferenceResult(status=Status.CORRECT, warnings=tuple(self.warnings), timing=timing, compiled=compiled,
+                               floor=floor, percent_of_floor=percent_of_floor, peak=peak, phases=self.phases,
+                               diagnostics=self.diagnostics)

@@ -19,6 +19,7 @@ from kbench.judge import backward
 from kbench.judge.candidate.loading import import_path
 from kbench.judge.timing import sampling, timers
 from kbench.judge.verdict import Verdict, short
+from kbench.results.diagnostics import ReferenceOutput
 from kbench.results.records import Status
 from kbench.wire.jobs import Judging, ProblemRef
 
@@ -228,8 +229,9 @@ class Phases:
         self._last = now
 
 
-def describe_output(out: Any) -> dict[str, Any]:
+def describe_output(out: Any) -> ReferenceOutput:
+    """The first output's shape and dtype (a tensor), or its type's name."""
     first = out[0] if isinstance(out, (tuple, list)) else out
     if isinstance(first, _tensor_type):
-        return {"shape": list(first.shape), "dtype": str(first.dtype)}
-    return {"type": type(first).__name__}
+        return ReferenceOutput(shape=tuple(first.shape), dtype=str(first.dtype))
+    return ReferenceOutput(type=type(first).__name__)

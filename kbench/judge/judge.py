@@ -8,8 +8,8 @@ protocol and what each step defends.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from kbench.judge.timing.judge_timing import (
     time_rounds,
 )
 from kbench.judge.verdict import Verdict, decide
+from kbench.results.diagnostics import Diagnostics, ProcessCheck
 from kbench.results.figures import PeakMemory
 from kbench.results.findings import Finding, FindingCode
 from kbench.results.records import Regime, Speedups, Status
@@ -108,7 +109,7 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
         phases.mark("waiting")
         pin_timing_core(job.device, current.cand, judge=True)
 
-    session, calibration, processes = _calibrated(
+    session, calibration, processes, disagree = _calibrated(
         job, session, lambda current: _fresh_session(job, current, announce, started),
         partial(calibrate, job, reference=reference, init=init, make=make, inputs=probe_inputs, outputs=probe,
                 before_rounds=before_rounds))
@@ -122,10 +123,10 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     session.bind("main", probe_inputs, probe)
     del probe, probe_inputs
     _free_cached(device)
-    draft = Draft(phases=phases.seconds, figures={"state_dict_tensors_copied": copied, "sandbox": session.sandbox,
-                                                  "processes": processes.figures})
-    if processes.finding is not None:
-        draft.warnings.append(processes.finding)
+    draft = Draft(phases=phases.seconds, diagnostics=Diagnostics(state_dict_tensors_copied=copied,
+                                                                 sandbox=session.sandbox, processes=processes))
+    if disagree is not None:
+        draft.warnings.append(disagree)
     phases.mark("build")
     trials, warnings = _trials(job, session, reference, make, [seed + 1 + i for i in range(job.trials)])
     draft.trials += trials
@@ -147,10 +148,9 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
         (lambda: time_rounds(job, session, reference, make, calibration)),
         lambda found: time_beside_witness(job, session, reference, init, make, calibration, host_only_again(found)),
         mismatch_check(device, calibration))
-    if first is not None:
-        timed.figures["retimed"] = {"first": first.text}
+    protocol = dataclasses.replace(timed.protocol, retimed=first.text) if first is not None else timed.protocol
     draft.timing, draft.eager_timing = timed.solution, timed.divisor or timed.eager
-    draft.figures["protocol"], draft.figures["machine"] = timed.figures, timed.machine
+    draft.diagnostics = dataclasses.replace(draft.diagnostics, protocol=protocol, machine=timed.machine)
     draft.warnings += found + timed.findings
     draft.warnings += [w for w in (checks.level_moved_warning(timed.solution, "the solution"),
                                    checks.level_moved_warning(timed.eager, "the eager reference"))
@@ -183,21 +183,13 @@ PROCESS_RETRIES = 2
 PROCESS_CHECKED = ("cuda",)  # on the CPU the ratio is recorded only: processes sharing two cores differ by more
 
 
-@dataclass(frozen=True)
-class ProcessCheck:
-    """What the judge's and the candidate's processes made of the same reference call (`_calibrated`)."""
-
-    figures: dict[str, Any]  # the ratio of each candidate process tried (run.json's extra.processes)
-    finding: Finding | None  # `[processes_disagree]` when every process tried disagreed
-
-
 def _calibrated(job: EvaluateJob, session: Session, fresh: Callable[[Session], Session],
-                calibrate_in: Callable[[Session], Calibration]) -> tuple[Session, Calibration,
-                                                                                 ProcessCheck]:
+                calibrate_in: Callable[[Session], Calibration]
+                ) -> tuple[Session, Calibration, ProcessCheck, Finding | None]:
     """The calibration (`calibrate`), in a fresh candidate process (`fresh`) as long as the candidate's process runs
     the reference at another speed than the judge's, PROCESS_RETRIES times at most: the solution is imported into
-    a process that agrees with the judge's, or its row is `suspect` with `[processes_disagree]`. Nothing of the
-    solution's has run in any of these processes yet."""
+    a process that agrees with the judge's, or its row is `suspect` with `[processes_disagree]` (the finding
+    returned). Nothing of the solution's has run in any of these processes yet."""
     calibration = calibrate_in(session)
     ratios = [checks.process_ratio(calibration)]
     # On CUDA in the host regime the speedup divides by a witness, a candidate's kind of process (divided_by_witness)
@@ -208,10 +200,8 @@ def _calibrated(job: EvaluateJob, session: Session, fresh: Callable[[Session], S
         calibration = calibrate_in(session)
         ratios.append(checks.process_ratio(calibration))
     gap = checks.processes_disagree(calibration) if act else None
-    figures = {"ratios": [round(r, 4) if r is not None else None for r in ratios],
-               "fresh_candidates": len(ratios) - 1}
-    finding = checks.processes_warning(gap, len(ratios)) if gap else None
-    return session, calibration, ProcessCheck(figures, finding)
+    tried = ProcessCheck(tuple(round(r, 4) if r is not None else None for r in ratios), len(ratios) - 1)
+    return session, calibration, tried, checks.processes_warning(gap, len(ratios)) if gap else None
 
 
 def _fresh_session(job: EvaluateJob, old: Session, announce: Announce, started: list[CandidateProcess]) -> Session:
@@ -312,10 +302,10 @@ def _finish(session: Session, draft: Draft) -> None:
     """Ask the candidate what it changed in its process; the findings become warnings (see
     kbench.results.findings.SUSPECT)."""
     try:
-        figures = session.ask(protocol.Finish()).figures
+        reply = session.ask(protocol.Finish())
     except Verdict:
         return
-    patched = [p for p in figures.get("patched", []) if isinstance(p, str)]
+    patched = list(reply.patched)
     if patched:
         draft.warnings.append(Finding(FindingCode.MONKEY_PATCH, f"the solution replaced {', '.join(patched)} "
                                   "(its calls are judged in another process, timed with the originals)"))
@@ -323,7 +313,7 @@ def _finish(session: Session, draft: Draft) -> None:
     if clocks:
         draft.warnings.append(Finding(FindingCode.CLOCK_PATCHED, f"the solution replaced {', '.join(clocks)} "
                                       "in its process, where its own calls are timed"))
-    changes = [c for c in figures.get("state_changes", []) if isinstance(c, str)]
+    changes = list(reply.state_changes)
     if changes:
         draft.warnings.append(Finding(FindingCode.STATE_CHANGED, "the solution changed process-wide settings: "
                                       f"{'; '.join(changes)} (restored before each call)"))

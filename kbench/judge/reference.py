@@ -7,6 +7,7 @@ tell right from wrong at its tolerance.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from functools import partial
@@ -34,6 +35,7 @@ from kbench.judge.harness import (
 from kbench.judge.timing import checks, sampling, timers
 from kbench.judge.verdict import short
 from kbench.results.codec import decode
+from kbench.results.diagnostics import Diagnostics, ReferenceNoise, ReferenceOutput
 from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
 from kbench.results.records import Measurement, Speedups, Status
@@ -114,7 +116,7 @@ def _first_call(job: ReferenceJob, reference: Any, make: Any,
     `_checks`)."""
     first = make(job.seed)
     out, peak = guarded(job.device, "the reference", partial(with_peak, job.device, partial(reference, *first)))
-    result = ReferenceDraft(phases=phases.seconds, output=describe_output(out))
+    result = ReferenceDraft(phases=phases.seconds, diagnostics=Diagnostics(output=describe_output(out)))
     phases.mark("setup")
     return result, peak, first, out
 
@@ -125,7 +127,8 @@ def _checks(job: ReferenceJob, reference: Any, make: Any, first: list[Any], out:
     nothing, and the next worker starts meanwhile)."""
     _degenerate_check(job, reference, make, out, result)
     phases.mark("degenerate_check")
-    result.figures["noise"], found = _noise(job, reference, first, out)
+    noise, found = _noise(job, reference, first, out)
+    result.diagnostics = dataclasses.replace(result.diagnostics, noise=noise)
     result.warnings += found
     phases.mark("noise_check")
 
@@ -155,13 +158,13 @@ def _time_models(job: ReferenceJob, reference: Any, make: Any, models: dict[str,
 
     samplers = {name: sampling.local_sampler(call(model, name), timers[name], primed[name])
                 for name, model in models.items()}
-    measured, result.figures["machine"], busy = machine.watched(
+    measured, state, busy = machine.watched(
         lambda: guarded(device, "timing", lambda: sampling.measure_rounds(samplers, job.timing, before_round=fresh)),
         device, own_processes=1)
     moved = checks.level_moved_warning(measured["eager"], "the eager reference")
     result.warnings += busy + ([moved] if moved else [])
-    result.figures["primed"] = primed["eager"]
-    result.figures["regimes"] = {name: timer.regime for name, timer in timers.items()}
+    result.diagnostics = dataclasses.replace(result.diagnostics, machine=state, primed=primed["eager"],
+                                             regimes={name: str(timer.regime) for name, timer in timers.items()})
     inputs.clear()
     return measured
 
@@ -171,14 +174,15 @@ def _degenerate_check(job: Judging, reference: Any, make: Any, out: Any, result:
     (out of memory, say), `[check_skipped]` with the reason."""
     try:
         other = reference(*make(job.seed + 1))
-        findings, figures = degeneracy.degenerate_findings(out, other, job.atol, job.rtol)
+        findings, found = degeneracy.degenerate_findings(out, other, job.atol, job.rtol)
     except Exception as exc:  # noqa: BLE001 - the harness's own check; the reference's row still stands
-        findings, figures = [trust.skipped("the degenerate-output check", exc)], {}
+        findings, found = [trust.skipped("the degenerate-output check", exc)], None
     result.warnings += findings
-    result.output.update(figures)
+    output = dataclasses.replace(result.diagnostics.output or ReferenceOutput(), degeneracy=found)
+    result.diagnostics = dataclasses.replace(result.diagnostics, output=output)
 
 
-def _noise(job: Judging, reference: Any, inputs: list[Any], out: Any) -> tuple[dict[str, Any], list[Finding]]:
+def _noise(job: Judging, reference: Any, inputs: list[Any], out: Any) -> tuple[ReferenceNoise | None, list[Finding]]:
     """The reference's own error against float64 at the run's precision and tolerance (kbench.judge.checks.noise)."""
     return noise.reference_noise(reference, inputs, out, job.device, job.precision, job.atol, job.rtol,
                                  job.math.allows_tf32)
@@ -194,11 +198,11 @@ def check_problem(job: CheckJob) -> CheckResult:
         inputs = make(seed + 1)
         first = guarded(device, "the reference", lambda: reference(*inputs))
         second = guarded(device, "the reference", lambda: reference(*make(seed + 2)))
-        findings, figures = degeneracy.degenerate_findings(first, second, job.atol, job.rtol)
+        findings, degenerate = degeneracy.degenerate_findings(first, second, job.atol, job.rtol)
         del second
-        noise_figures, found = _noise(job, reference, inputs, first)
-    return CheckResult("correct", findings=tuple(findings + found),
-                       figures={**figures, "noise": noise_figures, **describe_output(first)})
+        noise, found = _noise(job, reference, inputs, first)
+    output = dataclasses.replace(describe_output(first), degeneracy=degenerate)
+    return CheckResult("correct", findings=tuple(findings + found), output=output, noise=noise)
 
 
 def hardware_floor(job: ReferenceJob, reference: Any, inputs: list[Any]) -> Floor:

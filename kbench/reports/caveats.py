@@ -174,13 +174,12 @@ def _spread(evaluations: Sequence[Evaluation]) -> str:
 def _processes(evaluations: Sequence[Evaluation]) -> str:
     """What the check of the judge's and the candidates' processes found and did, over the solution rows: the
     reference timed in both before the solution was imported (docs/timing.md)."""
-    checked = [e for e in evaluations if e.solution not in (EAGER, COMPILED) and isinstance(e.extra.get("processes"),
-                                                                                           dict)]
+    checked = [e for e in evaluations if e.solution not in (EAGER, COMPILED) and e.diagnostics.processes is not None]
     if not checked:
         return "not recorded (a run from before the check, or no solution timed)"
-    fresh = sum(1 for e in checked if e.extra["processes"].get("fresh_candidates"))
+    fresh = sum(1 for e in checked if e.diagnostics.processes and e.diagnostics.processes.fresh_candidates)
     disagree = sum(1 for e in checked if FindingCode.PROCESSES_DISAGREE in e.flags)
-    witness = sum(1 for e in checked if ((e.extra.get("protocol") or {}).get("divisor") or {}).get("by") == "witness")
+    witness = sum(1 for e in checked if (p := e.diagnostics.protocol) and p.divisor and p.divisor.by == "witness")
     parts = [f"{len(checked) - fresh} of {len(checked)} row(s) agreed in their first candidate process"]
     if fresh:
         parts.append(f"{fresh - disagree} went into a fresh candidate process and agreed there")
@@ -202,10 +201,9 @@ def _calls(evaluations: Sequence[Evaluation]) -> str:
 
 
 def _clocks(evaluations: Sequence[Evaluation]) -> str:
-    seen = [float(g["sm_mhz"]) for e in evaluations
-            if isinstance(g := ((e.extra.get("machine") or {}).get("gpu") or {}), dict) and g.get("sm_mhz")]
-    peak = [float(g["max_sm_mhz"]) for e in evaluations
-            if isinstance(g := ((e.extra.get("machine") or {}).get("gpu") or {}), dict) and g.get("max_sm_mhz")]
+    gpus = [m.gpu for e in evaluations if (m := e.diagnostics.machine) is not None and m.gpu is not None]
+    seen = [float(g.sm_mhz) for g in gpus if g.sm_mhz]
+    peak = [float(g.max_sm_mhz) for g in gpus if g.max_sm_mhz]
     if not seen:
         return "not recorded"
     top = f" of {max(peak):.0f} MHz" if peak else ""
@@ -230,8 +228,8 @@ SANDBOX_WORDS = {"namespaces": "namespaces (own PID, network and mount namespace
 
 def _sandbox(evaluations: Sequence[Evaluation]) -> str:
     """Which sandbox the solutions' candidates had (docs/sandbox.md), counted over the solution rows."""
-    levels = Counter(str(e.extra["sandbox"]) for e in evaluations
-                     if e.solution not in (EAGER, COMPILED) and e.extra.get("sandbox"))
+    levels = Counter(e.diagnostics.sandbox for e in evaluations
+                     if e.solution not in (EAGER, COMPILED) and e.diagnostics.sandbox)
     if not levels:
         return "not recorded (a run from before the sandbox, or no solution evaluated)"
     return "; ".join(f"{SANDBOX_WORDS.get(level, level)} on {n} row(s)" for level, n in levels.most_common())

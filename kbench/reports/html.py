@@ -21,7 +21,7 @@ from kbench.reports import caveats, leaderboard, profile_view, report_text, repr
 from kbench.reports.compare import MARKS, Comparison, environment_key
 from kbench.reports.html_views import Assets, BoardRow, ComparisonView, CompilerLog, ProblemView, RankedRow, RowFigures
 from kbench.results import speedups
-from kbench.results.codec import JsonObject
+from kbench.results.codec import JsonObject, to_wire
 from kbench.results.figures import PeakMemory
 from kbench.results.records import COMPILED, EAGER, Evaluation, Status, problem_order
 from kbench.results.storage import RUN_FILE, LoadedRun, atomic_write, latest_run, load, resolve, run_state
@@ -44,10 +44,12 @@ MEANING = {  # what each status says, before the row's own message says why
 
 
 def figures(e: Evaluation) -> RowFigures:
-    """The timing protocol's figures (kept in `extra`) and a suspect row's withheld speedups, as the page shows them
-    (the other typed figures are read off the row itself)."""
+    """The timing protocol's figures and a suspect row's withheld speedups, as the page shows them (the other typed
+    figures are read off the row itself)."""
     withheld = dataclasses.asdict(e.withheld) if e.withheld is not None else {}
-    return {"protocol": e.extra.get("protocol"), "withheld": {k: v for k, v in withheld.items() if v is not None}}
+    protocol = e.diagnostics.protocol
+    return {"protocol": to_wire(protocol) if protocol is not None else None,
+            "withheld": {k: v for k, v in withheld.items() if v is not None}}
 
 
 def _number(value: Any, pattern: str) -> str:

@@ -103,13 +103,13 @@ def noise_line(evaluations: Sequence[Evaluation], problem: str) -> list[str]:
     """The reference's own error against float64 beside the tolerance (kbench.judge.checks.noise), from its eager
     row."""
     eager = next((e for e in evaluations if e.problem == problem and e.solution == EAGER), None)
-    noise = (eager.extra.get("noise") or {}) if eager is not None else {}
-    if "max_abs" not in noise:
+    noise = eager.diagnostics.noise if eager is not None else None
+    if noise is None:
         return []
-    verdict = ("an exact result passes" if noise.get("exact_passes") else
-               f"an exact result fails: only the library's rounding passes ({noise.get('cause', '?')})")
-    return ["", f"Reference at {noise.get('precision', 'fp32')} against float64: max error {noise['max_abs']:.2g} "
-                f"at atol={noise.get('atol', 0):g}, rtol={noise.get('rtol', 0):g}; {verdict}."]
+    verdict = ("an exact result passes" if noise.exact_passes else
+               f"an exact result fails: only the library's rounding passes ({noise.cause or '?'})")
+    return ["", f"Reference at {noise.precision} against float64: max error {noise.max_abs:.2g} "
+                f"at atol={noise.atol:g}, rtol={noise.rtol:g}; {verdict}."]
 
 
 def chart(evaluations: Sequence[Evaluation], path: Path) -> Path | None:

@@ -8,7 +8,10 @@ Version 3 (2026-11-26) keeps each warning as a finding, {"code", "message"} (kbe
 version 2 kept one string, "[code] message".
 
 Version 4 (2026-11-27) gives a `suspect` row's withheld speedups a typed field, `withheld` (version 3 kept them in
-`extra` as speedup_vs_eager and speedup_vs_compile).
+`extra` as speedup_vs_eager and speedup_vs_compile), and the diagnostics version 3 kept free-form in `extra` (the
+timing protocol, the machine, the processes tried, the sandbox, weights copied; the eager row's output, noise,
+priming and regimes) typed records under `diagnostics` (kbench.results.diagnostics). As in version 2, a figure that is
+not the record it should be stays in `extra`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from kbench.results.codec import JsonObject, ProtocolError, decode, to_wire
+from kbench.results.diagnostics import (
+    MachineState,
+    ProcessCheck,
+    ReferenceNoise,
+    ReferenceOutput,
+    TimingProtocol,
+)
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
 from kbench.results.findings import from_legacy
 
@@ -62,13 +72,49 @@ def _v2_to_v3(doc: JsonObject) -> JsonObject:
 WITHHELD = ("speedup_vs_eager", "speedup_vs_compile")  # v3 `extra` keys of a suspect row -> v4 `withheld`
 
 
+def _v3_output(value: Any) -> Any:
+    """v3's output figures (shape, dtype or type, and the degeneracy's three shares side by side) as v4's record."""
+    shares = ("constant_pass_share", "zero_share", "output_std")
+    found = {k: value[k] for k in shares if k in value} if isinstance(value, dict) else {}
+    rest = {k: v for k, v in value.items() if k not in shares} if isinstance(value, dict) else value
+    return {**rest, "degeneracy": found} if len(found) == len(shares) else rest
+
+
+def _v3_protocol(value: Any) -> Any:
+    """v3's protocol figures: `retimed` was {"first": "[code] message"}."""
+    if isinstance(value, dict) and isinstance(value.get("retimed"), dict):
+        return {**value, "retimed": value["retimed"].get("first")}
+    return value
+
+
+# v3 `extra` key -> (its Diagnostics field's type, how v3's value becomes v4's)
+V3_DIAGNOSTICS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
+    "protocol": (TimingProtocol, _v3_protocol), "machine": (MachineState, lambda v: v),
+    "processes": (ProcessCheck, lambda v: v), "sandbox": (str, lambda v: v),
+    "state_dict_tensors_copied": (int, lambda v: v), "output": (ReferenceOutput, _v3_output),
+    "noise": (ReferenceNoise, lambda v: v), "primed": (bool, lambda v: v), "regimes": (dict[str, str], lambda v: v),
+}
+
+
 def _v3_to_v4(doc: JsonObject) -> JsonObject:
     def row(e: JsonObject) -> JsonObject:
         extra = dict(e.get("extra") or {})
-        if e.get("status") != "suspect" or not any(k in extra for k in WITHHELD):
-            return e
-        withheld = {k: extra.pop(k, None) for k in WITHHELD}
-        return {**e, "withheld": withheld, "extra": extra}
+        moved: JsonObject = {}
+        if e.get("status") == "suspect" and any(k in extra for k in WITHHELD):
+            moved["withheld"] = {k: extra.pop(k, None) for k in WITHHELD}
+        diagnostics: JsonObject = {}
+        for key, (kind, convert) in V3_DIAGNOSTICS.items():
+            if key not in extra:
+                continue
+            if extra[key] in (None, {}):  # not recorded (a check that did not run)
+                del extra[key]
+                continue
+            try:
+                diagnostics[key] = to_wire(decode(kind, convert(extra[key])), kind)
+            except ProtocolError:
+                continue  # not what v4 types it as: it stays where v3 had it
+            del extra[key]
+        return {**e, **moved, "diagnostics": diagnostics, "extra": extra}
 
     return {**doc, "version": 4, "evaluations": [row(e) for e in doc.get("evaluations", [])]}
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from kbench.config.tolerances import DEFAULT_TOLERANCE, PRECISIONS
 from kbench.results import stats
-from kbench.results.codec import decode
+from kbench.results.codec import JsonObject, decode
+from kbench.results.diagnostics import Diagnostics
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
 from kbench.results.findings import Finding, FindingCode
 
@@ -197,7 +198,9 @@ class Evaluation:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step of the evaluation's child
     gpu: str | None = None  # the slot that ran it (a GPU index, a Ray task slot) when runs are spread out
     gpu_name: str | None = None  # that GPU's model, when runs are spread over the GPUs of this machine
-    extra: dict[str, Any] = field(default_factory=dict)  # diagnostics without a fixed shape (noise, machine, rounds)
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)  # the timing protocol, the machine, the processes
+    # what an older run file recorded that no field holds (kbench.results.migrate keeps it; nothing reads it)
+    extra: JsonObject = field(default_factory=dict)
 
     @property
     def flags(self) -> tuple[FindingCode, ...]:
@@ -247,6 +250,7 @@ class Evaluation:
             phases=data.get("phases", {}),
             gpu=data.get("gpu"),
             gpu_name=data.get("gpu_name"),
+            diagnostics=_typed(Diagnostics, data.get("diagnostics")) or Diagnostics(),
             extra=data.get("extra", {}),
         )
 

@@ -13,10 +13,11 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
+from kbench.results.diagnostics import GpuState, MachineState
 from kbench.results.findings import Finding, FindingCode
 from kbench.system.procfs import CLOCK_TICKS, processes, read, subtree
 
@@ -57,42 +58,42 @@ def snapshot() -> CpuSnapshot | None:
         return None
 
 
-def others(before: CpuSnapshot | None, after: CpuSnapshot | None) -> dict[str, float]:
+def others(before: CpuSnapshot | None, after: CpuSnapshot | None) -> MachineState:
     """What other processes used between two snapshots: `other_cores` (their CPU seconds per second), the load
-    average at the start, the window and the machine's core count. Empty when either snapshot is missing."""
+    average at the start, the window and the machine's core count. Nothing measured when either snapshot is
+    missing."""
     if before is None or after is None or after.at <= before.at:
-        return {}
+        return MachineState()
     window = after.at - before.at
     other = (after.machine_busy_s - before.machine_busy_s) - (after.session_busy_s - before.session_busy_s)
-    return {"other_cores": round(max(other, 0.0) / window, 3), "load_average": round(before.load_average, 2),
-            "window_s": round(window, 3), "cores": float(os.cpu_count() or 1)}
+    return MachineState(other_cores=round(max(other, 0.0) / window, 3), load_average=round(before.load_average, 2),
+                        window_s=round(window, 3), cores=float(os.cpu_count() or 1))
 
 
-# The figures are free-form (others' and gpu_state's, side by side): judge_timing.TimedRounds.machine keeps them so.
-def watched(measure: Callable[[], T], device: str, own_processes: int) -> tuple[T, dict[str, Any], list[Finding]]:
-    """measure(), and what the machine did meanwhile: other processes' CPU time (and on CUDA the GPU as nvidia-smi
-    sees it right after, with `own_processes` of kbench's holding contexts on it), as figures and warnings."""
+def watched(measure: Callable[[], T], device: str, own_processes: int) -> tuple[T, MachineState, list[Finding]]:
+    """measure(), and what the machine did meanwhile: other processes' CPU time (and on CUDA the GPU as NVML or
+    nvidia-smi sees it right after, with `own_processes` of kbench's holding contexts on it), and its warnings."""
     before = snapshot()
     result = measure()
-    figures: dict[str, Any] = dict(others(before, snapshot()))  # free-form: see above
-    found = [w for w in (busy_warning(figures, device),) if w is not None]
+    state = others(before, snapshot())
+    found = [w for w in (busy_warning(state, device),) if w is not None]
     if device == "cuda":
-        figures["gpu"] = gpu_state()
-        found += gpu_warnings(figures["gpu"], own_processes)
-    return result, figures, found
+        state = replace(state, gpu=gpu_state())
+        found += gpu_warnings(state.gpu or GpuState(), own_processes)
+    return result, state, found
 
 
-def busy_warning(figures: Mapping[str, float], device: str) -> Finding | None:
+def busy_warning(state: MachineState, device: str) -> Finding | None:
     """`[machine_busy]` when other processes kept cores busy while this row was timed."""
-    if not figures:
-        return None
-    cores, other = figures["cores"], figures["other_cores"]
+    cores, other = state.cores, state.other_cores
+    if cores is None or other is None:
+        return None  # nothing measured (no /proc): nothing said
     limit = BUSY_CORES_CPU if device == "cpu" else max(1.0, BUSY_SHARE_GPU * cores)
     if other < limit:
         return None
     return (Finding(FindingCode.MACHINE_BUSY, f"other processes kept {other:.1f} of {cores:.0f} CPU cores busy "
-            f"while this was timed (load average {figures['load_average']:.1f} at the start): the times may be slower "
-            "than on a quiet machine"))
+            f"while this was timed (load average {state.load_average or 0.0:.1f} at the start): the times may be "
+            "slower than on a quiet machine"))
 
 
 # nvidia-smi's clock-event reasons that mean the GPU ran slower than it could: software power cap, hardware slowdown,
@@ -129,7 +130,8 @@ class Nvml:
         except (OSError, AttributeError):
             pass
 
-    def read(self, index: int) -> dict[str, object] | None:
+    def read(self, index: int) -> tuple[GpuState, list[int] | None] | None:
+        """The GPU's state, and the processes holding a context on it (None where the list cannot be read)."""
         lib = self._lib
         if lib is None:
             return None
@@ -146,9 +148,8 @@ class Nvml:
             pids = self._pids(handle, count.value)
         except (OSError, AttributeError):
             return None
-        return {"sm_mhz": sm.value, "max_sm_mhz": top.value,
-                "throttled": [name for bit, name in THROTTLE_BITS.items() if reasons.value & bit],
-                "compute_processes": count.value, **({"pids": pids} if pids is not None else {})}
+        return GpuState(sm_mhz=sm.value, max_sm_mhz=top.value, throttled=_reasons(reasons.value),
+                        compute_processes=count.value), pids
 
     def _pids(self, handle: Any, count: int) -> list[int] | None:
         """The processes holding a context on the GPU (None where the list cannot be read)."""
@@ -174,8 +175,13 @@ def nvml() -> Nvml:
     return Nvml()
 
 
-def _nvml_read(index: int) -> dict[str, object] | None:
+def _nvml_read(index: int) -> tuple[GpuState, list[int] | None] | None:
     return nvml().read(index)
+
+
+def _reasons(bits: int) -> tuple[str, ...]:
+    """The names of the throttle reasons set in `bits` (THROTTLE_BITS)."""
+    return tuple(name for bit, name in THROTTLE_BITS.items() if bits & bit)
 
 
 def kbench_elsewhere(pids: list[int], judge: int | None = None) -> int:
@@ -191,17 +197,17 @@ def kbench_elsewhere(pids: list[int], judge: int | None = None) -> int:
 
 
 def gpu_state(run: Callable[[list[str]], str | None] = _smi,
-              nvml: Callable[[int], dict[str, object] | None] = _nvml_read,
-              kbench: Callable[[list[int]], int] = kbench_elsewhere) -> dict[str, object]:
+              nvml: Callable[[int], tuple[GpuState, list[int] | None] | None] = _nvml_read,
+              kbench: Callable[[list[int]], int] = kbench_elsewhere) -> GpuState:
     """The timed GPU now: SM clock and its maximum (MHz), the active throttle reasons, how many compute processes
     hold a context on it, from NVML (`Nvml`), else as nvidia-smi sees it, and how many of them are kbench's own
     outside this judge (`kbench`: `kbench_elsewhere`, the slot's next worker started ahead). Empty where neither says
     anything."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
     if visible.isdigit() and (found := nvml(int(visible))) is not None:
-        pids = cast("list[int] | None", found.pop("pids", None))
-        return {**found, "kbench_elsewhere": kbench(pids)} if pids else found
-    state: dict[str, object] = {}
+        state, pids = found
+        return replace(state, kbench_elsewhere=kbench(pids)) if pids else state
+    state = GpuState()
     for query in _GPU_QUERIES:
         out = run(["-i", visible, f"--query-gpu=clocks.sm,clocks.max.sm,{query}", "--format=csv,noheader,nounits"])
         if out:
@@ -210,30 +216,28 @@ def gpu_state(run: Callable[[list[str]], str | None] = _smi,
                 sm, top, reasons = int(fields[0]), int(fields[1]), int(fields[2], 16)
             except (ValueError, IndexError):
                 continue
-            state.update(sm_mhz=sm, max_sm_mhz=top,
-                         throttled=[name for bit, name in THROTTLE_BITS.items() if reasons & bit])
+            state = replace(state, sm_mhz=sm, max_sm_mhz=top, throttled=_reasons(reasons))
             break
     apps = run(["-i", visible, "--query-compute-apps=pid", "--format=csv,noheader"])
     if apps is not None:
         listed = [line.strip() for line in apps.splitlines() if line.strip()]
-        state["compute_processes"] = len(listed)
+        state = replace(state, compute_processes=len(listed))
         if (pids := [int(p) for p in listed if p.isdigit()]):
-            state["kbench_elsewhere"] = kbench(pids)
+            state = replace(state, kbench_elsewhere=kbench(pids))
     return state
 
 
-def gpu_warnings(state: dict[str, object], own_processes: int) -> list[Finding]:
+def gpu_warnings(state: GpuState, own_processes: int) -> list[Finding]:
     """`[gpu_busy]` when other processes hold contexts on the timed GPU, `[gpu_throttled]` when it was slowed (read
     right after the timing, while its clocks still show the work)."""
     found = []
-    # gpu_state's count, less kbench's own (this judge's, and the slot's next worker started ahead)
-    others = cast(int, state.get("compute_processes", 0)) - own_processes - cast(int, state.get("kbench_elsewhere", 0))
-    if "compute_processes" in state and others > 0:
-        found.append(Finding(FindingCode.GPU_BUSY, f"{others} other process(es) held a context on this GPU while "
-                             "this was timed: the times may be slower than on an idle GPU"))
-    throttled = cast("list[str]", state.get("throttled") or [])  # gpu_state's reason names
-    if throttled:
+    if state.compute_processes is not None:
+        # gpu_state's count, less kbench's own (this judge's, and the slot's next worker started ahead)
+        others = state.compute_processes - own_processes - state.kbench_elsewhere
+        if others > 0:
+            found.append(Finding(FindingCode.GPU_BUSY, f"{others} other process(es) held a context on this GPU while "
+                                 "this was timed: the times may be slower than on an idle GPU"))
+    if state.throttled:
         found.append(Finding(FindingCode.GPU_THROTTLED, "the GPU was slowed while this was timed "
-                             f"({', '.join(throttled)}; SM clock {state.get('sm_mhz')} of "
-                             f"{state.get('max_sm_mhz')} MHz)"))
+                             f"({', '.join(state.throttled)}; SM clock {state.sm_mhz} of {state.max_sm_mhz} MHz)"))
     return found

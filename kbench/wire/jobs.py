@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kbench.config.run_config import MathFlags, TimingPolicy
+from kbench.results.diagnostics import Diagnostics, ReferenceNoise, ReferenceOutput
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
 from kbench.results.findings import Finding
 from kbench.results.records import Measurement, Speedups, Status, TrialResult
@@ -136,7 +137,6 @@ class CompiledResult:
 class ReferenceResult:
     status: Status
     message: str = ""
-    output: dict[str, Any] = field(default_factory=dict)  # what the reference returns (shapes, dtypes, spread)
     warnings: tuple[Finding, ...] = ()
     timing: Measurement | None = None
     compiled: CompiledResult | None = None
@@ -144,7 +144,8 @@ class ReferenceResult:
     percent_of_floor: float | None = None  # eager's
     peak: PeakMemory | None = None
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step of the child
-    figures: dict[str, Any] = field(default_factory=dict)  # diagnostics: noise, machine, primed
+    # what the reference returns, its noise, the machine, priming, regimes
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,8 @@ class EvaluateResult:
     kernels: KernelShare | None = None
     peak: PeakMemory | None = None
     phases: dict[str, float] = field(default_factory=dict)
-    figures: dict[str, Any] = field(default_factory=dict)  # diagnostics: the protocol's rounds, machine, weights copied
+    # the protocol's rounds, the machine, the sandbox, weights copied
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,8 @@ class CheckResult:
     status: str
     message: str = ""
     findings: tuple[Finding, ...] = ()
-    figures: dict[str, Any] = field(default_factory=dict)
+    output: ReferenceOutput | None = None  # what the reference returns, and whether it can tell right from wrong
+    noise: ReferenceNoise | None = None
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ class CommandServer:
 
     # ---- commands ----------------------------------------------------------------------------------
 
-    def calibrate(self, cmd: protocol.Calibrate) -> dict[str, Any]:
+    def calibrate(self, cmd: protocol.Calibrate) -> protocol.ReplyFields:
         """Still kbench's own process: the reference, built here, is what the judge's calibration samples time."""
         self.device = cmd.device
         apply_math_flags(MathFlags(**cmd.math))
@@ -113,19 +113,19 @@ class CommandServer:
         if cmd.grads is not None:
             model = backward.Gradients(model, cmd.grads, reference=True)
         self.model, self.inputs, self.outputs = model, list(cmd.inputs), list(cmd.outputs)
-        return {"status": "ok", "figures": {"sandbox": level}}
+        return {"status": "ok", "sandbox": level}
 
-    def load(self, cmd: protocol.Load) -> dict[str, Any]:
+    def load(self, cmd: protocol.Load) -> protocol.ReplyFields:
         os.environ.update(cmd.env)
         self.model = lambda *args: None  # the calibration's reference goes, and the memory its calls cached
         if self.device == "cuda":
             torch.cuda.empty_cache()
         self.guarded = trust.snapshot_attributes()
-        self.module, info = load_solution(cmd.path)
+        self.module, _ = load_solution(cmd.path)
         self._restore("import")
-        return {"status": "ok", "figures": info}
+        return {"status": "ok"}
 
-    def build(self, cmd: protocol.Build) -> dict[str, Any]:
+    def build(self, cmd: protocol.Build) -> protocol.ReplyFields:
         self._restore("the import" if not self.models else f"model {len(self.models)}")
         try:
             model = construct(lambda: self.module.ModelNew(*cmd.init), cmd.seed, cmd.device, cmd.precision)
@@ -136,13 +136,13 @@ class CommandServer:
         except BaseException as exc:
             raise Verdict(Status.RUNTIME_ERROR, f"ModelNew(*get_init_inputs()) raised {short(exc)}") from exc
         self.models[cmd.name] = model if cmd.grads is None else backward.Gradients(model, cmd.grads)
-        return {"status": "ok", "figures": {"copied": len(shared)}}
+        return {"status": "ok", "copied": len(shared)}
 
-    def bind(self, cmd: protocol.Bind) -> dict[str, Any]:
+    def bind(self, cmd: protocol.Bind) -> protocol.ReplyFields:
         self.model, self.inputs, self.outputs = self.models[cmd.name], list(cmd.inputs), list(cmd.outputs)
         return {"status": "ok"}
 
-    def call(self) -> dict[str, Any]:
+    def call(self) -> protocol.ReplyFields:
         """One untimed call; on CUDA with the peak of memory it allocated beyond what was allocated before it."""
         self._before_call()
         cuda = self.device == "cuda"
@@ -156,10 +156,12 @@ class CommandServer:
             raise
         except BaseException as exc:
             raise Verdict(Status.RUNTIME_ERROR, f"the solution raised {short(exc)}") from exc
-        figures = {"peak_bytes": max(_max_memory_allocated() - before, 0)} if cuda else {}
-        return {"status": "ok", "values": self._deliver(out), "figures": figures}
+        reply: protocol.ReplyFields = {"status": "ok", "values": self._deliver(out)}
+        if cuda:
+            reply["peak_bytes"] = max(_max_memory_allocated() - before, 0)
+        return reply
 
-    def arm(self, cmd: protocol.Arm) -> dict[str, Any]:
+    def arm(self, cmd: protocol.Arm) -> protocol.ReplyFields:
         """Ready for a timed call (protocol.Arm): in the GPU regime, the call issued behind the closed gate now."""
         self._before_call()
         self.armed = ()
@@ -183,7 +185,7 @@ class CommandServer:
         self.armed = (start, end, out, issue)
         return {"status": "ok", "issue_s": issue, "values": values, "outputs": where}
 
-    def go(self, cmd: protocol.Go) -> dict[str, Any]:
+    def go(self, cmd: protocol.Go) -> protocol.ReplyFields:
         """The host regime's timed call (protocol.Go)."""
         cuda = self.device == "cuda"
         try:
@@ -213,7 +215,7 @@ class CommandServer:
         self.armed = (None, None, out, issue)
         return {"status": "ok", "timed_s": timed, "issue_s": issue, "values": values, "outputs": where}
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> protocol.ReplyFields:
         """The armed call's time (protocol.Report)."""
         if not self.armed or self.armed[0] is None:
             return {"status": "runtime_error", "message": "a report was asked for with no call armed"}
@@ -225,18 +227,17 @@ class CommandServer:
             raise Verdict(Status.RUNTIME_ERROR, f"the solution raised {short(exc)} in a timed call") from exc
         return {"status": "ok", "timed_s": timed, "issue_s": issue}
 
-    def profile(self, cmd: protocol.Profile) -> dict[str, Any]:
+    def profile(self, cmd: protocol.Profile) -> protocol.ReplyFields:
         self._before_call()
         # The bound inputs for every call, no copies (the profile names kernels; values do not matter, memory does).
         arg_sets = [self.inputs] * cmd.calls
         share = trust.own_kernel_share(self.model, arg_sets, cmd.source)
-        return {"status": "ok", "figures": {"kernels": share}}
+        return {"status": "ok", "kernels": share}
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> protocol.ReplyFields:
         self._restore("the last call")
         patched = trust.replaced_attributes(self.guarded) if self.guarded else []
-        return {"status": "ok", "figures": {"patched": patched, "state_changes": [c.describe() for c in self.changes],
-                                            "state_changed": sorted({c.name for c in self.changes})}}
+        return {"status": "ok", "patched": patched, "state_changes": [c.describe() for c in self.changes]}
 
     # ---- helpers -----------------------------------------------------------------------------------
 
@@ -294,7 +295,7 @@ def main(conn: Any, init_cuda: bool = False, forked: bool = False) -> None:
         warm_cuda()
     preload()
     server = CommandServer()
-    handlers: dict[type, Callable[[Any], dict[str, Any]]] = {
+    handlers: dict[type, Callable[[Any], protocol.ReplyFields]] = {
         protocol.Calibrate: server.calibrate,
         protocol.Load: server.load, protocol.Build: server.build, protocol.Bind: server.bind,
         protocol.Call: lambda c: server.call(), protocol.Arm: server.arm, protocol.Go: server.go,

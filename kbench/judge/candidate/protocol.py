@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
-from kbench.results.codec import ProtocolError  # raised for a reply that is not valid
+from kbench.results.codec import JsonObject, ProtocolError  # ProtocolError: raised for a reply that is not valid
 from kbench.results.records import Regime
 from kbench.system.sandbox import SandboxPlan
 
@@ -121,10 +121,38 @@ class Finish:
 # ---- replies (candidate -> judge) ------------------------------------------------------------------
 
 
+class OwnKernelShare(TypedDict):
+    """The candidate's profile as it sends it (the judge reads it as a kbench.results.figures.KernelShare)."""
+
+    own_s: float  # per call
+    library_s: float  # per call
+    own_share: float
+    kernels_declared: list[str]
+    top: list[tuple[str, float]]  # the five busiest kernels: (name, microseconds over the profile)
+
+
+class ReplyFields(TypedDict, total=False):
+    """A reply as the candidate's process writes it: `status` always, the rest where its command has them (the judge
+    reads it back as a checked `Reply`)."""
+
+    status: str
+    message: str
+    timed_s: float
+    issue_s: float
+    values: list[Any]
+    outputs: list[Any]
+    sandbox: str
+    copied: int
+    peak_bytes: int
+    kernels: OwnKernelShare
+    patched: list[str]
+    state_changes: list[str]
+
+
 @dataclass(frozen=True)
 class Reply:
     """One validated reply. `status` is "ok" or a verdict the candidate's side reached (load_error, compile_error,
-    runtime_error, incorrect) with `message`."""
+    runtime_error, incorrect) with `message`; the other fields are what its command answers with."""
 
     status: str
     message: str = ""
@@ -132,9 +160,14 @@ class Reply:
     wall_s: float = 0.0
     issue_s: float = 0.0  # host seconds to issue the timed call (launch-bound when close to timed_s)
     values: tuple[Any, ...] = ()  # non-tensor outputs (numbers), in output order
-    figures: dict[str, Any] = field(default_factory=dict)  # load/build details, kernel share, findings
     # where a timed call's outputs lie (kbench.judge.candidate.outputs), checked by the judge
     outputs: tuple[Any, ...] = ()
+    sandbox: str = ""  # Calibrate: the sandbox level the candidate's process entered (kbench.system.sandbox)
+    copied: int = 0  # Build: the reference's weights copied into ModelNew
+    peak_bytes: int | None = None  # Call, on CUDA: the most memory the call allocated beyond what was before it
+    kernels: JsonObject | None = None  # Profile: the own-kernel share as sent (the judge checks it as a KernelShare)
+    patched: tuple[str, ...] = ()  # Finish: the library functions the solution replaced
+    state_changes: tuple[str, ...] = ()  # Finish: the process-wide settings it changed (restored before each call)
 
     @property
     def ok(self) -> bool:
@@ -145,15 +178,29 @@ STATUSES = ("ok", "load_error", "compile_error", "runtime_error", "incorrect")
 _SCALARS = (int, float, str, bool, type(None))
 
 
-def encode(reply: dict[str, Any]) -> bytes:
+def encode(reply: ReplyFields) -> bytes:
     return json.dumps(reply, default=str).encode()
 
 
-def _seconds(data: dict[str, Any], key: str) -> float:
+def _seconds(data: JsonObject, key: str) -> float:
     value = data.get(key, 0.0)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ProtocolError(f"{key} is {value!r}, not a finite non-negative number")
     return float(value)
+
+
+def _count(data: JsonObject, key: str) -> int | None:
+    value = data.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ProtocolError(f"{key} is {value!r}, not a count")
+    return value
+
+
+def _texts(data: JsonObject, key: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ProtocolError(f"{key} is not a list of strings")
+    return tuple(value)
 
 
 def _plain(value: Any, depth: int = 0) -> bool:
@@ -182,10 +229,16 @@ def decode(data: bytes) -> Reply:
     status, message = obj.get("status"), obj.get("message", "")
     if status not in STATUSES or not isinstance(message, str):
         raise ProtocolError(f"a reply with status {status!r}")
-    values, figures, outputs = obj.get("values", []), obj.get("figures", {}), obj.get("outputs", [])
-    if not isinstance(values, list) or not _plain(values) or not isinstance(figures, dict) or not _plain(figures):
-        raise ProtocolError("a reply whose values or figures are not plain JSON")
+    values, outputs, kernels = obj.get("values", []), obj.get("outputs", []), obj.get("kernels")
+    if not isinstance(values, list) or not _plain(values):
+        raise ProtocolError("a reply whose values are not plain JSON")
     if not isinstance(outputs, list) or not _plain(outputs):
         raise ProtocolError("a reply whose output locations are not plain JSON")
+    if kernels is not None and (not isinstance(kernels, dict) or not _plain(kernels)):
+        raise ProtocolError("a reply whose kernel profile is not a plain JSON object")
+    sandbox = obj.get("sandbox", "")
+    if not isinstance(sandbox, str):
+        raise ProtocolError(f"a reply whose sandbox level is {sandbox!r}")
     return Reply(status, message[:4000], _seconds(obj, "timed_s"), _seconds(obj, "wall_s"), _seconds(obj, "issue_s"),
-                 tuple(values), figures, tuple(outputs))
+                 tuple(values), tuple(outputs), sandbox[:100], _count(obj, "copied") or 0, _count(obj, "peak_bytes"),
+                 kernels, _texts(obj, "patched"), _texts(obj, "state_changes"))

@@ -22,7 +22,7 @@ from kbench.judge.candidate import candidate, protocol
 from kbench.judge.checks import correctness, trust
 from kbench.judge.timing import gate, timers
 from kbench.judge.verdict import Verdict
-from kbench.results.codec import ProtocolError
+from kbench.results.codec import JsonObject, ProtocolError
 from kbench.results.records import Status
 from kbench.system import escapes
 from kbench.system.lifetime import exit_failure
@@ -222,10 +222,10 @@ class Session:
                                             job.problem.overrides, init, self._shared_state(reference), self.inputs,
                                             self.buffers[self.name], self.precision, self.page_tensor,
                                             self.sandbox_plan, backward.gradient_names(reference)))
-        self.sandbox = str(reply.figures.get("sandbox", ""))
+        self.sandbox = reply.sandbox
 
-    def load(self, path: str, env: dict[str, str]) -> dict[str, Any]:
-        return self.ask(protocol.Load(path, env)).figures
+    def load(self, path: str, env: dict[str, str]) -> None:
+        self.ask(protocol.Load(path, env))
 
     def _shared_state(self, reference: Any) -> dict[str, Any]:
         """Copies of the reference's weights to hand over: the candidate never maps the reference's own tensors."""
@@ -234,7 +234,7 @@ class Session:
     def build(self, name: str, reference: Any, init: list[Any], seed: int) -> int:
         reply = self.ask(protocol.Build(name, init, self._shared_state(reference), seed, self.device, self.precision,
                                         backward.gradient_names(reference)))
-        return int(reply.figures.get("copied", 0))
+        return reply.copied
 
     def _output_buffers(self, outputs: Any) -> list[Any]:
         """Shared buffers shaped like `outputs`: the current model's own when they match (no second set in memory)."""
@@ -287,9 +287,8 @@ class Session:
     def call(self) -> list[Any]:
         reply = self.ask(protocol.Call())
         self.values = reply.values
-        peak = reply.figures.get("peak_bytes")
-        if isinstance(peak, int) and not isinstance(peak, bool) and peak >= 0:
-            self.peak_bytes = max(self.peak_bytes, peak)
+        if reply.peak_bytes is not None:
+            self.peak_bytes = max(self.peak_bytes, reply.peak_bytes)
         return self.outputs()
 
     def call_on(self, inputs: list[Any]) -> tuple[list[Any], bool]:
@@ -312,6 +311,7 @@ class Session:
             self.pool = None
             torch.cuda.empty_cache()
 
-    def profile(self, inputs: list[Any], source: str) -> dict[str, Any]:
+    def profile(self, inputs: list[Any], source: str) -> JsonObject:
+        """The own-kernel share as the candidate sent it (checked as a KernelShare by trust.kernel_profile)."""
         self.refill(inputs)
-        return dict(self.ask(protocol.Profile(trust.PROFILED_CALLS, source)).figures.get("kernels", {}))
+        return self.ask(protocol.Profile(trust.PROFILED_CALLS, source)).kernels or {}

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from kbench.judge.checks.comparison import Figures, chunk_elements, chunks, compare, flatten_outputs, memory_budget
+from kbench.results.diagnostics import Degeneracy
 from kbench.results.findings import Finding, FindingCode
 
 # Bound at import, before any solution runs (see kbench.judge.checks.comparison).
@@ -33,7 +34,7 @@ def _moments(t: torch.Tensor, size: int) -> tuple[float, float, float]:
     return mean, var ** 0.5, zeros / n
 
 
-def degenerate_findings(first: Any, second: Any, atol: float, rtol: float) -> tuple[list[Finding], dict[str, float]]:
+def degenerate_findings(first: Any, second: Any, atol: float, rtol: float) -> tuple[list[Finding], Degeneracy]:
     """Is this problem able to tell a right answer from a wrong one at its tolerance?
 
     `first` and `second` are reference outputs for two different input seeds. Findings: a constant
@@ -47,7 +48,7 @@ def degenerate_findings(first: Any, second: Any, atol: float, rtol: float) -> tu
         constant.add(mean, chunk.to(_float64), atol, rtol)
     seeds_ok = out1.shape == out2.shape and compare(out2, out1, atol, rtol)[0]
     n, mismatched = max(constant.numel, 1), constant.mismatched
-    figures = {"constant_pass_share": 1 - mismatched / n, "zero_share": zero_share, "output_std": std}
+    figures = Degeneracy(constant_pass_share=1 - mismatched / n, zero_share=zero_share, output_std=std)
     findings = []
     if constant.numel and mismatched == 0:
         findings.append(Finding(FindingCode.DEGENERATE_CONSTANT,

@@ -17,6 +17,7 @@ import torch
 
 from kbench.judge.checks import comparison, trust
 from kbench.judge.timing.timers import synchronize
+from kbench.results.diagnostics import ReferenceNoise
 from kbench.results.findings import Finding, FindingCode
 
 
@@ -45,28 +46,26 @@ def _without_tf32(reference: Any, inputs: list[Any], device: str) -> Any:
 
 
 def reference_noise(reference: Any, inputs: list[Any], out: Any, device: str, precision: str, atol: float,
-                    rtol: float, tf32: bool) -> tuple[dict[str, Any], list[Finding]]:  # free-form: run.json extra
+                    rtol: float, tf32: bool) -> tuple[ReferenceNoise | None, list[Finding]]:
     """(figures, warnings): the reference's max error against float64, whether an exact implementation passes at
     (atol, rtol), and the cause when it does not; `[tolerance_below_noise]` or `[check_skipped]` as warnings."""
     if (no_room := trust.fp64_no_room("the reference-noise check", reference, inputs, out, device)) is not None:
-        return {}, [no_room]
+        return None, [no_room]
     try:
         ref64, exact = trust.float64_run(reference, inputs, device)
         del ref64
-        figures: dict[str, Any] = {"precision": precision, "atol": atol, "rtol": rtol,
-                                   "max_abs": comparison.max_abs_diff(out, exact),
-                                   "exact_passes": _passes(exact, out, atol, rtol)}
-        if not figures["exact_passes"]:
-            figures["cause"] = _cause(reference, inputs, exact, device, precision, atol, rtol, tf32)
+        passes = _passes(exact, out, atol, rtol)
+        noise = ReferenceNoise(precision, atol, rtol, comparison.max_abs_diff(out, exact), passes, None if passes else
+                               _cause(reference, inputs, exact, device, precision, atol, rtol, tf32))
         del exact
     except Exception as exc:  # noqa: BLE001 - out of memory, a model without float64: the harness's check only
-        return {}, [trust.skipped("the reference-noise check", exc)]
-    if figures["exact_passes"]:
-        return figures, []
-    return figures, [Finding(FindingCode.TOLERANCE_BELOW_NOISE, f"the reference itself is {figures['max_abs']:.2g} "
-                     f"from a float64 evaluation of the same weights and inputs, and an exact result fails "
-                     f"atol={atol:g}, rtol={rtol:g}: only an implementation that reproduces the library's rounding "
-                     f"can pass (cause: {figures['cause']})")]
+        return None, [trust.skipped("the reference-noise check", exc)]
+    if noise.exact_passes:
+        return noise, []
+    return noise, [Finding(FindingCode.TOLERANCE_BELOW_NOISE, f"the reference itself is {noise.max_abs:.2g} "
+                   f"from a float64 evaluation of the same weights and inputs, and an exact result fails "
+                   f"atol={atol:g}, rtol={rtol:g}: only an implementation that reproduces the library's rounding "
+                   f"can pass (cause: {noise.cause})")]
 
 
 def _cause(reference: Any, inputs: list[Any], exact: Any, device: str, precision: str, atol: float, rtol: float,

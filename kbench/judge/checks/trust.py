@@ -8,13 +8,14 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypedDict
+from typing import Any
 
 import torch
 import torch.profiler
 import torch.testing
 from torch.autograd import DeviceType
 
+from kbench.judge.candidate.protocol import OwnKernelShare
 from kbench.judge.checks import comparison, kernel_names
 from kbench.judge.draft import Draft
 from kbench.judge.timing.timers import synchronize
@@ -229,16 +230,6 @@ def accuracy_against_fp64(reference: Any, inputs: list[Any], candidate_out: Any,
 
 def _double(x: Any) -> Any:
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-
-
-class OwnKernelShare(TypedDict):
-    """The candidate's profile as it sends it (the judge reads it as a kbench.results.figures.KernelShare)."""
-
-    own_s: float  # per call
-    library_s: float  # per call
-    own_share: float
-    kernels_declared: list[str]
-    top: list[tuple[str, float]]  # the five busiest kernels: (name, microseconds over the profile)
 
 
 def own_kernel_share(call: Any, arg_sets: list[list[Any]], source: str) -> OwnKernelShare:

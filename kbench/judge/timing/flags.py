@@ -5,11 +5,12 @@ and only the second rounds count."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kbench.judge.timing import checks
 from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.judge_timing import TimedRounds
+from kbench.results.diagnostics import TimingProtocol
 from kbench.results.findings import Finding, FindingCode
 
 Timed = TypeVar("Timed")
@@ -22,10 +23,10 @@ def timing_warnings(device: str, timed: TimedRounds, calibration: Calibration,
     CUDA a disturbed reference. `p`: the significance the judge's clock checks ask for (CONFIRM_P when the rounds
     are timed again after a first flag)."""
     found = [checks.timer_mismatch_warning(timed.solution, calibration, cpu=device == "cpu", p=p),
-             checks.unfinished_warning(timed.figures.get("verify_s", ()), timed.solution.median, calibration,
+             checks.unfinished_warning(timed.protocol.verify_s, timed.solution.median, calibration,
                                        cpu=device == "cpu", p=p)]
     if device == "cuda":  # on the CPU the freeze covers a disturbed reference, and the noise there is larger
-        found += [checks.disturbed_warning(timed.eager, calibration), regime_warning(timed.figures)]
+        found += [checks.disturbed_warning(timed.eager, calibration), regime_warning(timed.protocol)]
     return [w for w in found if w is not None]
 
 
@@ -35,11 +36,11 @@ def mismatch_check(device: str, calibration: Calibration) -> Callable[[TimedRoun
     return lambda timed, p: timing_warnings(device, timed, timed.witness or calibration, p)
 
 
-def regime_warning(figures: dict[str, Any]) -> Finding | None:
+def regime_warning(protocol: TimingProtocol) -> Finding | None:
     """`[regime_changed]` when a call timed in the GPU regime took the host longer to issue, by the judge's clock,
     than REGIME_SLACK times its GPU time: it was launch-bound, whose time includes the host's (it behaved otherwise
     while its regime was decided)."""
-    issue, gpu = figures.get("judged_issue_s"), figures.get("judged_gpu_s")
+    issue, gpu = protocol.judged_issue_s, protocol.judged_gpu_s
     if issue is None or gpu is None or issue <= REGIME_SLACK * max(gpu, 0.0):
         return None
     return (Finding(FindingCode.REGIME_CHANGED, "timed in the GPU regime, but the host took "

@@ -15,6 +15,7 @@ from kbench.judge.timing import checks, sampling
 from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.rounds import SolutionRounds
 from kbench.judge.timing.timed_call import Observed, TimedCalls
+from kbench.results.diagnostics import Divisor, MachineState, TimingProtocol, WitnessFigures
 from kbench.results.findings import Finding
 from kbench.results.records import Measurement, Regime
 from kbench.results.stats import median
@@ -113,8 +114,8 @@ class TimedRounds:
 
     solution: Measurement  # the candidate's reported times, with the judge's window over each call
     eager: Measurement  # the eager reference, timed by the judge in the same rounds
-    figures: dict[str, Any]  # the protocol's figures (free-form diagnostics: run.json's extra.protocol)
-    machine: dict[str, Any]  # what the machine did meanwhile (free-form: kbench.system.machine.watched)
+    protocol: TimingProtocol  # the protocol's figures (run.json's diagnostics.protocol)
+    machine: MachineState  # what the machine did meanwhile (kbench.system.machine.watched)
     findings: list[Finding]  # about the machine and the solution's escaped processes while it was timed
     witness: Calibration | None = None  # what the protocol cost the witness in these rounds (`witnessed`)
     # The reference as the witness reported it in these rounds, when the speedup divides by it (`divided_by_witness`)
@@ -159,7 +160,7 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
                 rounds.check(index)
 
         witnesses = (witness.cand.pid,) if witness is not None else ()  # the judge's own: neither escaped nor busy
-        window, machine_figures, busy = machine.watched(
+        window, machine_state, busy = machine.watched(
             lambda: _measure(session, device, rounds.stopping_rule(policy), rounds, after, witnesses), device,
             own_processes=2 + len(witnesses))
         escaped = escapes.escaped_warning(window.escaped_s, window.escaped_processes, window.seconds,
@@ -174,31 +175,34 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
         rounds.calls.close()
         if rounds.witness is not None:
             rounds.witness.close()
-    figures = {"rounds": count, "rechecked": rounds.count, "recheck_every_call": rounds.rechecks.every_call,
-               "primed": rounds.primed,
-               "regime": regime, "regime_decision": rounds.decision, "eager_regime": rounds.timer.regime,
-               "refresh_s": round(rounds.refresh_s, 4), "recheck_s": round(rounds.check_s, 4),
-               "calibration_p50_s": median(calibration.excess(regime)) if calibration.excess(regime) else None}
+    protocol = TimingProtocol(
+        rounds=count, rechecked=rounds.count, recheck_every_call=rounds.rechecks.every_call, primed=rounds.primed,
+        regime=regime, regime_decision=rounds.decision, eager_regime=rounds.timer.regime,
+        refresh_s=round(rounds.refresh_s, 4), recheck_s=round(rounds.check_s, 4),
+        calibration_p50_s=median(calibration.excess(regime)) if calibration.excess(regime) else None)
     if rounds.seen:
-        figures["verify_s"] = [round(o.verify, 7) for o in rounds.seen[-len(measured["solution"].samples):]]
-        figures["calibration_verify_p50_s"] = median(calibration.verify) if calibration.verify else None
+        protocol = dataclasses.replace(
+            protocol, verify_s=tuple(round(o.verify, 7) for o in rounds.seen[-len(measured["solution"].samples):]),
+            calibration_verify_p50_s=median(calibration.verify) if calibration.verify else None)
     if regime == Regime.GPU and rounds.seen:
-        figures["judged_issue_s"], figures["judged_gpu_s"] = rounds.judged(rounds.seen)
+        issue, gpu = rounds.judged(rounds.seen)
+        protocol = dataclasses.replace(protocol, judged_issue_s=issue, judged_gpu_s=gpu)
     witnessed = None
     if rounds.witness is not None:
         witnessed = witnessed_calibration(rounds.witnessed, calibration)
         base = witnessed.excess(regime) if witnessed is not None else ()
-        figures["witness"] = {"rounds": len(rounds.witnessed), "failure": rounds.witness_failure or None,
-                              "p50_s": median(base) if base else None,
-                              "verify_p50_s": median(witnessed.verify) if witnessed and witnessed.verify else None,
-                              # the reference's own reported time in a candidate process, beside the solution's
-                              "timed_p50_s": median([o.timed for o in rounds.witnessed]) if rounds.witnessed else None}
+        protocol = dataclasses.replace(protocol, witness=WitnessFigures(
+            rounds=len(rounds.witnessed), failure=rounds.witness_failure or None, p50_s=median(base) if base else None,
+            verify_p50_s=median(witnessed.verify) if witnessed and witnessed.verify else None,
+            # the reference's own reported time in a candidate process, beside the solution's
+            timed_p50_s=median([o.timed for o in rounds.witnessed]) if rounds.witnessed else None))
     divisor = (divided_by_witness(rounds.witnessed, calibration, measured["eager"], measured["solution"].regime)
                if divide else None)
     if divisor is not None:
-        figures["divisor"] = {"by": "witness", "calls": len(divisor.samples), "witness_p50_s": divisor.median,
-                              "judge_eager_p50_s": measured["eager"].median}
-    return TimedRounds(measured["solution"], measured["eager"], figures, machine_figures, busy, witnessed, divisor)
+        protocol = dataclasses.replace(protocol, divisor=Divisor(
+            by="witness", calls=len(divisor.samples), witness_p50_s=divisor.median,
+            judge_eager_p50_s=measured["eager"].median))
+    return TimedRounds(measured["solution"], measured["eager"], protocol, machine_state, busy, witnessed, divisor)
 
 
 def divided_by_witness(seen: Sequence[Observed], calibration: Calibration, eager: Measurement,
@@ -287,5 +291,6 @@ def time_beside_witness(job: Judging, session: Session, reference: Any, init: li
         if witness is not None:
             witness.cand.kill()
     if witness is None:
-        timed.figures["witness"] = {"rounds": 0, "failure": "the witness process could not start"}
+        failed = WitnessFigures(rounds=0, failure="the witness process could not start")
+        timed = dataclasses.replace(timed, protocol=dataclasses.replace(timed.protocol, witness=failed))
     return timed

@@ -20,6 +20,7 @@ from kbench.judge.timing import sampling, timers
 from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.timed_call import Observed, TimedCalls
 from kbench.judge.verdict import Verdict, short
+from kbench.results.diagnostics import RegimeDecision
 from kbench.results.records import Regime, Status
 from kbench.results.stats import median
 from kbench.wire.jobs import Judging
@@ -93,7 +94,7 @@ class SolutionRounds:
         self.ref: Any = None
         self.second: list[Any] | None = None
         self.seen: list[Observed] = []
-        self.decision: dict[str, Any] = {}  # what decided the regime (`decide`)
+        self.decision = RegimeDecision()  # what decided the regime (`decide`)
         self.round = -1  # the round under way (-1: the warm-up)
         self.eager_s = 0.0
         self.rechecks = Rechecks(random.Random(secrets.randbits(64)), job.timing.min_samples)
@@ -106,10 +107,10 @@ class SolutionRounds:
         GPU time as the judge's window sees it (less the protocol's part); the host regime for a launch-bound call or
         one that waits for the GPU while issued. With `host_only`, the host regime, undecided."""
         if self.host_only:
-            self.decision = {"why": "timed again in the host regime: the GPU regime's call was launch-bound"}
+            self.decision = RegimeDecision("timed again in the host regime: the GPU regime's call was launch-bound")
             return self.regime
         if self.job.device != "cuda" or not self.calibration.excess(Regime.GPU):
-            self.decision = {"why": "no GPU regime on this device or problem"}
+            self.decision = RegimeDecision("no GPU regime on this device or problem")
             return self.regime
         seen = []
         for index in range(REGIME_ROUNDS):
@@ -117,16 +118,16 @@ class SolutionRounds:
             expected = self.reference(*values)
             seen.append(self.calls.sample(Regime.GPU, values, expected, "a call of the solution"))
             if seen[-1].forced:
-                self.decision = {"why": "the call waits for the GPU while it is issued"}
+                self.decision = RegimeDecision("the call waits for the GPU while it is issued")
                 return self.regime
         issue, gpu = self.judged(seen[1:])
         self.regime = Regime.GPU if issue < gpu else Regime.HOST
-        self.decision = {"issue_s": issue, "gpu_s": gpu}
+        self.decision = RegimeDecision(issue_s=issue, gpu_s=gpu)
         return self.regime
 
     def stopping_rule(self, policy: TimingPolicy) -> TimingPolicy:
         """The rounds' stopping rule: the run's, with at least BOUND_ROUNDS rounds for a short GPU-regime call."""
-        short = self.regime == Regime.GPU and self.decision.get("gpu_s", 0.0) < BOUND_SHORT_S
+        short = self.regime == Regime.GPU and (self.decision.gpu_s or 0.0) < BOUND_SHORT_S
         return dataclasses.replace(policy, min_samples=max(policy.min_samples, BOUND_ROUNDS)) if short else policy
 
     def judged(self, seen: list[Observed]) -> tuple[float, float]:

@@ -1,0 +1,152 @@
+"""What a row's child recorded beyond its verdict and its figures: how its timing went (the protocol's rounds, the
+witness, the divisor, a timing done again), the machine meanwhile, the candidate processes tried, the sandbox, and for
+the eager row the reference's output and noise. Typed records, written to run.json as `diagnostics` and read back by
+the reports (run files before version 4 kept them as free-form `extra`; kbench.results.migrate moves them here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """The timed GPU right after the timing (NVML, else nvidia-smi): SM clock and its maximum (MHz), the active
+    throttle reasons, how many processes held a context on it and how many of those were kbench's own outside the
+    judge (the slot's next worker, started ahead). A field neither source gave is None."""
+
+    sm_mhz: int | None = None
+    max_sm_mhz: int | None = None
+    throttled: tuple[str, ...] = ()
+    compute_processes: int | None = None
+    kbench_elsewhere: int = 0
+
+
+@dataclass(frozen=True)
+class MachineState:
+    """What the machine did while a row was timed: other processes' CPU time per second (`other_cores`), the load
+    average at the start, the window and the core count (None where /proc could not be read); on CUDA the GPU."""
+
+    other_cores: float | None = None
+    load_average: float | None = None
+    window_s: float | None = None
+    cores: float | None = None
+    gpu: GpuState | None = None
+
+
+@dataclass(frozen=True)
+class RegimeDecision:
+    """What decided a solution's regime: the judge's clock over its first gated calls (issue and GPU time, seconds),
+    or why no calls decided it."""
+
+    why: str = ""
+    issue_s: float | None = None
+    gpu_s: float | None = None
+
+
+@dataclass(frozen=True)
+class WitnessFigures:
+    """The witness (a candidate process holding only the reference, timed in the same rounds): how many rounds it
+    gave, why it failed if it did, the protocol's cost for it and its reported time (medians, seconds)."""
+
+    rounds: int = 0
+    failure: str | None = None
+    p50_s: float | None = None
+    verify_p50_s: float | None = None
+    timed_p50_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Divisor:
+    """What a speedup divided by when not the judge's eager: the witness's calls (`by`), how many, their median and
+    the judge's eager median beside them (seconds)."""
+
+    by: str
+    calls: int
+    witness_p50_s: float
+    judge_eager_p50_s: float
+
+
+@dataclass(frozen=True)
+class TimingProtocol:
+    """The timing protocol's figures of a solution's rounds (docs/timing.md): rounds and outputs rechecked, the
+    regime and what decided it, the seconds the protocol spent, the calibration's cost and what the judge's own
+    clock saw (medians, seconds), the witness and the divisor where there were, and a first timing's flag when the
+    rounds were timed again."""
+
+    rounds: int = 0
+    rechecked: int = 0
+    recheck_every_call: bool = False
+    primed: bool = False
+    regime: str = ""
+    regime_decision: RegimeDecision = RegimeDecision()
+    eager_regime: str = ""
+    refresh_s: float = 0.0
+    recheck_s: float = 0.0
+    calibration_p50_s: float | None = None
+    verify_s: tuple[float, ...] = ()  # per call of the rounds: the judge's clock from the signal to the outputs checked
+    calibration_verify_p50_s: float | None = None
+    judged_issue_s: float | None = None
+    judged_gpu_s: float | None = None
+    witness: WitnessFigures | None = None
+    divisor: Divisor | None = None
+    retimed: str | None = None  # the finding that had the rounds timed again ("[code] message")
+
+
+@dataclass(frozen=True)
+class ProcessCheck:
+    """The candidate's process against the judge's on the same reference call: the ratio of each process tried
+    (None where too few calls), and how many fresh ones replaced one that disagreed."""
+
+    ratios: tuple[float | None, ...] = ()
+    fresh_candidates: int = 0
+
+
+@dataclass(frozen=True)
+class ReferenceNoise:
+    """The reference's own error against float64 at the run's precision and tolerance, and whether an exact result
+    passes at that tolerance (its cause when it does not)."""
+
+    precision: str
+    atol: float
+    rtol: float
+    max_abs: float
+    exact_passes: bool
+    cause: str | None = None
+
+
+@dataclass(frozen=True)
+class Degeneracy:
+    """Can the problem tell right from wrong: the share of outputs a constant (the mean) passes, the share exactly
+    zero, the outputs' standard deviation."""
+
+    constant_pass_share: float
+    zero_share: float
+    output_std: float
+
+
+@dataclass(frozen=True)
+class ReferenceOutput:
+    """What the reference returns: its first output's shape and dtype (a tensor) or type name, and its degeneracy."""
+
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    type: str | None = None
+    degeneracy: Degeneracy | None = None
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """A row's diagnostics (each None where its child did not record it): a solution's timing protocol, process
+    check, sandbox level and weights copied; the eager row's output, noise, priming and each model's regime; the
+    machine for both."""
+
+    protocol: TimingProtocol | None = None
+    machine: MachineState | None = None
+    processes: ProcessCheck | None = None
+    sandbox: str | None = None  # the sandbox level the candidate ran at (kbench.system.sandbox)
+    state_dict_tensors_copied: int | None = None
+    output: ReferenceOutput | None = None
+    noise: ReferenceNoise | None = None
+    primed: bool | None = None  # the eager row: its calls timed second, after a first that paid a one-off cost
+    regimes: dict[str, str] = field(default_factory=dict)  # the eager row: each model's timing regime

@@ -147,7 +147,7 @@ def test_in_the_sandbox_every_attack_class_is_contained_and_the_run_completes(tm
     assert done.returncode == 0 and doc["state"] == "complete", (done.returncode, done.stderr[-3000:])
     for name in (*EVERY_CLASS, "z_honest"):
         assert rows[name]["status"] == "correct", (name, rows[name]["message"])
-        assert rows[name]["extra"]["sandbox"] == "namespaces", name
+        assert rows[name]["diagnostics"]["sandbox"] == "namespaces", name
     assert {p: p.read_bytes() for p in before} == before and not list(results.rglob("planted.txt"))
     assert _accepted(listener) == 0
     assert _marked_processes() == [] and not _daemons()
@@ -175,7 +175,7 @@ def test_without_the_sandbox_the_judge_still_decides_and_the_run_completes(tmp_p
     assert rows["reads_other_solutions"]["status"] == "load_error"
     assert rows["opens_a_socket"]["status"] == "load_error" and _accepted(listener) >= 1
     assert rows["signals_the_judge"]["status"] == "crashed"
-    assert rows["z_honest"]["status"] == "correct" and rows["z_honest"]["extra"]["sandbox"] == "none"
+    assert rows["z_honest"]["status"] == "correct" and rows["z_honest"]["diagnostics"]["sandbox"] == "none"
     assert not _daemons()
 
 
@@ -223,6 +223,6 @@ def test_in_the_sandbox_nothing_a_solution_writes_outlives_its_evaluation(tmp_pa
     assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
     for name in ("a_leaves_markers", "z_reads_markers"):
         assert rows[name]["status"] == "correct", (name, rows[name]["message"])
-        assert rows[name]["extra"]["sandbox"] == "namespaces", name
+        assert rows[name]["diagnostics"]["sandbox"] == "namespaces", name
     assert _markers(tmp_path, Path("/dev/shm"), Path("/var/tmp")) == []
     assert _markers(Path("/tmp"), depth=3) == []

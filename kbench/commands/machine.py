@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
 
 from kbench.build.compile import BuildContext, zygote_env
 from kbench.errors import KbenchError, UsageError
@@ -22,10 +21,10 @@ def probe_environment(zygote: Zygote | None = None) -> Environment:
     env = zygote_env(toolkit.find_cuda_home()) if zygote is not None else isolation.worker_path_env()
     outcome = isolation.run_forked(zygote, ProbeJob(), PROBE_TIMEOUT_S, env)
     result = answer(outcome, ProbeResult)
-    if result.status != "ok":
+    if result.status != "ok" or result.environment is None:
         raise KbenchError(f"Cannot start a kbench worker ({result.status}: {result.message}). "
                           "Is torch installed in this Python?")
-    return cast(Environment, result.environment)  # describe_torch's, checked as a plain dict on the pipe
+    return result.environment
 
 
 def resolve_device(requested: str, env: Environment) -> str:

@@ -94,7 +94,7 @@ class RunConfig:
                          (self.atol, self.rtol))
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunConfig:
+    def from_json(cls, data: dict[str, Any]) -> RunConfig:  # a parsed document (run.json's config)
         """The configuration as run.json stores it (dataclasses.asdict), e.g. to resume a run."""
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields}

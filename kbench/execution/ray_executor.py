@@ -19,7 +19,7 @@ import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from kbench.errors import UsageError
 from kbench.execution import isolation
@@ -34,6 +34,16 @@ from kbench.wire.jobs import Job
 FORWARDED_ENV = ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "PYTHONUNBUFFERED")
 SHIPPED = ("problem", "solution")
 SLOT_ENV = "KBENCH_RAY_SLOT"  # which slot actor a job goes to (Executor.env sets it; the launcher takes it out)
+
+
+class SlotInfo(TypedDict):
+    """A Ray slot as it describes itself: its actor's process, the GPU Ray gave it (CUDA_VISIBLE_DEVICES), the jobs
+    it ran and the zygotes its warm starts started."""
+
+    pid: int
+    gpu: str | None
+    jobs: int
+    zygotes: int
 
 
 class SlotActor:
@@ -88,7 +98,7 @@ class SlotActor:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> SlotInfo:
         """What the slot is: its process, its GPU, the jobs it ran and the zygotes its warm starts started."""
         return {"pid": os.getpid(), "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "jobs": self.jobs,
                 "zygotes": self.launch.zygotes_started}
@@ -139,7 +149,7 @@ class RayLauncher:
             turn.release()
         return self._ray.get(actor.finish.remote(key))
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[SlotInfo]:
         return self._ray.get([actor.describe.remote() for actor in self.slots])
 
     def close(self) -> None:

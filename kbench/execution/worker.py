@@ -93,7 +93,7 @@ def build(job: BuildJob, held: Held) -> BuildJobResult:
     """Import the solution once so its extensions compile into the cache; run nothing."""
     _, info = load_solution(job.solution.path)
     Path(os.environ["TORCH_EXTENSIONS_DIR"], BUILT_MARKER).touch()
-    return BuildJobResult("ok", seconds=info.get("seconds"))
+    return BuildJobResult("ok", seconds=info.seconds)
 
 
 def probe(job: ProbeJob, held: Held) -> ProbeResult:

@@ -219,7 +219,7 @@ def _reap_all(deadline: float) -> None:
             time.sleep(0.02)
 
 
-def _become_worker(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: dict[str, Any],
+def _become_worker(sock: socket.socket, wake: tuple[int, int], fds: list[int], request: codec.JsonObject,
                    started: int) -> None:
     """In the forked child: a session of its own (as a worker started with subprocess has), its placement, the job's
     descriptors instead of the zygote's, then one job (never returns). Closing `started` tells the zygote the session

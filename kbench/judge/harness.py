@@ -20,7 +20,7 @@ from kbench.judge.candidate.loading import import_path
 from kbench.judge.timing import sampling, timers
 from kbench.judge.verdict import Verdict, short
 from kbench.results.diagnostics import ReferenceOutput
-from kbench.results.records import Status
+from kbench.results.records import SizeOverrides, Status
 from kbench.wire.jobs import Judging, ProblemRef
 
 _perf_counter = time.perf_counter
@@ -31,7 +31,7 @@ _memory_allocated, _max_memory_allocated = torch.cuda.memory_allocated, torch.cu
 _reset_peak = torch.cuda.reset_peak_memory_stats
 
 
-def set_sizes(module: ModuleType, values: dict[str, Any]) -> None:
+def set_sizes(module: ModuleType, values: SizeOverrides) -> None:
     """Give the problem module's size constants new values; get_inputs() reads them when called."""
     for name, value in values.items():
         setattr(module, name, tuple(value) if isinstance(value, list) else value)

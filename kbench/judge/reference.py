@@ -34,7 +34,6 @@ from kbench.judge.harness import (
 )
 from kbench.judge.timing import checks, sampling, timers
 from kbench.judge.verdict import short
-from kbench.results.codec import decode
 from kbench.results.diagnostics import Diagnostics, ReferenceNoise, ReferenceOutput
 from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
@@ -58,11 +57,11 @@ def time_reference(job: ReferenceJob, announce: Announce, wait_turn: Callable[[]
         reference, _, make = job_reference(problem, job)
         result, peak, first, out = _first_call(job, reference, make, phases)
         models = {"eager": reference}
-        compiled: dict[str, Any] | None = None
+        compiled: CompiledResult | None = None
         if job.compile_baseline:
-            compiled = _check_compiled(job, reference, make, device)
-            if compiled["status"] == Status.CORRECT:
-                models["compiled"] = compiled.pop("model")
+            compiled, model = _check_compiled(job, reference, make, device)
+            if model is not None:
+                models["compiled"] = model
             phases.mark("compile")
         wait_turn()
         phases.mark("waiting")
@@ -84,10 +83,10 @@ def time_reference(job: ReferenceJob, announce: Announce, wait_turn: Callable[[]
     compiled_result = None
     if compiled is not None:
         timing = measured.get("compiled")
-        compiled_result = decode(CompiledResult, {
-            **compiled, "timing": timing, "warnings": _row_findings(job, timing, eager, floor),
-            "speedup_vs_eager": Speedups.of(timing, eager, None).speedup_vs_eager,
-            "percent_of_floor": _percent(timing, floor)})
+        compiled_result = dataclasses.replace(
+            compiled, timing=timing, warnings=tuple(_row_findings(job, timing, eager, floor)),
+            speedup_vs_eager=Speedups.of(timing, eager, None).speedup_vs_eager,
+            percent_of_floor=_percent(timing, floor))
     return result.result(eager, PeakMemory(reference=peak), floor, compiled_result, _percent(eager, floor))
 
 
@@ -133,7 +132,7 @@ def _checks(job: ReferenceJob, reference: Any, make: Any, first: list[Any], out:
     phases.mark("noise_check")
 
 
-def _time_models(job: ReferenceJob, reference: Any, make: Any, models: dict[str, Any],
+def _time_models(job: ReferenceJob, reference: Any, make: Any, models: dict[str, Callable[..., Any]],
                  result: ReferenceDraft) -> dict[str, Measurement]:
     """The models timed in rounds, fresh inputs before each (primed as the judge's rounds are); the machine's figures
     and warnings go into `result`."""
@@ -216,9 +215,10 @@ def hardware_floor(job: ReferenceJob, reference: Any, inputs: list[Any]) -> Floo
     return roofline.floor(work, peaks)
 
 
-def _check_compiled(job: ReferenceJob, reference: Any, make: Any, device: str) -> dict[str, Any]:
-    """torch.compile of the reference, checked against eager on the correctness trials' seeds: the draft of a
-    CompiledResult, with the compiled `model` when it passed."""
+def _check_compiled(job: ReferenceJob, reference: Any, make: Any,
+                    device: str) -> tuple[CompiledResult, Callable[..., Any] | None]:
+    """torch.compile of the reference, checked against eager on the correctness trials' seeds: its result (timed
+    later), and the compiled model when it passed."""
     start = _perf_counter()
     model = backward.compiled(reference)
     seeds = [job.seed + 1 + i for i in range(job.trials)]
@@ -227,8 +227,8 @@ def _check_compiled(job: ReferenceJob, reference: Any, make: Any, device: str) -
                                            sync=lambda: timers.synchronize(device))
         timers.synchronize(device)
     except Exception as exc:  # noqa: BLE001 - inductor needs a compiler toolchain; report, don't fail the problem
-        return {"status": Status.RUNTIME_ERROR, "message": f"torch.compile raised {short(exc)}"}
-    info = {"trials": trials, "compile_seconds": _perf_counter() - start}
+        return CompiledResult(Status.RUNTIME_ERROR, f"torch.compile raised {short(exc)}"), None
+    seconds = _perf_counter() - start
     if not all(t.passed for t in trials):
-        return {**info, "status": Status.INCORRECT, "message": trials[-1].message}
-    return {**info, "status": Status.CORRECT, "message": "", "model": model}
+        return CompiledResult(Status.INCORRECT, trials[-1].message, tuple(trials), seconds), None
+    return CompiledResult(Status.CORRECT, "", tuple(trials), seconds), model

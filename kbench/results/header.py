@@ -3,7 +3,9 @@ each problem's settings (run.json's header). TypedDicts, as they stay plain JSON
 
 from __future__ import annotations
 
-from typing import TypedDict
+# typing_extensions' TypedDict (pydantic's own dependency): pydantic checks one on the pipe (the probe's Environment)
+# only in that form before Python 3.12
+from typing_extensions import TypedDict
 
 from kbench.results.codec import JsonObject
 

@@ -38,6 +38,10 @@ def problem_order(name: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
 
 
+# A problem's module-level size constants by name, each with its value (an int, a float, a tuple of them, ...) as the
+# problem file's AST or problem.toml gives it: what a size sets before the problem's inputs are made.
+SizeOverrides = dict[str, Any]
+
 # Names of the two rows every problem gets besides its solutions.
 EAGER = "eager"
 COMPILED = "torch.compile"
@@ -61,7 +65,7 @@ class ProblemSpec:
     def has_small(self) -> bool:
         return bool(self.small)
 
-    def overrides(self, size: str) -> dict[str, Any]:
+    def overrides(self, size: str) -> SizeOverrides:
         """Explicit values of the size constants that differ between sizes, for `size`."""
         if size == "small":
             return dict(self.small)
@@ -108,8 +112,8 @@ class Measurement:
     def summary(self) -> dict[str, float]:
         return stats.summarize(self.samples)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"unit": "s", "stop_reason": self.stop_reason, "regime": self.regime, **self.summary()}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"unit": "s", "stop_reason": self.stop_reason, "regime": self.regime, **self.summary()}
         out["samples"] = list(self.samples)
         out["host_samples"] = list(self.host_samples)
         if self.judge_samples:
@@ -119,7 +123,7 @@ class Measurement:
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Measurement:
+    def from_json(cls, data: JsonObject) -> Measurement:
         return cls(tuple(data["samples"]), tuple(data.get("host_samples", ())), data.get("stop_reason", ""),
                    tuple(data.get("judge_samples", ())), tuple(data.get("issue_samples", ())),
                    str(data.get("regime", "")))
@@ -139,7 +143,7 @@ class TrialResult:
     message: str = ""
 
 
-def trials_from_json(data: Sequence[dict[str, Any]]) -> tuple[TrialResult, ...]:
+def trials_from_json(data: Sequence[JsonObject]) -> tuple[TrialResult, ...]:
     return tuple(TrialResult(**t) for t in data)
 
 
@@ -212,7 +216,7 @@ class Evaluation:
         errs = [t.max_abs_err for t in self.trials if t.max_abs_err is not None]
         return max(errs) if errs else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = dataclasses.asdict(self)
         out["status"] = self.status.value
         out["warnings"] = [{"code": f.code.value, "message": f.message} for f in self.warnings]
@@ -221,7 +225,7 @@ class Evaluation:
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Evaluation:
+    def from_json(cls, data: JsonObject) -> Evaluation:
         compile_info = data.get("compile")
         return cls(
             problem=data["problem"],

@@ -6,7 +6,6 @@ import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from kbench import __version__
 from kbench.results.header import Environment, GitInfo, HostInfo
@@ -35,7 +34,7 @@ def _driver_version() -> str | None:
         return None
 
 
-def describe_torch() -> dict[str, Any]:  # an Environment: the wire's ProbeResult (kbench.wire.jobs) keeps a plain dict
+def describe_torch() -> Environment:
     """Called inside a child process (worker probe), so the parent never initializes CUDA."""
     import torch  # heavy: only the worker's probe imports torch here, never the parent
 
@@ -62,7 +61,7 @@ def describe_torch() -> dict[str, Any]:  # an Environment: the wire's ProbeResul
         }
         info["cudnn"] = torch.backends.cudnn.version()
         info["driver"] = _driver_version()
-    return dict(info)
+    return info
 
 
 def git_info(repo: Path) -> GitInfo:

@@ -15,7 +15,8 @@ from kbench.config.run_config import MathFlags, TimingPolicy
 from kbench.results.diagnostics import Diagnostics, ReferenceNoise, ReferenceOutput
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
 from kbench.results.findings import Finding
-from kbench.results.records import Measurement, Speedups, Status, TrialResult
+from kbench.results.header import Environment
+from kbench.results.records import Measurement, SizeOverrides, Speedups, Status, TrialResult
 
 # ---- jobs (parent -> child) -----------------------------------------------------------------------
 
@@ -26,7 +27,7 @@ class ProblemRef:
 
     name: str
     path: str
-    overrides: dict[str, Any] = field(default_factory=dict)
+    overrides: SizeOverrides = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class OtherSize:
     """A further size at which a solution's correctness is checked."""
 
     name: str
-    overrides: dict[str, Any] = field(default_factory=dict)
+    overrides: SizeOverrides = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,7 +190,7 @@ class BuildJobResult:
 class ProbeResult:
     status: str
     message: str = ""
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment | None = None  # kbench.system.environment.describe_torch's, checked on the pipe
 
 
 JobResult = ReferenceResult | EvaluateResult | CheckResult | BuildJobResult | ProbeResult

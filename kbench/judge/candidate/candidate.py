@@ -86,9 +86,9 @@ class CommandServer:
         self.gate: Gate | None = None
         self.locator = Locator()
         self.armed: tuple[Any, ...] = ()  # the GPU regime's call in flight: start, end, outputs, host issue seconds
-        self.guarded: dict[str, Any] = {}
+        self.guarded: dict[str, object] = {}  # trust.snapshot_attributes: label -> the object there
         self.module: Any = None
-        self.models: dict[str, Any] = {}
+        self.models: dict[str, Callable[..., Any]] = {}  # ModelNew by size name (or its backward.Gradients)
         self.model: Callable[..., Any] = lambda *args: None
         self.inputs: list[Any] = []
         self.outputs: list[Any] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -109,8 +110,16 @@ def load_failure(v: Verdict) -> Verdict:
     return v
 
 
-def load_solution(path: str) -> tuple[ModuleType, dict[str, Any]]:
-    """The solution module and {seconds, build_seconds}; a Verdict (compile_error, load_error) when it cannot load
+@dataclass(frozen=True)
+class Loaded:
+    """How long importing the solution took, and each extension build within it (seconds)."""
+
+    seconds: float
+    build_seconds: tuple[float, ...] = ()
+
+
+def load_solution(path: str) -> tuple[ModuleType, Loaded]:
+    """The solution module and how long it took; a Verdict (compile_error, load_error) when it cannot load
     (`load_failure` turns the load_error of a kernel DSL missing here into not_run)."""
     start = _perf_counter()
     try:
@@ -123,4 +132,4 @@ def load_solution(path: str) -> tuple[ModuleType, dict[str, Any]]:
         raise Verdict(Status.LOAD_ERROR, missing_backend(exc) or f"importing the solution raised {short(exc)}") from exc
     if not isinstance(getattr(module, "ModelNew", None), type):
         raise Verdict(Status.LOAD_ERROR, NO_MODELNEW)
-    return module, {"seconds": _perf_counter() - start, "build_seconds": builds}
+    return module, Loaded(_perf_counter() - start, tuple(builds))

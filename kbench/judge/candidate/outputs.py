@@ -14,7 +14,7 @@ decides what to read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeGuard
+from typing import Any, TypedDict, TypeGuard
 
 import torch
 
@@ -69,13 +69,25 @@ def each_output(out: Any, buffers: list[Any], take: Callable[[Any, Any], Any]) -
     return values, taken
 
 
+class Location(TypedDict, total=False):
+    """Where a timed call's output lies, as the candidate's process writes it: `copied` (into the judge's buffer), or
+    the allocation's IPC handle (hex), the output's byte offset in it, the allocation's size and the output's strides
+    (the judge checks each, `OutputViews.view`)."""
+
+    copied: bool
+    handle: str
+    offset: int
+    size: int
+    stride: list[int]
+
+
 class Locator:
     """The candidate's side: each output's location, with the handles of allocations already described kept."""
 
     def __init__(self) -> None:
         self._handles: dict[int, tuple[str, int]] = {}
 
-    def locate(self, o: torch.Tensor, buf: torch.Tensor) -> dict[str, Any]:
+    def locate(self, o: torch.Tensor, buf: torch.Tensor) -> Location:
         """Where `o` lies, for the judge to read it; or, where it cannot be described, `o` copied into `buf`."""
         if o.device.type != "cuda" or o.dtype not in _TYPESTR or o.numel() == 0:
             buf.copy_(o)

@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from kbench.results.codec import JsonObject, ProtocolError  # ProtocolError: raised for a reply that is not valid
-from kbench.results.records import Regime
+from kbench.results.records import Regime, SizeOverrides
 from kbench.system.sandbox import SandboxPlan
+
+if TYPE_CHECKING:
+    import torch  # the commands' tensors, for annotations only: this module imports no torch
 
 MAX_REPLY_BYTES = 1 << 20
 
@@ -33,9 +36,9 @@ class Calibrate:
     device: str
     math: dict[str, bool]
     path: str
-    overrides: dict[str, Any]
+    overrides: SizeOverrides
     init: list[Any]
-    state: dict[str, Any]
+    state: dict[str, torch.Tensor]
     inputs: list[Any]
     outputs: list[Any]
     precision: str = "fp32"
@@ -59,7 +62,7 @@ class Build:
 
     name: str
     init: list[Any]
-    state: dict[str, Any]
+    state: dict[str, torch.Tensor]
     seed: int
     device: str
     precision: str = "fp32"  # ModelNew is cast to it, as the reference is

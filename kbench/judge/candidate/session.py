@@ -227,7 +227,7 @@ class Session:
     def load(self, path: str, env: dict[str, str]) -> None:
         self.ask(protocol.Load(path, env))
 
-    def _shared_state(self, reference: Any) -> dict[str, Any]:
+    def _shared_state(self, reference: Any) -> dict[str, torch.Tensor]:
         """Copies of the reference's weights to hand over: the candidate never maps the reference's own tensors."""
         return {k: self.shared_copy(v.detach()) for k, v in reference.state_dict().items()}
 

@@ -11,11 +11,11 @@ import pytest
 from kbench.execution import child, isolation
 from kbench.results.codec import ProtocolError, decode, encode
 from kbench.wire.jobs import (
-    BuildJob, CheckJob, EvaluateJob, EvaluateResult, Envelope, OtherSize, ProbeJob, ProblemRef, ReferenceJob,
+    BuildJob, CheckJob, EvaluateJob, Envelope, OtherSize, ProbeJob, ProblemRef, ReferenceJob,
     ReferenceResult, SolutionRef,
 )
 from kbench.config.run_config import MathFlags, TimingPolicy
-from kbench.results.records import Measurement, Status, TrialResult
+from kbench.results.records import Evaluation, Measurement, Status, TrialResult
 
 COMMON = {"problem": ProblemRef("p", "/problems/p/model.py", {"N": 64}), "device": "cuda", "precision": "bf16",
           "seed": 7, "trials": 3, "atol": 1e-2, "rtol": 1e-2, "math": MathFlags.from_tf32(False),
@@ -43,20 +43,20 @@ def test_a_job_missing_a_field_or_with_a_wrong_type_is_refused():
 
 
 def test_a_failed_trials_nan_error_survives_the_wire():
-    result = EvaluateResult(Status.INCORRECT, trials=(TrialResult(1, False, max_abs_err=float("nan"), max_rel_err=math.inf),))
-    back = decode(EvaluateResult, json.loads(encode(result)))
+    result = Evaluation(status=Status.INCORRECT, trials=(TrialResult(1, False, max_abs_err=float("nan"), max_rel_err=math.inf),))
+    back = decode(Evaluation, json.loads(encode(result)))
     assert math.isnan(back.trials[0].max_abs_err) and back.trials[0].max_rel_err == math.inf
 
 
 def test_the_parent_refuses_a_result_that_is_not_the_record_its_job_is_answered_with():
     job = JOBS[1]
     good, why = child._checked(job, {"status": "correct", "timing": {"samples": [1e-3, 2e-3]}})
-    assert why == "" and isinstance(good, EvaluateResult) and good.timing == Measurement((1e-3, 2e-3))
+    assert why == "" and isinstance(good, Evaluation) and good.timing == Measurement((1e-3, 2e-3))
     bad, why = child._checked(job, {"status": "correct", "timing": {"samples": "fast"}})
-    assert bad is None and why.startswith("not a valid EvaluateResult: timing")
+    assert bad is None and why.startswith("not a valid Evaluation: timing")
     outcome = child.ChildOutcome(bad, 0, False, 1.0, "", why)
     status, message = outcome.failure
-    assert status == "crashed" and "the child's result was refused: not a valid EvaluateResult" in message
+    assert status == "crashed" and "the child's result was refused: not a valid Evaluation" in message
     failed, _ = child._checked(JOBS[0], {"status": "timeout", "message": "slow"})  # a failure: status and message only
     assert isinstance(failed, ReferenceResult) and (failed.status, failed.message) == ("timeout", "slow")
 
@@ -82,14 +82,14 @@ def test_a_probe_job_runs_end_to_end_as_typed_records():
 
 def test_every_outcome_becomes_a_result_of_its_jobs_kind():
     """child.answer: the one place an outcome becomes a status (a timeout, a death, a refused or foreign result)."""
-    ok = EvaluateResult(Status.CORRECT, timing=Measurement((1e-3,)))
-    assert child.answer(child.ChildOutcome(ok, 0, False, 1.0, ""), EvaluateResult) is ok
-    timed_out = child.answer(child.ChildOutcome(None, None, True, 900.0, ""), EvaluateResult)
+    ok = Evaluation(status=Status.CORRECT, timing=Measurement((1e-3,)))
+    assert child.answer(child.ChildOutcome(ok, 0, False, 1.0, ""), Evaluation) is ok
+    timed_out = child.answer(child.ChildOutcome(None, None, True, 900.0, ""), Evaluation)
     assert (timed_out.status, timed_out.timing) == ("timeout", None) and "900 s" in timed_out.message
     killed = child.answer(child.ChildOutcome(None, -9, False, 2.0, "boom\n"), ReferenceResult)
     assert isinstance(killed, ReferenceResult) and killed.status == "crashed" and "SIGKILL" in killed.message
-    foreign = child.answer(child.ChildOutcome(ReferenceResult("correct"), 0, False, 1.0, ""), EvaluateResult)
-    assert isinstance(foreign, EvaluateResult) and foreign.status == "crashed"
+    foreign = child.answer(child.ChildOutcome(ReferenceResult("correct"), 0, False, 1.0, ""), Evaluation)
+    assert isinstance(foreign, Evaluation) and foreign.status == "crashed"
 
 
 def test_a_judge_that_runs_out_of_memory_outside_a_guarded_step_is_not_run_not_the_solutions_failure(monkeypatch):

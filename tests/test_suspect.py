@@ -63,8 +63,8 @@ def test_the_judge_decides_the_row_from_its_floor_and_its_samples(tmp_path):
     fl = floor(Work(flops=1e9, bytes=1e9), Ceilings("GPU", 1e12, 1e15, "tf32", "now"))  # memory-bound: 1 ms
 
     def concluded(ms, eager_ms, floor_=fl):
-        draft = Draft(timing=Measurement((ms / 1e3,) * 10, judge_samples=(ms / 1e3,) * 10),
-                      eager_timing=Measurement((eager_ms / 1e3,) * 10))
+        draft = Draft(Evaluation(timing=Measurement((ms / 1e3,) * 10, judge_samples=(ms / 1e3,) * 10),
+                                 eager_timing=Measurement((eager_ms / 1e3,) * 10)))
         return judge._decided(_job(tmp_path, floor_, gain=2.0), draft, Status.CORRECT)
 
     plausible = concluded(2.0, 4.0)

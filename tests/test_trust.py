@@ -36,7 +36,7 @@ class Twice(nn.Module):
 def test_an_accuracy_check_that_cannot_run_is_skipped_with_a_warning():
     result = Draft()
     _run_trust(NoDouble(), lambda x: x * 2, lambda seed: [torch.rand(8)], result)
-    assert result.accuracy is None
+    assert result.row.accuracy is None
     assert [w.text for w in result.warnings] == [
         "[check_skipped] float64 accuracy could not run: RuntimeError: CUDA out of memory (simulated)"]
 
@@ -50,11 +50,11 @@ def test_the_float64_oracle_is_skipped_when_its_estimate_exceeds_the_free_memory
     monkeypatch.setattr(trust, "free_bytes", lambda device: int(need * trust.FP64_HEADROOM) - 1)
     result = Draft()
     trust.accuracy(model, inputs, out, out, "cuda", False, result)
-    assert result.accuracy is None and result.warnings[0].text.startswith("[check_skipped] float64 accuracy needs about")
+    assert result.row.accuracy is None and result.warnings[0].text.startswith("[check_skipped] float64 accuracy needs about")
     monkeypatch.setattr(trust, "free_bytes", lambda device: int(need / trust.FP64_HEADROOM) + 1)
     result = Draft()
     trust.accuracy(model, inputs, out, out, "cpu", False, result)
-    assert result.warnings == [] and result.accuracy.solution == result.accuracy.reference < 1e-6
+    assert result.warnings == [] and result.row.accuracy.solution == result.row.accuracy.reference < 1e-6
 
 
 def test_accuracy_and_determinism_of_an_honest_candidate():
@@ -62,7 +62,7 @@ def test_accuracy_and_determinism_of_an_honest_candidate():
     model = nn.Linear(8, 8)
     _run_trust(model, lambda x: model(x), lambda seed: (torch.manual_seed(seed), [torch.rand(4, 8)])[1], result)
     assert result.warnings == []
-    assert result.accuracy.solution == result.accuracy.reference < 1e-6
+    assert result.row.accuracy.solution == result.row.accuracy.reference < 1e-6
 
 
 def test_a_candidate_that_differs_between_two_calls_on_the_same_inputs_is_flagged():
@@ -109,10 +109,10 @@ def _bf16_candidate(model):
 def test_tf32_arithmetic_is_not_low_accuracy_where_the_run_allows_tf32():
     allowed = _flags(_tf32_candidate, tf32=True)
     assert allowed.warnings == []
-    assert allowed.accuracy.solution > 10 * allowed.accuracy.reference  # fp32 reference: far more exact
-    assert allowed.accuracy.solution <= trust.TF32_SLACK * allowed.accuracy.tf32
+    assert allowed.row.accuracy.solution > 10 * allowed.row.accuracy.reference  # fp32 reference: far more exact
+    assert allowed.row.accuracy.solution <= trust.TF32_SLACK * allowed.row.accuracy.tf32
     barred = _flags(_tf32_candidate, tf32=False)
-    assert barred.accuracy.tf32 is None
+    assert barred.row.accuracy.tf32 is None
     assert [w.code for w in barred.warnings] == [FindingCode.LOW_ACCURACY]
 
 
@@ -158,12 +158,12 @@ def test_a_kernel_share_from_the_candidate_is_checked_field_by_field():
     """The profile's figures come from the candidate's process: anything but a KernelShare is a skipped check."""
     forged = Draft()
     trust.kernel_profile(lambda: {"own_s": "all of it", "own_share": [1.0]}, forged)
-    assert forged.kernels is None
+    assert forged.row.kernels is None
     assert forged.warnings[0].text.startswith("[check_skipped] kernel profile could not run: ProtocolError")
     honest = Draft()
     trust.kernel_profile(lambda: {"own_s": 0.0, "library_s": 1e-3, "own_share": 0.0, "kernels_declared": ["k"],
                                   "top": [["cudnn_conv", 9.5]]}, honest)
-    assert honest.kernels.top == (("cudnn_conv", 9.5),) and honest.kernels.own_share == 0.0
+    assert honest.row.kernels.top == (("cudnn_conv", 9.5),) and honest.row.kernels.own_share == 0.0
     assert honest.warnings[0].code == "no_custom_kernel"
 
 

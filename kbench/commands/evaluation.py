@@ -27,7 +27,6 @@ from kbench.results.records import (
 from kbench.wire.jobs import (
     CompiledResult,
     EvaluateJob,
-    EvaluateResult,
     OtherSize,
     ProblemRef,
     ReferenceJob,
@@ -163,9 +162,10 @@ def _failed_build(built: BuildResult) -> tuple[Status, str]:
 
 def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, built: BuildResult | None,
                       compile_gain: float | None, floor: Floor | None = None, slot: Slot = None) -> Evaluation:
-    """One solution in its own child, whose judge decides its row (kbench.judge.verdict); `compile_gain` (eager's
-    median over torch.compile's) and `floor` come from the problem's reference row. The row adds the build's findings
-    (the static checks': warnings that decide nothing) to the judge's."""
+    """One solution in its own child, whose judge fills and decides its row (kbench.judge.verdict); `compile_gain`
+    (eager's median over torch.compile's) and `floor` come from the problem's reference row. Here the row gets what
+    was evaluated and where, the child's seconds, and the build's findings (the static checks': warnings that decide
+    nothing) before the judge's."""
     precision = plan.config.precision_for(problem)
     common: SolutionRowFields = {"problem": problem.name, "solution": solution.name, "device": plan.device,
                                  "size": plan.size, "precision": precision,
@@ -177,17 +177,9 @@ def evaluate_solution(plan: Plan, problem: ProblemSpec, solution: SolutionSpec, 
                       solution=SolutionRef(solution.name, str(solution.path)), floor=floor, compile_gain=compile_gain)
     outcome = plan.executor.launch(job, plan.config.timeout_s,
                                    plan.executor.env(child_env(plan.build, solution, 1), slot))
-    result = answer(outcome, EvaluateResult)
+    row = answer(outcome, Evaluation)  # the judge's row (or how its child ended), completed here
     assert built is not None  # _not_judged: a judged solution was built
-    return Evaluation(
-        status=Status(result.status), message=result.message, trials=result.trials, timing=result.timing,
-        eager_timing=result.eager_timing, size_checks=result.size_checks, speedup_vs_eager=result.speedup_vs_eager,
-        speedup_vs_compile=result.speedup_vs_compile, withheld=result.withheld,
-        percent_of_floor=result.percent_of_floor, warnings=built.findings + result.warnings, seconds=outcome.seconds,
-        accuracy=result.accuracy, kernels=result.kernels, peak=result.peak, phases=result.phases,
-        diagnostics=result.diagnostics,
-        **common,
-    )
+    return dataclasses.replace(row, warnings=built.findings + row.warnings, seconds=outcome.seconds, **common)
 
 
 def on_gpu(row: Evaluation, slot: Slot, plan: Plan | None = None) -> Evaluation:

@@ -30,6 +30,7 @@ from kbench.judge.reference import check_problem, time_reference
 from kbench.judge.verdict import Verdict, short
 from kbench.results import codec
 from kbench.results.codec import ProtocolError, decode, to_wire
+from kbench.results.records import Evaluation
 from kbench.system import machine
 from kbench.system.environment import describe_torch
 from kbench.system.lifetime import remove_temp_dir
@@ -40,7 +41,6 @@ from kbench.wire.jobs import (
     BuildJobResult,
     Envelope,
     EvaluateJob,
-    EvaluateResult,
     ProbeJob,
     ProbeResult,
     ReferenceJob,
@@ -80,7 +80,7 @@ def wait_turn() -> None:
     sys.stdin.read()
 
 
-def evaluate(job: EvaluateJob, held: Held) -> EvaluateResult:
+def evaluate(job: EvaluateJob, held: Held) -> Evaluation:
     """A solution's evaluation: this process becomes its judge (kbench.judge.judge); the solution runs in its child."""
     return judge.evaluate(job, held.env, held.announce, held.spare, wait_turn, Reserve(held.reserve))
 

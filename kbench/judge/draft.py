@@ -3,42 +3,34 @@ closes it."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from kbench.judge.verdict import Decision
 from kbench.results.diagnostics import Diagnostics
-from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
+from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
-from kbench.results.records import Measurement, Status, TrialResult
-from kbench.wire.jobs import CompiledResult, EvaluateResult, ReferenceResult
+from kbench.results.records import Evaluation, Measurement, Status
+from kbench.wire.jobs import CompiledResult, ReferenceResult
 
 
 @dataclass
 class Draft:
-    """What the judge has found so far (mutable: one per evaluation, filled in step by step)."""
+    """What the judge has found so far: the row itself (kbench.results.records.Evaluation), each step setting what it
+    measured (`draft.row = dataclasses.replace(draft.row, accuracy=...)`), with the warnings and the seconds per step
+    gathered beside it; the verdict closes it (mutable: one per evaluation)."""
 
+    row: Evaluation = field(default_factory=Evaluation)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per step (kbench.judge.harness.Phases)
     warnings: list[Finding] = field(default_factory=list)
-    # the protocol's rounds, the machine, the sandbox, weights copied
-    diagnostics: Diagnostics = field(default_factory=Diagnostics)
-    trials: list[TrialResult] = field(default_factory=list)
-    size_checks: dict[str, tuple[TrialResult, ...]] = field(default_factory=dict)
-    timing: Measurement | None = None
-    eager_timing: Measurement | None = None
-    accuracy: Accuracy | None = None
-    kernels: KernelShare | None = None
-    peak: PeakMemory | None = None
-    percent_of_floor: float | None = None
 
-    def result(self, decision: Decision) -> EvaluateResult:
-        """The verdict (kbench.judge.verdict.decide) with everything found, as the record the parent reads."""
-        return EvaluateResult(status=decision.status, message=decision.message, trials=tuple(self.trials),
-                              size_checks=self.size_checks, timing=self.timing, eager_timing=self.eager_timing,
-                              speedup_vs_eager=decision.speedups.speedup_vs_eager,
-                              speedup_vs_compile=decision.speedups.speedup_vs_compile, withheld=decision.withheld,
-                              percent_of_floor=self.percent_of_floor, warnings=tuple(self.warnings),
-                              accuracy=self.accuracy, kernels=self.kernels, peak=self.peak, phases=self.phases,
-                              diagnostics=self.diagnostics)
+    def result(self, decision: Decision) -> Evaluation:
+        """The row with its verdict (kbench.judge.verdict.decide) and everything found: the record the parent reads
+        and completes with what was evaluated and where."""
+        return dataclasses.replace(self.row, status=decision.status, message=decision.message,
+                                   speedup_vs_eager=decision.speedups.speedup_vs_eager,
+                                   speedup_vs_compile=decision.speedups.speedup_vs_compile, withheld=decision.withheld,
+                                   warnings=tuple(self.warnings), phases=dict(self.phases))
 
 
 @dataclass

@@ -43,9 +43,9 @@ from kbench.judge.verdict import Verdict, decide
 from kbench.results.diagnostics import Diagnostics, ProcessCheck
 from kbench.results.figures import PeakMemory
 from kbench.results.findings import Finding, FindingCode
-from kbench.results.records import Regime, Speedups, Status
+from kbench.results.records import Evaluation, Regime, Speedups, Status
 from kbench.system import escapes, sandbox
-from kbench.wire.jobs import EvaluateJob, EvaluateResult
+from kbench.wire.jobs import EvaluateJob
 
 TIMING_CLOCKS = ("torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.Event.elapsed_time", "time.perf_counter",
                  "time.time", "time.monotonic")
@@ -53,7 +53,7 @@ TIMING_CLOCKS = ("torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.Event
 
 def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
              cand: CandidateProcess | None = None, wait_turn: Callable[[], None] = lambda: None,
-             reserve: Reserve | None = None) -> EvaluateResult:
+             reserve: Reserve | None = None) -> Evaluation:
     """The `evaluate` mode of the worker: this process is the judge; the solution runs in a candidate it spawned
     (ahead of the job, when the worker was started ahead) and imports it with the job's `env`.
 
@@ -69,7 +69,8 @@ def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
             worker when it could (kbench.judge.candidate.session.Reserve).
 
     Returns:
-        The EvaluateResult: a status (correct, incorrect) with its trials, the timing (seconds) and the findings.
+        The row (kbench.results.records.Evaluation): its verdict, its trials, the timing (seconds), the findings and
+        the figures; the parent adds what was evaluated and where.
 
     Raises:
         Verdict: an ending decided early (load_error, runtime_error, crashed, timeout, not_run), with its message.
@@ -91,7 +92,7 @@ def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
 
 
 def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce: Announce,
-              started: list[CandidateProcess], wait_turn: Callable[[], None]) -> EvaluateResult:
+              started: list[CandidateProcess], wait_turn: Callable[[], None]) -> Evaluation:
     """Each step in its order; `draft` holds what they found until the verdict closes it."""
     device, seed = job.device, job.seed
     phases = Phases()
@@ -123,13 +124,13 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     session.bind("main", probe_inputs, probe)
     del probe, probe_inputs
     _free_cached(device)
-    draft = Draft(phases=phases.seconds, diagnostics=Diagnostics(state_dict_tensors_copied=copied,
-                                                                 sandbox=session.sandbox, processes=processes))
+    draft = Draft(Evaluation(diagnostics=Diagnostics(state_dict_tensors_copied=copied, sandbox=session.sandbox,
+                                                     processes=processes)), phases.seconds)
     if disagree is not None:
         draft.warnings.append(disagree)
     phases.mark("build")
     trials, warnings = _trials(job, session, reference, make, [seed + 1 + i for i in range(job.trials)])
-    draft.trials += trials
+    draft.row = dataclasses.replace(draft.row, trials=tuple(trials))
     draft.warnings += warnings
     phases.mark("trials")
     if not all(t.passed for t in trials):
@@ -149,8 +150,9 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
         lambda found: time_beside_witness(job, session, reference, init, make, calibration, host_only_again(found)),
         mismatch_check(device, calibration))
     protocol = dataclasses.replace(timed.protocol, retimed=first.text) if first is not None else timed.protocol
-    draft.timing, draft.eager_timing = timed.solution, timed.divisor or timed.eager
-    draft.diagnostics = dataclasses.replace(draft.diagnostics, protocol=protocol, machine=timed.machine)
+    diagnostics = dataclasses.replace(draft.row.diagnostics, protocol=protocol, machine=timed.machine)
+    draft.row = dataclasses.replace(draft.row, timing=timed.solution, eager_timing=timed.divisor or timed.eager,
+                                    diagnostics=diagnostics)
     draft.warnings += found + timed.findings
     draft.warnings += [w for w in (checks.level_moved_warning(timed.solution, "the solution"),
                                    checks.level_moved_warning(timed.eager, "the eager reference"))
@@ -158,22 +160,23 @@ def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce:
     phases.mark("timing")
     announce("timed")  # the parent may now start the next child (kbench.execution.warm_starts.WarmStarts)
     _trust(job, session, reference, make, draft, phases)
-    draft.peak = PeakMemory(solution=session.peak_bytes, reference=ref_peak)
+    draft.row = dataclasses.replace(draft.row, peak=PeakMemory(solution=session.peak_bytes, reference=ref_peak))
     if (warning := memory_warning(session.peak_bytes, ref_peak)) is not None:
         draft.warnings.append(warning)
     return _decided(job, draft, Status.CORRECT)
 
 
-def _decided(job: EvaluateJob, draft: Draft, judged: Status, message: str = "") -> EvaluateResult:
+def _decided(job: EvaluateJob, draft: Draft, judged: Status, message: str = "") -> Evaluation:
     """The last findings, on the timing's samples and against the problem's floor, then the verdict: decided here,
     once, from everything the judge found (kbench.judge.verdict.decide)."""
-    timing, eager = draft.timing, draft.eager_timing
+    timing, eager = draft.row.timing, draft.row.eager_timing
     draft.warnings += checks.measurement_warnings(timing, job.timing, job.device)
     if timing is not None and job.floor is not None:
         from kbench.measure import roofline  # the FLOP counter's imports: paid ahead in the zygote (worker)
 
         draft.warnings += roofline.floor_findings(timing.median, eager.median if eager else None, job.floor)
-        draft.percent_of_floor = roofline.percent_of_floor(timing.median, job.floor)
+        percent = roofline.percent_of_floor(timing.median, job.floor)
+        draft.row = dataclasses.replace(draft.row, percent_of_floor=percent)
     return draft.result(decide(judged, message, draft.warnings, Speedups.of(timing, eager, job.compile_gain)))
 
 
@@ -291,7 +294,7 @@ def _other_sizes(job: EvaluateJob, problem: Any, session: Session, draft: Draft)
             trials, _ = _trials(job, session, reference, make, [seed + 101 + i for i in range(job.trials)])
         except Verdict as v:
             raise Verdict(v.status, f"at size {other.name}: {v.message}") from None
-        draft.size_checks[other.name] = tuple(trials)
+        draft.row = dataclasses.replace(draft.row, size_checks={**draft.row.size_checks, other.name: tuple(trials)})
         del reference, probe
         if not all(t.passed for t in trials):
             return f"at size {other.name}: {trials[-1].message}"

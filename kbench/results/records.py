@@ -174,13 +174,16 @@ class Speedups:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """The verdict for one problem x one solution (or the eager / torch.compile reference rows)."""
+    """The verdict for one problem x one solution (or the eager / torch.compile reference rows): the one record of an
+    evaluation. The judge fills it (kbench.judge.draft) and sends it as its result; the parent adds what was
+    evaluated and where (problem, solution, device, size, precision, the build, the placement). A measured figure is
+    a field here: set where it is measured, it reaches run.json, the tables and the HTML from this record."""
 
-    problem: str
-    solution: str
-    status: Status
-    device: str
-    size: str
+    problem: str = ""
+    solution: str = ""
+    status: Status = Status.NOT_RUN
+    device: str = ""
+    size: str = ""
     message: str = ""
     compile: CompileInfo | None = None
     precision: str = "fp32"

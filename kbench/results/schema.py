@@ -41,11 +41,18 @@ class RunFile:
     journal_seq: int = 0  # the last event of the run's journal (journal.jsonl) this file holds; absent in older files
 
 
+ROW_NAMES = ("problem", "solution", "status", "device", "size")
+
+
 def run_schema() -> JsonObject:
     """The JSON schema of a run file of this version (a JSON document, as pydantic writes it)."""
     from pydantic import TypeAdapter  # heavy: pydantic on first use; `kbench --help` does not pay for it
 
     schema = TypeAdapter(RunFile).json_schema(mode="serialization")
+    # A row in a run file always names what it evaluated, where and its status (the record's defaults serve the
+    # judge's child, whose row the parent completes with them: kbench.commands.evaluation)
+    row = schema["$defs"]["Evaluation"]
+    row["required"] = sorted({*row.get("required", ()), *ROW_NAMES})
     schema["$id"] = f"https://kbench.invalid/schema/{FORMAT}-{VERSION}.json"
     schema["title"] = f"kbench run file, version {VERSION}"
     return schema

@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 from kbench.config.run_config import MathFlags, TimingPolicy
 from kbench.results.diagnostics import Diagnostics, ReferenceNoise, ReferenceOutput
-from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
+from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
 from kbench.results.header import Environment
-from kbench.results.records import Measurement, SizeOverrides, Speedups, Status, TrialResult
+from kbench.results.records import Evaluation, Measurement, SizeOverrides, Status, TrialResult
 
 # ---- jobs (parent -> child) -----------------------------------------------------------------------
 
@@ -150,27 +150,6 @@ class ReferenceResult:
 
 
 @dataclass(frozen=True)
-class EvaluateResult:
-    status: Status
-    message: str = ""
-    trials: tuple[TrialResult, ...] = ()
-    size_checks: dict[str, tuple[TrialResult, ...]] = field(default_factory=dict)
-    timing: Measurement | None = None
-    eager_timing: Measurement | None = None
-    speedup_vs_eager: float | None = None
-    speedup_vs_compile: float | None = None
-    withheld: Speedups | None = None  # a suspect row's speedups (kbench.judge.verdict.decide)
-    percent_of_floor: float | None = None
-    warnings: tuple[Finding, ...] = ()
-    accuracy: Accuracy | None = None
-    kernels: KernelShare | None = None
-    peak: PeakMemory | None = None
-    phases: dict[str, float] = field(default_factory=dict)
-    # the protocol's rounds, the machine, the sandbox, weights copied
-    diagnostics: Diagnostics = field(default_factory=Diagnostics)
-
-
-@dataclass(frozen=True)
 class CheckResult:
     status: str
     message: str = ""
@@ -193,9 +172,10 @@ class ProbeResult:
     environment: Environment | None = None  # kbench.system.environment.describe_torch's, checked on the pipe
 
 
-JobResult = ReferenceResult | EvaluateResult | CheckResult | BuildJobResult | ProbeResult
+# A solution's job is answered with its row itself (kbench.results.records.Evaluation), filled by the judge.
+JobResult = ReferenceResult | Evaluation | CheckResult | BuildJobResult | ProbeResult
 
-RESULT_OF: dict[str, type] = {"reference": ReferenceResult, "evaluate": EvaluateResult, "check": CheckResult,
+RESULT_OF: dict[str, type] = {"reference": ReferenceResult, "evaluate": Evaluation, "check": CheckResult,
                               "build": BuildJobResult, "probe": ProbeResult}
 
 

@@ -6,6 +6,7 @@ Imported by the worker before any solution, like the comparison and timing modul
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -155,7 +156,7 @@ def accuracy(reference: Any, inputs: list[Any], candidate_out: Any, ref_out: Any
     except Exception as exc:  # noqa: BLE001 - a harness check: out of memory (rough estimate), a model without fp64
         draft.warnings.append(skipped("float64 accuracy", exc))
         return
-    draft.accuracy = Accuracy(**acc)
+    draft.row = dataclasses.replace(draft.row, accuracy=Accuracy(**acc))
     warning = accuracy_warning(acc)
     if warning:
         draft.warnings.append(warning)
@@ -167,13 +168,13 @@ def wants_kernel_profile(job: Judging) -> bool:
 
 
 def kernel_profile(kernel_share: Callable[[], object], draft: Draft) -> None:
-    """`draft.kernels` from the candidate's profile, `[no_custom_kernel]` when none of its GPU time is its own."""
+    """The row's `kernels` from the candidate's profile, `[no_custom_kernel]` when none of its GPU time is its own."""
     try:
         share = decode(KernelShare, kernel_share())  # the candidate's figures: checked field by field
     except Exception as exc:  # noqa: BLE001 - the profiler is a harness check: if it cannot run, say so and go on
         draft.warnings.append(skipped("kernel profile", exc))
         return
-    draft.kernels = share
+    draft.row = dataclasses.replace(draft.row, kernels=share)
     if share.own_s == 0:
         draft.warnings.append(Finding(FindingCode.NO_CUSTOM_KERNEL,
                                       "none of the GPU time is spent in the solution's own kernels"))
@@ -182,8 +183,8 @@ def kernel_profile(kernel_share: Callable[[], object], draft: Draft) -> None:
 def no_declared_kernels(draft: Draft) -> None:
     """A source that declares no __global__ kernel: the profile could attribute none of its GPU time to it, so it is
     not run (the static check `no_custom_kernel` speaks for a source with no kernel of any kind)."""
-    draft.kernels = KernelShare(
-        profiled=False, reason="the source declares no kernel (CUDA __global__, Triton, TileLang or CuTe DSL)")
+    draft.row = dataclasses.replace(draft.row, kernels=KernelShare(
+        profiled=False, reason="the source declares no kernel (CUDA __global__, Triton, TileLang or CuTe DSL)"))
 
 
 def accuracy_warning(acc: dict[str, float]) -> Finding | None:

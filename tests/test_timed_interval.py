@@ -115,7 +115,7 @@ def test_the_instrument_sees_work_of_the_harness_inside_the_markers():
 
 def test_the_reference_process_times_the_call_and_nothing_else(timers):
     result = reference_child.time_reference(_job("reference"), _quiet)
-    assert result.status == "correct" and len(result.timing.samples) >= POLICY.min_samples
+    assert result.status == "correct" and len(result.rows[0].timing.samples) >= POLICY.min_samples
     windows = _windows(timers)
     assert len(windows) >= POLICY.min_samples + POLICY.warmup_calls
     assert all(w == THE_CALL for w in windows), windows
@@ -165,7 +165,7 @@ def test_primed_reference_rounds_time_the_second_call_alone(timers, monkeypatch)
 
     monkeypatch.setattr(reference_child, "job_reference", counted)
     result = reference_child.time_reference(_job("reference"), _quiet)
-    assert result.status == "correct" and result.diagnostics.primed is True
+    assert result.status == "correct" and result.rows[0].diagnostics.primed is True
     windows = _windows(timers)
     assert windows and all(w == THE_CALL for w in windows), windows
     assert len(calls) >= 2 * len(windows)

@@ -19,13 +19,11 @@ from kbench.results.records import (
     EAGER,
     CompileInfo,
     Evaluation,
-    Measurement,
     ProblemSpec,
     SolutionSpec,
     Status,
 )
 from kbench.wire.jobs import (
-    CompiledResult,
     EvaluateJob,
     OtherSize,
     ProblemRef,
@@ -35,7 +33,7 @@ from kbench.wire.jobs import (
 )
 
 if TYPE_CHECKING:
-    from typing import Unpack  # Python 3.11; annotations only (kbench runs on 3.10)
+    pass  # Python 3.11; annotations only (kbench runs on 3.10)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +106,8 @@ def other_sizes(plan: Plan, problem: ProblemSpec) -> tuple[OtherSize, ...]:
 
 
 def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> list[Evaluation]:
-    """The eager row, and the torch.compile row unless it was switched off."""
+    """The eager row, and the torch.compile row unless it was switched off: filled by the reference's child,
+    completed here with what was evaluated and where."""
     job = ReferenceJob(**judging(plan, problem), compile_baseline=plan.config.compile_baseline,
                        ceilings_dir=str(plan.build.cache_dir.parent / "ceilings"))
     outcome = plan.executor.launch(job, plan.config.timeout_s, plan.executor.env(child_env(plan.build, None, 1), slot))
@@ -116,27 +115,9 @@ def evaluate_reference(plan: Plan, problem: ProblemSpec, slot: Slot = None) -> l
                                   "seconds": outcome.seconds, "precision": plan.config.precision_for(problem),
                                   "backward": plan.config.backward_for(problem)}
     result = answer(outcome, ReferenceResult)
-    if result.status != Status.CORRECT or result.timing is None:
+    if result.status != Status.CORRECT or not result.rows:
         return [Evaluation(solution=EAGER, status=Status(result.status), message=result.message, **common)]
-    eager = result.timing
-    rows = [Evaluation(solution=EAGER, status=Status.CORRECT, timing=eager, eager_timing=eager, speedup_vs_eager=1.0,
-                       warnings=result.warnings, floor=result.floor, percent_of_floor=result.percent_of_floor,
-                       peak=result.peak, phases=result.phases, diagnostics=result.diagnostics, **common)]
-    if result.compiled is not None:
-        rows.append(_compiled_row(plan, result.compiled, eager, **common))
-    return rows
-
-
-def _compiled_row(plan: Plan, compiled: CompiledResult, eager: Measurement,
-                  **common: Unpack[ReferenceRowFields]) -> Evaluation:
-    timing = compiled.timing
-    return Evaluation(
-        solution=COMPILED, status=Status(compiled.status), message=compiled.message, trials=compiled.trials,
-        timing=timing, eager_timing=eager, speedup_vs_eager=compiled.speedup_vs_eager,
-        speedup_vs_compile=1.0 if timing else None, warnings=compiled.warnings,
-        percent_of_floor=compiled.percent_of_floor, compile=CompileInfo(ok=True, seconds=compiled.compile_seconds),
-        **common,
-    )
+    return [dataclasses.replace(row, **common) for row in result.rows]  # the child's rows, completed here
 
 
 def _not_judged(plan: Plan, solution: SolutionSpec, precision: str,

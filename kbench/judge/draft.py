@@ -1,5 +1,5 @@
-"""The result of an evaluation (or of the reference's child) while it is made: each step adds to it, the verdict
-closes it."""
+"""A row while its child makes it (a solution's judge, or the reference's child for the eager row): each step adds
+to it, the verdict closes it."""
 
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from kbench.judge.verdict import Decision
-from kbench.results.diagnostics import Diagnostics
-from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
-from kbench.results.records import Evaluation, Measurement, Status
-from kbench.wire.jobs import CompiledResult, ReferenceResult
+from kbench.results.records import Evaluation
 
 
 @dataclass
@@ -32,19 +29,3 @@ class Draft:
                                    speedup_vs_compile=decision.speedups.speedup_vs_compile, withheld=decision.withheld,
                                    warnings=tuple(self.warnings), phases=dict(self.phases))
 
-
-@dataclass
-class ReferenceDraft:
-    """What the reference's child has found so far (mutable, filled in step by step)."""
-
-    phases: dict[str, float] = field(default_factory=dict)
-    warnings: list[Finding] = field(default_factory=list)
-    # what it returns, its noise, the machine, priming, regimes
-    diagnostics: Diagnostics = field(default_factory=Diagnostics)
-
-    def result(self, timing: Measurement, peak: PeakMemory, floor: Floor | None = None,
-               compiled: CompiledResult | None = None, percent_of_floor: float | None = None) -> ReferenceResult:
-        """The reference's row: correct, with its time and figures."""
-        return ReferenceResult(status=Status.CORRECT, warnings=tuple(self.warnings), timing=timing, compiled=compiled,
-                               floor=floor, percent_of_floor=percent_of_floor, peak=peak, phases=self.phases,
-                               diagnostics=self.diagnostics)

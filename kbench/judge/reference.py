@@ -19,7 +19,7 @@ import torch
 from kbench.judge import backward, ceilings
 from kbench.judge.candidate.session import Announce
 from kbench.judge.checks import correctness, degeneracy, noise, trust
-from kbench.judge.draft import ReferenceDraft
+from kbench.judge.draft import Draft
 from kbench.judge.harness import (
     Phases,
     apply_math_flags,
@@ -37,18 +37,18 @@ from kbench.judge.verdict import short
 from kbench.results.diagnostics import Diagnostics, ReferenceNoise, ReferenceOutput
 from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
-from kbench.results.records import Measurement, Speedups, Status
+from kbench.results.records import COMPILED, EAGER, CompileInfo, Evaluation, Measurement, Speedups, Status
 from kbench.system import machine
-from kbench.wire.jobs import CheckJob, CheckResult, CompiledResult, Judging, ReferenceJob, ReferenceResult
+from kbench.wire.jobs import CheckJob, CheckResult, Judging, ReferenceJob, ReferenceResult
 
 _perf_counter = time.perf_counter
 
 
 def time_reference(job: ReferenceJob, announce: Announce, wait_turn: Callable[[], None] = lambda: None
                    ) -> ReferenceResult:
-    """The eager reference timed (and, if asked, torch.compile of it, checked against eager and timed). What comes
-    before `wait_turn` returns (the problem, the reference built and called, torch.compile checked) times nothing
-    and may overlap the end of the slot's previous job (kbench.execution.pool.Turn)."""
+    """The eager reference timed (and, if asked, torch.compile of it, checked against eager and timed): their rows,
+    filled here. What comes before `wait_turn` returns (the problem, the reference built and called, torch.compile
+    checked) times nothing and may overlap the end of the slot's previous job (kbench.execution.pool.Turn)."""
     device, seed = job.device, job.seed
     apply_math_flags(job.math)
     phases = Phases()
@@ -57,7 +57,7 @@ def time_reference(job: ReferenceJob, announce: Announce, wait_turn: Callable[[]
         reference, _, make = job_reference(problem, job)
         result, peak, first, out = _first_call(job, reference, make, phases)
         models = {"eager": reference}
-        compiled: CompiledResult | None = None
+        compiled: Evaluation | None = None
         if job.compile_baseline:
             compiled, model = _check_compiled(job, reference, make, device)
             if model is not None:
@@ -80,14 +80,17 @@ def time_reference(job: ReferenceJob, announce: Announce, wait_turn: Callable[[]
         phases.mark("floor")
     eager = measured["eager"]
     result.warnings += _row_findings(job, eager, None, floor)
-    compiled_result = None
+    rows = [dataclasses.replace(result.row, status=Status.CORRECT, timing=eager, eager_timing=eager,
+                                speedup_vs_eager=1.0, warnings=tuple(result.warnings), floor=floor,
+                                percent_of_floor=_percent(eager, floor), peak=PeakMemory(reference=peak),
+                                phases=dict(result.phases))]
     if compiled is not None:
         timing = measured.get("compiled")
-        compiled_result = dataclasses.replace(
-            compiled, timing=timing, warnings=tuple(_row_findings(job, timing, eager, floor)),
+        rows.append(dataclasses.replace(
+            compiled, timing=timing, eager_timing=eager, warnings=tuple(_row_findings(job, timing, eager, floor)),
             speedup_vs_eager=Speedups.of(timing, eager, None).speedup_vs_eager,
-            percent_of_floor=_percent(timing, floor))
-    return result.result(eager, PeakMemory(reference=peak), floor, compiled_result, _percent(eager, floor))
+            speedup_vs_compile=1.0 if timing is not None else None, percent_of_floor=_percent(timing, floor)))
+    return ReferenceResult(Status.CORRECT, rows=tuple(rows))
 
 
 def _row_findings(job: ReferenceJob, timing: Measurement | None, eager: Measurement | None,
@@ -110,30 +113,30 @@ def _percent(timing: Measurement | None, floor: Floor | None) -> float | None:
 
 
 def _first_call(job: ReferenceJob, reference: Any, make: Any,
-                phases: Phases) -> tuple[ReferenceDraft, Any, list[Any], Any]:
+                phases: Phases) -> tuple[Draft, Any, list[Any], Any]:
     """The reference's first call: the draft of the result, the call's peak memory, its inputs and its output (for
     `_checks`)."""
     first = make(job.seed)
     out, peak = guarded(job.device, "the reference", partial(with_peak, job.device, partial(reference, *first)))
-    result = ReferenceDraft(phases=phases.seconds, diagnostics=Diagnostics(output=describe_output(out)))
+    result = Draft(Evaluation(solution=EAGER, diagnostics=Diagnostics(output=describe_output(out))), phases.seconds)
     phases.mark("setup")
     return result, peak, first, out
 
 
-def _checks(job: ReferenceJob, reference: Any, make: Any, first: list[Any], out: Any, result: ReferenceDraft,
+def _checks(job: ReferenceJob, reference: Any, make: Any, first: list[Any], out: Any, result: Draft,
             phases: Phases) -> None:
     """The degenerate-output and noise checks on the first call's inputs and output (after the timing: they time
     nothing, and the next worker starts meanwhile)."""
     _degenerate_check(job, reference, make, out, result)
     phases.mark("degenerate_check")
     noise, found = _noise(job, reference, first, out)
-    result.diagnostics = dataclasses.replace(result.diagnostics, noise=noise)
+    result.row = dataclasses.replace(result.row, diagnostics=dataclasses.replace(result.row.diagnostics, noise=noise))
     result.warnings += found
     phases.mark("noise_check")
 
 
 def _time_models(job: ReferenceJob, reference: Any, make: Any, models: dict[str, Callable[..., Any]],
-                 result: ReferenceDraft) -> dict[str, Measurement]:
+                 result: Draft) -> dict[str, Measurement]:
     """The models timed in rounds, fresh inputs before each (primed as the judge's rounds are); the machine's figures
     and warnings go into `result`."""
     device, seed = job.device, job.seed
@@ -162,13 +165,14 @@ def _time_models(job: ReferenceJob, reference: Any, make: Any, models: dict[str,
         device, own_processes=1)
     moved = checks.level_moved_warning(measured["eager"], "the eager reference")
     result.warnings += busy + ([moved] if moved else [])
-    result.diagnostics = dataclasses.replace(result.diagnostics, machine=state, primed=primed["eager"],
-                                             regimes={name: str(timer.regime) for name, timer in timers.items()})
+    diagnostics = dataclasses.replace(result.row.diagnostics, machine=state, primed=primed["eager"],
+                                      regimes={name: str(timer.regime) for name, timer in timers.items()})
+    result.row = dataclasses.replace(result.row, diagnostics=diagnostics)
     inputs.clear()
     return measured
 
 
-def _degenerate_check(job: Judging, reference: Any, make: Any, out: Any, result: ReferenceDraft) -> None:
+def _degenerate_check(job: Judging, reference: Any, make: Any, out: Any, result: Draft) -> None:
     """Can this problem tell right from wrong (`degeneracy.degenerate_findings`)? A harness check: if it cannot run
     (out of memory, say), `[check_skipped]` with the reason."""
     try:
@@ -177,8 +181,8 @@ def _degenerate_check(job: Judging, reference: Any, make: Any, out: Any, result:
     except Exception as exc:  # noqa: BLE001 - the harness's own check; the reference's row still stands
         findings, found = [trust.skipped("the degenerate-output check", exc)], None
     result.warnings += findings
-    output = dataclasses.replace(result.diagnostics.output or ReferenceOutput(), degeneracy=found)
-    result.diagnostics = dataclasses.replace(result.diagnostics, output=output)
+    output = dataclasses.replace(result.row.diagnostics.output or ReferenceOutput(), degeneracy=found)
+    result.row = dataclasses.replace(result.row, diagnostics=dataclasses.replace(result.row.diagnostics, output=output))
 
 
 def _noise(job: Judging, reference: Any, inputs: list[Any], out: Any) -> tuple[ReferenceNoise | None, list[Finding]]:
@@ -216,9 +220,9 @@ def hardware_floor(job: ReferenceJob, reference: Any, inputs: list[Any]) -> Floo
 
 
 def _check_compiled(job: ReferenceJob, reference: Any, make: Any,
-                    device: str) -> tuple[CompiledResult, Callable[..., Any] | None]:
-    """torch.compile of the reference, checked against eager on the correctness trials' seeds: its result (timed
-    later), and the compiled model when it passed."""
+                    device: str) -> tuple[Evaluation, Callable[..., Any] | None]:
+    """torch.compile of the reference, checked against eager on the correctness trials' seeds: its row (timed later),
+    and the compiled model when it passed."""
     start = _perf_counter()
     model = backward.compiled(reference)
     seeds = [job.seed + 1 + i for i in range(job.trials)]
@@ -227,8 +231,10 @@ def _check_compiled(job: ReferenceJob, reference: Any, make: Any,
                                            sync=lambda: timers.synchronize(device))
         timers.synchronize(device)
     except Exception as exc:  # noqa: BLE001 - inductor needs a compiler toolchain; report, don't fail the problem
-        return CompiledResult(Status.RUNTIME_ERROR, f"torch.compile raised {short(exc)}"), None
-    seconds = _perf_counter() - start
+        return Evaluation(solution=COMPILED, status=Status.RUNTIME_ERROR,
+                          message=f"torch.compile raised {short(exc)}", compile=CompileInfo(ok=True)), None
+    row = Evaluation(solution=COMPILED, status=Status.CORRECT, trials=tuple(trials),
+                     compile=CompileInfo(ok=True, seconds=_perf_counter() - start))
     if not all(t.passed for t in trials):
-        return CompiledResult(Status.INCORRECT, trials[-1].message, tuple(trials), seconds), None
-    return CompiledResult(Status.CORRECT, "", tuple(trials), seconds), model
+        return dataclasses.replace(row, status=Status.INCORRECT, message=trials[-1].message), None
+    return row, model

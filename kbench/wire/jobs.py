@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kbench.config.run_config import MathFlags, TimingPolicy
-from kbench.results.diagnostics import Diagnostics, ReferenceNoise, ReferenceOutput
-from kbench.results.figures import Floor, PeakMemory
+from kbench.results.diagnostics import ReferenceNoise, ReferenceOutput
+from kbench.results.figures import Floor
 from kbench.results.findings import Finding
 from kbench.results.header import Environment
-from kbench.results.records import Evaluation, Measurement, SizeOverrides, Status, TrialResult
+from kbench.results.records import Evaluation, SizeOverrides, Status
 
 # ---- jobs (parent -> child) -----------------------------------------------------------------------
 
@@ -121,32 +121,13 @@ class Envelope:
 
 
 @dataclass(frozen=True)
-class CompiledResult:
-    """torch.compile of the reference: checked against eager, then timed in the reference's rounds."""
-
-    status: Status
-    message: str = ""
-    trials: tuple[TrialResult, ...] = ()
-    compile_seconds: float = 0.0
-    timing: Measurement | None = None
-    warnings: tuple[Finding, ...] = ()
-    speedup_vs_eager: float | None = None
-    percent_of_floor: float | None = None
-
-
-@dataclass(frozen=True)
 class ReferenceResult:
+    """The reference's child's answer: the rows it filled (the eager row, then torch.compile's unless it was switched
+    off), which the parent completes with what was evaluated and where; or, with no rows, how it failed."""
+
     status: Status
     message: str = ""
-    warnings: tuple[Finding, ...] = ()
-    timing: Measurement | None = None
-    compiled: CompiledResult | None = None
-    floor: Floor | None = None
-    percent_of_floor: float | None = None  # eager's
-    peak: PeakMemory | None = None
-    phases: dict[str, float] = field(default_factory=dict)  # seconds per step of the child
-    # what the reference returns, its noise, the machine, priming, regimes
-    diagnostics: Diagnostics = field(default_factory=Diagnostics)
+    rows: tuple[Evaluation, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -146,7 +146,7 @@ def test_the_witness_calls_become_a_calibration_per_regime():
     cal = judge_timing.witnessed_calibration(host + gpu, base)
     assert cal.excess(Regime.HOST) == pytest.approx((0.5e-3,) * 6)
     assert cal.excess(Regime.GPU) == pytest.approx((0.2e-3,) * 6)
-    assert cal.verify == pytest.approx((0.5e-3,) * 6 + (0.6e-3,) * 6)
+    assert sorted(cal.verify) == pytest.approx((0.5e-3,) * 6 + (0.6e-3,) * 6)  # every call's, in any order
     assert cal.arm_overhead == pytest.approx((0.1e-3,) * 6)  # the witness's own, where it had gated calls
     assert cal.eager == base.eager and cal.eager_regime == "gpu"
     low = judge_timing.CALIBRATION_ROUNDS[0]

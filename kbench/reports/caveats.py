@@ -212,12 +212,11 @@ def _clocks(evaluations: Sequence[Evaluation]) -> str:
 
 def _method(evaluations: Sequence[Evaluation]) -> str:
     regimes = [e.timing.regime for e in evaluations if e.timing is not None]
-    gpu, host = regimes.count(Regime.GPU), regimes.count(Regime.HOST)
-    if not gpu and not host:
+    counts = [(regimes.count(regime), regime) for regime in Regime]
+    if not any(n for n, _ in counts):
         return "medians of per-call samples (regime not recorded: a run from before timing v3)"
-    return (f"medians of per-call samples, L2 flushed before each call; {gpu} row(s) in the GPU regime (the call's GPU "
-            f"time, issued behind a gate, as do_bench measures), {host} in the host regime (the host's issue time "
-            "included: launch-bound calls, and every CPU row)")
+    return ("medians of per-call samples, L2 flushed before each call; "
+            + ", ".join(f"{n} row(s) in {regime.words}" for n, regime in counts))
 
 
 SANDBOX_WORDS = {"namespaces": "namespaces (own PID, network and mount namespaces, read-only files, limits)",

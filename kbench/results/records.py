@@ -91,6 +91,17 @@ class Regime(str, Enum):
     GPU = "gpu"  # the call issued behind a closed gate: the events time its GPU work alone
     HOST = "host"  # the call issued with the GPU idle (or on the CPU): the time includes the host's issuing it
 
+    @property
+    def words(self) -> str:
+        """What a row timed in this regime measured, as a report's provenance says it."""
+        return REGIME_WORDS[self]
+
+
+REGIME_WORDS = {
+    Regime.GPU: "the GPU regime (the call's GPU time, issued behind a gate, as do_bench measures)",
+    Regime.HOST: "the host regime (the host's issue time included: launch-bound calls, and every CPU row)",
+}
+
 
 @dataclass(frozen=True)
 class Measurement:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +65,7 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
     calls = TimedCalls(session, job.atol, job.rtol)
     timer = make_timer(job.device)
     eager_regime = timer.decide(lambda: reference(*inputs))
-    modes = [Regime.GPU, Regime.HOST] if job.device == "cuda" else [Regime.HOST]
+    modes = list(Regime) if job.device == "cuda" else [Regime.HOST]  # the CPU has the host's clock only
     seen: dict[Regime, list[Observed]] = {m: [] for m in modes}
     eager: list[float] = []
     issue: list[float] = []
@@ -88,24 +88,23 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
     finally:
         calls.close()
     keep = slice(CALIBRATION_DISCARD, None)
-    host, gpu = seen[Regime.HOST][keep], seen.get(Regime.GPU, [])[keep]
-    gpu = [o for o in gpu if not o.forced]
-    return observed_calibration(host, gpu, eager[keep], issue[keep], eager_regime)
+    kept = {regime: [o for o in calls[keep] if not o.forced] for regime, calls in seen.items()}
+    return observed_calibration(kept, eager[keep], issue[keep], eager_regime)
 
 
-def observed_calibration(host: Sequence[Observed], gpu: Sequence[Observed], eager: Sequence[float] = (),
+def observed_calibration(seen: Mapping[Regime, Sequence[Observed]], eager: Sequence[float] = (),
                          eager_issue: Sequence[float] = (), eager_regime: Regime | None = None) -> Calibration:
     """A calibration from the reference's timed calls through the protocol, by regime: the judge's window up to the
     signal less the reported time, the Arm request less the issue time (gated calls), and the time from the signal to
     the outputs verified; with the judge's own eager samples and their regime, and the candidate's reported times of
     the reference in that regime."""
-    same = gpu if eager_regime == Regime.GPU else host
-    overheads = {regime: tuple(o.done - o.timed for o in calls) for regime, calls in ((Regime.HOST, host),
-                                                                                        (Regime.GPU, gpu)) if calls}
+    gated = seen.get(Regime.GPU, ())  # calls issued at the Arm request, behind the gate
+    overheads = {regime: tuple(o.done - o.timed for o in calls) for regime, calls in seen.items() if calls}
     return Calibration(
         overheads=overheads, eager=tuple(eager), eager_issue=tuple(eager_issue),
-        arm_overhead=tuple(o.arm - o.issue for o in gpu), eager_regime=eager_regime,
-        verify=tuple(o.verify for o in (*host, *gpu)), reference=tuple(o.timed for o in same))
+        arm_overhead=tuple(o.arm - o.issue for o in gated), eager_regime=eager_regime,
+        verify=tuple(o.verify for calls in seen.values() for o in calls),
+        reference=tuple(o.timed for o in seen.get(eager_regime or Regime.HOST, ())))
 
 
 @dataclass(frozen=True)
@@ -230,10 +229,9 @@ def witnessed_calibration(seen: Sequence[Observed], base: Calibration) -> Calibr
     the judge's eager figures stay `base`'s. None with fewer calls than a calibration's least (CALIBRATION_ROUNDS)."""
     if len(seen) < CALIBRATION_ROUNDS[0]:
         return None
-    host = [o for o in seen if o.regime == Regime.HOST]
-    gpu = [o for o in seen if o.regime == Regime.GPU]
+    by_regime = {regime: [o for o in seen if o.regime == regime] for regime in Regime}
     # `reference` pairs the candidate's calls with the judge's eager of the same rounds: base's eager is not of these
-    return dataclasses.replace(observed_calibration(host, gpu, base.eager, base.eager_issue, base.eager_regime),
+    return dataclasses.replace(observed_calibration(by_regime, base.eager, base.eager_issue, base.eager_regime),
                                reference=())
 
 

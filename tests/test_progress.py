@@ -207,7 +207,7 @@ def _invoke(tmp_path, *args: str):
 
 
 def test_off_a_terminal_a_run_prints_todays_lines_no_escape_codes_and_the_table_on_stdout(tmp_path, monkeypatch):
-    def solution(plan, problem, spec, built, gain, slot=None):
+    def solution(plan, problem, spec, built, gain, floor=None, slot=None):
         return Evaluation(problem=problem.name, solution=spec.name, status=Status.INCORRECT, message="fake",
                           device=plan.device, size=plan.size, precision="fp32")
 
@@ -244,7 +244,7 @@ def test_ctrl_c_stops_the_live_display_and_leaves_an_interrupted_run(tmp_path, m
             shown.append(self)
             return super().__enter__()
 
-    def solution(plan, problem, spec, built, gain, slot=None):
+    def solution(plan, problem, spec, built, gain, floor=None, slot=None):
         assert shown[0].live.is_started  # the display is up while the evaluation runs
         raise KeyboardInterrupt
 

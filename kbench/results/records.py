@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -12,7 +10,7 @@ from typing import Any
 
 from kbench.config.tolerances import DEFAULT_TOLERANCE, PRECISIONS
 from kbench.results import stats
-from kbench.results.codec import JsonObject, decode
+from kbench.results.codec import JsonObject, decode, to_wire
 from kbench.results.diagnostics import Diagnostics
 from kbench.results.figures import Accuracy, Floor, KernelShare, PeakMemory
 from kbench.results.findings import Finding, FindingCode
@@ -124,20 +122,13 @@ class Measurement:
         return stats.summarize(self.samples)
 
     def to_json(self) -> JsonObject:
-        out: JsonObject = {"unit": "s", "stop_reason": self.stop_reason, "regime": self.regime, **self.summary()}
-        out["samples"] = list(self.samples)
-        out["host_samples"] = list(self.host_samples)
-        if self.judge_samples:
-            out["judge_samples"] = list(self.judge_samples)
-        if self.issue_samples:
-            out["issue_samples"] = list(self.issue_samples)
-        return out
+        """As run.json keeps it: the codec's fields (kbench.results.codec), with the samples' statistics beside them
+        for a reader (derived from the samples, and ignored when read back)."""
+        return {**to_wire(self, Measurement), "unit": "s", **self.summary()}
 
     @classmethod
     def from_json(cls, data: JsonObject) -> Measurement:
-        return cls(tuple(data["samples"]), tuple(data.get("host_samples", ())), data.get("stop_reason", ""),
-                   tuple(data.get("judge_samples", ())), tuple(data.get("issue_samples", ())),
-                   str(data.get("regime", "")))
+        return decode(cls, data)
 
 
 @dataclass(frozen=True)
@@ -152,10 +143,6 @@ class TrialResult:
     numel: int | None = None
     chunks: int | None = None  # pieces the comparison took the output in, to stay within its memory budget
     message: str = ""
-
-
-def trials_from_json(data: Sequence[JsonObject]) -> tuple[TrialResult, ...]:
-    return tuple(TrialResult(**t) for t in data)
 
 
 @dataclass(frozen=True)
@@ -231,48 +218,18 @@ class Evaluation:
         return max(errs) if errs else None
 
     def to_json(self) -> JsonObject:
-        out = dataclasses.asdict(self)
-        out["status"] = self.status.value
-        out["warnings"] = [{"code": f.code.value, "message": f.message} for f in self.warnings]
-        out["timing"] = self.timing.to_json() if self.timing else None
-        out["eager_timing"] = self.eager_timing.to_json() if self.eager_timing else None
+        """The row as run.json keeps it: the codec's JSON (kbench.results.codec), each timing with its statistics."""
+        out = to_wire(self, Evaluation)
+        for key, measured in (("timing", self.timing), ("eager_timing", self.eager_timing)):
+            if measured is not None:
+                out[key] = measured.to_json()
         return out
 
     @classmethod
     def from_json(cls, data: JsonObject) -> Evaluation:
-        compile_info = data.get("compile")
-        return cls(
-            problem=data["problem"],
-            solution=data["solution"],
-            status=Status(data["status"]),
-            device=data.get("device", ""),
-            size=data.get("size", ""),
-            message=data.get("message", ""),
-            precision=data.get("precision", "fp32"),
-            backward=bool(data.get("backward", False)),
-            compile=CompileInfo(**compile_info) if compile_info else None,
-            trials=trials_from_json(data.get("trials", ())),
-            size_checks={k: trials_from_json(v) for k, v in data.get("size_checks", {}).items()},
-            timing=Measurement.from_json(data["timing"]) if data.get("timing") else None,
-            eager_timing=Measurement.from_json(data["eager_timing"]) if data.get("eager_timing") else None,
-            speedup_vs_eager=data.get("speedup_vs_eager"),
-            speedup_vs_compile=data.get("speedup_vs_compile"),
-            withheld=_typed(Speedups, data.get("withheld")),
-            warnings=tuple(Finding(FindingCode(w["code"]), w["message"]) for w in data.get("warnings", ())),
-            seconds=data.get("seconds", 0.0),
-            floor=_typed(Floor, data.get("floor")),
-            percent_of_floor=data.get("percent_of_floor"),
-            accuracy=_typed(Accuracy, data.get("accuracy")),
-            kernels=_typed(KernelShare, data.get("kernels")),
-            peak=_typed(PeakMemory, data.get("peak")),
-            phases=data.get("phases", {}),
-            gpu=data.get("gpu"),
-            gpu_name=data.get("gpu_name"),
-            diagnostics=_typed(Diagnostics, data.get("diagnostics")) or Diagnostics(),
-            extra=data.get("extra", {}),
-        )
-
-
-def _typed(kind: type[Any], value: Any) -> Any:
-    """A typed figure of a run file, checked (kbench.results.codec.ProtocolError, a ValueError, when it is not one)."""
-    return None if value is None else decode(kind, value)
+        """A row of a run file of the current version (kbench.results.migrate brings older ones up to it), checked
+        field by field by the codec; it names what it evaluated (a ValueError when it does not)."""
+        missing = [name for name in ("problem", "solution", "status") if name not in data]
+        if missing:
+            raise ValueError(f"a row without {', '.join(missing)}")
+        return decode(cls, data)

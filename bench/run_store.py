@@ -5,7 +5,8 @@
 Each row is a correct evaluation with `--samples` raw samples in each of its timing arrays (samples, host, judge and
 issue samples, for the solution and for the eager beside it) and as many verification times: about what a GPU-regime
 row of a KernelBench suite keeps. It prints, per sample count, the seconds the `begin` and `add` calls took in all,
-and the size of run.json and of the journal when the last row is in, then after `finish`.
+and the size of run.json and of the journal when the last row is in, then after `finish`, and the seconds
+`load_run` takes to read it back (every report and compare starts there).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kbench.results.diagnostics import Diagnostics, TimingProtocol
 from kbench.results.records import Evaluation, Measurement, Status, TrialResult
-from kbench.results.storage import JOURNAL_FILE, RUN_FILE, RunStore
+from kbench.results.storage import JOURNAL_FILE, RUN_FILE, RunStore, load_run
 
 
 def _measurement(n: int) -> Measurement:
@@ -55,8 +56,11 @@ def main(argv: list[str]) -> None:
         seconds = time.perf_counter() - start
         during = f"run.json {_size(store.directory / RUN_FILE)}, journal {_size(store.directory / JOURNAL_FILE)}"
         store.finish()
+        start = time.perf_counter()
+        _, loaded = load_run(store.directory / RUN_FILE)
+        read = time.perf_counter() - start
         print(f"{n} samples per array: {args.rows} rows begun and added in {seconds:.1f} s ({during}); after finish "
-              f"run.json {_size(store.directory / RUN_FILE)}")
+              f"run.json {_size(store.directory / RUN_FILE)}, read back ({len(loaded)} rows) in {read:.2f} s")
 
 
 if __name__ == "__main__":

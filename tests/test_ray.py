@@ -76,4 +76,4 @@ def test_a_slot_actor_starts_its_next_job_at_the_release_and_chains_their_turns(
         slot.close()
     assert [o.result.status for o in outcomes] == ["correct", "correct"], [o.log for o in outcomes]
     assert first_turn is not after_first and after_first is not slot._ended and after_first.is_set()
-    assert all("waiting" in o.result.phases for o in outcomes) and slot.launch.zygotes_started == 1
+    assert all("waiting" in o.result.rows[0].phases for o in outcomes) and slot.launch.zygotes_started == 1

@@ -40,10 +40,12 @@ def _problem_job(tmp_path, text):
 
 def test_forked_workers_give_fresh_processes_and_the_same_results_as_spawned_ones(tmp_path):
     solution = tmp_path / "pid.py"
-    # in the sandbox every candidate is PID 1 of a namespace of its own, and a namespace's number is reused once it
-    # is gone: the process's start time (clock ticks since boot) tells them apart
-    solution.write_text('import os\nSTART = open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19]\n'
-                        'print("pid", f"{os.getpid()}:{START}", flush=True)\n' + GOOD.read_text())
+    # A process that already loaded this solution is not fresh: the mark it left makes the next load fail. (In the
+    # sandbox every candidate is PID 1 of a namespace of its own, and two started within one clock tick share a start
+    # time: neither tells them apart.)
+    solution.write_text('import builtins\nif getattr(builtins, "_kb_test_loaded_before", False):\n'
+                        '    raise RuntimeError("this process already ran a job")\n'
+                        'builtins._kb_test_loaded_before = True\nprint("pid loaded", flush=True)\n' + GOOD.read_text())
     env = isolation.worker_path_env()
     spawned = isolation.run_child(_job(solution), 60, env)
     warm = _launcher()
@@ -56,8 +58,8 @@ def test_forked_workers_give_fresh_processes_and_the_same_results_as_spawned_one
     assert {k for k, v in vars(forked[0].result.diagnostics).items() if v} == {
         k for k, v in vars(spawned.result.diagnostics).items() if v}
     assert forked[0].result.phases.keys() == spawned.result.phases.keys()
-    pids = [line.split()[1] for o in forked for line in o.log.splitlines() if line.startswith("pid ")]
-    assert len(set(pids)) == 3
+    # each loaded the solution (which fails in a process that ran a job before): a fresh process for every job
+    assert [sum(line.startswith("pid ") for line in o.log.splitlines()) for o in forked] == [1, 1, 1]
 
 
 def test_a_forked_candidate_holds_no_descriptor_of_its_worker(tmp_path):

@@ -109,7 +109,7 @@ def test_the_judge_retimes_in_fresh_processes_until_one_agrees(checked_on_the_cp
 
     monkeypatch.delenv("KBENCH_TEST_FAST", raising=False)
     monkeypatch.setattr(judge, "_fresh_session", fresh)
-    result = judge.evaluate(_job("cpu"), {}, _quiet)
+    result = judge.judge_solution(_job("cpu"), {}, _quiet)
     processes = result.diagnostics.processes
     assert processes.fresh_candidates == 1, processes
     assert processes.ratios[0] > 2 and abs(processes.ratios[1] - 1) < 0.5, processes
@@ -118,7 +118,7 @@ def test_the_judge_retimes_in_fresh_processes_until_one_agrees(checked_on_the_cp
 
 def test_the_judge_flags_a_row_whose_candidate_processes_all_disagree(checked_on_the_cpu, monkeypatch):
     monkeypatch.delenv("KBENCH_TEST_FAST", raising=False)
-    result = judge.evaluate(_job("cpu"), {}, _quiet)
+    result = judge.judge_solution(_job("cpu"), {}, _quiet)
     assert result.diagnostics.processes.fresh_candidates == judge.PROCESS_RETRIES
     assert FindingCode.PROCESSES_DISAGREE in [w.code for w in result.warnings]
 

@@ -123,7 +123,7 @@ def test_the_reference_process_times_the_call_and_nothing_else(timers):
 
 def test_the_judge_times_the_eager_reference_and_nothing_else(timers):
     """The judge's eager samples, in calibration and beside the solution (the solution is timed in its own process)."""
-    result = judge.evaluate(_job("evaluate"), {}, _quiet)
+    result = judge.judge_solution(_job("evaluate"), {}, _quiet)
     assert result.status == "correct", result.message
     windows = _windows(timers)
     rounds = result.diagnostics.protocol.rounds
@@ -194,7 +194,7 @@ def test_primed_judge_rounds_give_the_candidate_fresh_inputs_only_after_its_unti
 
     monkeypatch.setattr(judge.Session, "call", call)
     monkeypatch.setattr(timed_call.TimedCalls, "sample", sample)
-    result = judge.evaluate(_job("evaluate"), {}, _quiet)
+    result = judge.judge_solution(_job("evaluate"), {}, _quiet)
     assert result.status == "correct", result.message
     assert result.diagnostics.protocol.primed is True
     windows = _windows(timers)

@@ -80,9 +80,9 @@ def wait_turn() -> None:
     sys.stdin.read()
 
 
-def evaluate(job: EvaluateJob, held: Held) -> Evaluation:
+def judge_solution(job: EvaluateJob, held: Held) -> Evaluation:
     """A solution's evaluation: this process becomes its judge (kbench.judge.judge); the solution runs in its child."""
-    return judge.evaluate(job, held.env, held.announce, held.spare, wait_turn, Reserve(held.reserve))
+    return judge.judge_solution(job, held.env, held.announce, held.spare, wait_turn, Reserve(held.reserve))
 
 
 def reference(job: ReferenceJob, held: Held) -> Any:
@@ -107,7 +107,7 @@ def warm_flop_counter() -> None:
     roofline.problem_work(torch.nn.Linear(2, 2), [torch.zeros(1, 2)], device="meta")
 
 
-MODES: dict[str, Callable[[Any, Held], Any]] = {"evaluate": evaluate, "reference": reference, "build": build,
+MODES: dict[str, Callable[[Any, Held], Any]] = {"evaluate": judge_solution, "reference": reference, "build": build,
                                                 "probe": probe, "check": lambda job, held: check_problem(job)}
 
 

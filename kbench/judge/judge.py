@@ -51,10 +51,10 @@ TIMING_CLOCKS = ("torch.cuda.Event", "torch.cuda.synchronize", "torch.cuda.Event
                  "time.time", "time.monotonic")
 
 
-def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
-             cand: CandidateProcess | None = None, wait_turn: Callable[[], None] = lambda: None,
-             reserve: Reserve | None = None) -> Evaluation:
-    """The `evaluate` mode of the worker: this process is the judge; the solution runs in a candidate it spawned
+def judge_solution(job: EvaluateJob, env: dict[str, str], announce: Announce,
+                   cand: CandidateProcess | None = None, wait_turn: Callable[[], None] = lambda: None,
+                   reserve: Reserve | None = None) -> Evaluation:
+    """The worker's `evaluate` mode: this process is the solution's judge; the solution runs in a candidate it spawned
     (ahead of the job, when the worker was started ahead) and imports it with the job's `env`.
 
     Args:
@@ -83,7 +83,7 @@ def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
     started = [cand]  # every candidate process of the evaluation (a fresh one replaces one that disagreed)
     reserve = reserve or Reserve()
     try:
-        return _evaluate(job, env, Session(cand, job.device, reserve), announce, started, wait_turn)
+        return _steps(job, env, Session(cand, job.device, reserve), announce, started, wait_turn)
     finally:
         reserve.close()
         for each in started:
@@ -91,8 +91,8 @@ def evaluate(job: EvaluateJob, env: dict[str, str], announce: Announce,
             escapes.kill_escaped(each.pid, each.pgid)
 
 
-def _evaluate(job: EvaluateJob, env: dict[str, str], session: Session, announce: Announce,
-              started: list[CandidateProcess], wait_turn: Callable[[], None]) -> Evaluation:
+def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: Announce,
+           started: list[CandidateProcess], wait_turn: Callable[[], None]) -> Evaluation:
     """Each step in its order; `draft` holds what they found until the verdict closes it."""
     device, seed = job.device, job.seed
     phases = Phases()

@@ -57,7 +57,7 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
     window over the reported time is what the protocol costs for a call like this one, on this machine now. The
     judge's eager samples are interleaved, as in timing; its timer decides the reference's own regime first.
     `before_rounds(session)` is called once the candidate's start is over (the reference built, its first calls),
-    before anything is timed: the judge waits there for its turn on the GPU (judge.evaluate)."""
+    before anything is timed: the judge waits there for its turn on the GPU (judge.judge_solution)."""
     session.start_calibration(job, reference, init, inputs, outputs)
     for _ in range(CALIBRATION_WARMUP):  # first calls initialise libraries, which waits for the GPU: not behind a gate
         session.call()

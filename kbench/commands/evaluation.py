@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict
 
 from kbench.build.compile import BuildContext, BuildResult, child_env
 from kbench.config.run_config import MathFlags, RunConfig, TimingPolicy
@@ -31,9 +31,6 @@ from kbench.wire.jobs import (
     ReferenceResult,
     SolutionRef,
 )
-
-if TYPE_CHECKING:
-    pass  # Python 3.11; annotations only (kbench runs on 3.10)
 
 
 @dataclasses.dataclass(frozen=True)

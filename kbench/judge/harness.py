@@ -17,10 +17,12 @@ from kbench.config.run_config import MathFlags
 from kbench.config.tolerances import PRECISIONS
 from kbench.judge import backward
 from kbench.judge.candidate.loading import import_path
-from kbench.judge.timing import sampling, timers
+from kbench.judge.timing import checks, sampling, timers
 from kbench.judge.verdict import Verdict, short
 from kbench.results.diagnostics import ReferenceOutput
-from kbench.results.records import SizeOverrides, Status
+from kbench.results.figures import Floor
+from kbench.results.findings import Finding
+from kbench.results.records import Measurement, SizeOverrides, Status
 from kbench.wire.jobs import Judging, ProblemRef
 
 _perf_counter = time.perf_counter
@@ -235,3 +237,17 @@ def describe_output(out: Any) -> ReferenceOutput:
     if isinstance(first, _tensor_type):
         return ReferenceOutput(shape=tuple(first.shape), dtype=str(first.dtype))
     return ReferenceOutput(type=type(first).__name__)
+
+
+def timed_findings(job: Judging, timing: Measurement | None, eager: Measurement | None,
+                   floor: Floor | None) -> tuple[list[Finding], float | None]:
+    """What a row's timing warns of (its samples: `checks.measurement_warnings`; below the problem's floor, or far ahead
+    of `eager`: `roofline.floor_findings`) and its percent of the floor; the same for a solution's row (the judge) and
+    the eager and torch.compile rows (the reference's child)."""
+    found = checks.measurement_warnings(timing, job.timing, job.device)
+    if timing is None or floor is None:
+        return found, None
+    from kbench.measure import roofline  # the FLOP counter's imports: paid ahead in the zygote (worker)
+
+    found += roofline.floor_findings(timing.median, eager.median if eager else None, floor)
+    return found, roofline.percent_of_floor(timing.median, floor)

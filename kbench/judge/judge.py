@@ -28,6 +28,7 @@ from kbench.judge.harness import (
     job_reference,
     load_problem,
     set_sizes,
+    timed_findings,
     with_peak,
 )
 from kbench.judge.timing import checks, timers
@@ -170,13 +171,9 @@ def _decided(job: EvaluateJob, draft: Draft, judged: Status, message: str = "") 
     """The last findings, on the timing's samples and against the problem's floor, then the verdict: decided here,
     once, from everything the judge found (kbench.judge.verdict.decide)."""
     timing, eager = draft.row.timing, draft.row.eager_timing
-    draft.warnings += checks.measurement_warnings(timing, job.timing, job.device)
-    if timing is not None and job.floor is not None:
-        from kbench.measure import roofline  # the FLOP counter's imports: paid ahead in the zygote (worker)
-
-        draft.warnings += roofline.floor_findings(timing.median, eager.median if eager else None, job.floor)
-        percent = roofline.percent_of_floor(timing.median, job.floor)
-        draft.row = dataclasses.replace(draft.row, percent_of_floor=percent)
+    found, percent = timed_findings(job, timing, eager, job.floor)
+    draft.warnings += found
+    draft.row = dataclasses.replace(draft.row, percent_of_floor=percent)
     return draft.result(decide(judged, message, draft.warnings, Speedups.of(timing, eager, job.compile_gain)))
 
 

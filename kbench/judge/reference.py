@@ -29,6 +29,7 @@ from kbench.judge.harness import (
     load_problem,
     make_timer,
     pin,
+    timed_findings,
     timing_core,
     with_peak,
 )
@@ -79,37 +80,18 @@ def time_reference(job: ReferenceJob, announce: Announce, wait_turn: Callable[[]
         floor = hardware_floor(job, reference, make(seed))
         phases.mark("floor")
     eager = measured["eager"]
-    result.warnings += _row_findings(job, eager, None, floor)
+    found, percent = timed_findings(job, eager, None, floor)
     rows = [dataclasses.replace(result.row, status=Status.CORRECT, timing=eager, eager_timing=eager,
-                                speedup_vs_eager=1.0, warnings=tuple(result.warnings), floor=floor,
-                                percent_of_floor=_percent(eager, floor), peak=PeakMemory(reference=peak),
-                                phases=dict(result.phases))]
+                                speedup_vs_eager=1.0, warnings=(*result.warnings, *found), floor=floor,
+                                percent_of_floor=percent, peak=PeakMemory(reference=peak), phases=dict(result.phases))]
     if compiled is not None:
         timing = measured.get("compiled")
+        found, percent = timed_findings(job, timing, eager, floor)
         rows.append(dataclasses.replace(
-            compiled, timing=timing, eager_timing=eager, warnings=tuple(_row_findings(job, timing, eager, floor)),
+            compiled, timing=timing, eager_timing=eager, warnings=tuple(found), percent_of_floor=percent,
             speedup_vs_eager=Speedups.of(timing, eager, None).speedup_vs_eager,
-            speedup_vs_compile=1.0 if timing is not None else None, percent_of_floor=_percent(timing, floor)))
+            speedup_vs_compile=1.0 if timing is not None else None))
     return ReferenceResult(Status.CORRECT, rows=tuple(rows))
-
-
-def _row_findings(job: ReferenceJob, timing: Measurement | None, eager: Measurement | None,
-                  floor: Floor | None) -> list[Finding]:
-    """What the eager or torch.compile row's timing warns of (its samples; below the floor, or far ahead of eager)."""
-    found = checks.measurement_warnings(timing, job.timing, job.device)
-    if timing is not None and floor is not None:
-        from kbench.measure import roofline  # heavy: the FLOP counter's imports (paid for the floor already)
-
-        found += roofline.floor_findings(timing.median, eager.median if eager else None, floor)
-    return found
-
-
-def _percent(timing: Measurement | None, floor: Floor | None) -> float | None:
-    if timing is None or floor is None:
-        return None
-    from kbench.measure import roofline  # heavy, as above
-
-    return roofline.percent_of_floor(timing.median, floor)
 
 
 def _first_call(job: ReferenceJob, reference: Any, make: Any,

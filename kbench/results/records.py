@@ -122,9 +122,12 @@ class Measurement:
         return stats.summarize(self.samples)
 
     def to_json(self) -> JsonObject:
-        """As run.json keeps it: the codec's fields (kbench.results.codec), with the samples' statistics beside them
-        for a reader (derived from the samples, and ignored when read back)."""
-        return {**to_wire(self, Measurement), "unit": "s", **self.summary()}
+        """As run.json keeps it: the codec's fields (kbench.results.codec), with `for_reader` beside them."""
+        return {**to_wire(self, Measurement), **self.for_reader()}
+
+    def for_reader(self) -> JsonObject:
+        """The samples' statistics, written beside them for a reader of run.json (derived, ignored when read back)."""
+        return {"unit": "s", **self.summary()}
 
     @classmethod
     def from_json(cls, data: JsonObject) -> Measurement:
@@ -222,7 +225,7 @@ class Evaluation:
         out = to_wire(self, Evaluation)
         for key, measured in (("timing", self.timing), ("eager_timing", self.eager_timing)):
             if measured is not None:
-                out[key] = measured.to_json()
+                out[key].update(measured.for_reader())
         return out
 
     @classmethod

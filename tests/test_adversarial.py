@@ -80,7 +80,7 @@ def adversarial_run(tmp_path_factory):
     config = RunConfig(device="cpu", trials=3, atol=LOOSE, rtol=LOOSE, two_sizes=True, compile_baseline=False,
                        timeout_s=60, timing=TimingPolicy(max_time_s=0.2), results_dir=tmp / "results",
                        cache_dir=tmp / "cache")
-    problems, solutions = select(["tiny"], None, FIXTURES / "problems", ADVERSARIAL)
+    problems, solutions = select(["tiny"], [], FIXTURES / "problems", ADVERSARIAL)
     solutions = {"tiny": [s for s in solutions["tiny"] if s.name in CPU_CASES]}
     cwd = os.getcwd()
     os.chdir(tmp)  # forges_files rewrites every run.json below the working directory
@@ -96,7 +96,7 @@ def timed_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("timed")
     config = RunConfig(device="cpu", trials=3, compile_baseline=False, timeout_s=60,
                        timing=TimingPolicy(max_time_s=1.0), results_dir=tmp / "results", cache_dir=tmp / "cache")
-    problems, solutions = select(["timed"], None, FIXTURES / "problems", ADVERSARIAL)
+    problems, solutions = select(["timed"], [], FIXTURES / "problems", ADVERSARIAL)
     # One intra-op thread in every child: on a 2-core machine the wake-ups of two processes' thread pools moved an
     # honest copy's ratio between 0.67x and 1.17x from run to run; with one thread it stayed within 0.89-0.95x.
     previous = os.environ.get("OMP_NUM_THREADS")

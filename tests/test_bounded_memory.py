@@ -14,7 +14,7 @@ BUDGET = 1 << 14  # 16 KiB for an output of 1 MiB
 
 def test_every_trial_is_compared_in_chunks_within_the_budget_and_the_last_chunk_counts(tmp_path, monkeypatch):
     monkeypatch.setenv(comparison.BUDGET_ENV, str(BUDGET))
-    problems, solutions = select(["big_output"], None, FIXTURES / "problems", FIXTURES / "solutions")
+    problems, solutions = select(["big_output"], [], FIXTURES / "problems", FIXTURES / "solutions")
     config = RunConfig(device="cpu", trials=2, timing=TimingPolicy(max_time_s=0.2), compile_baseline=False,
                        results_dir=tmp_path / "results", cache_dir=tmp_path / "cache")
     rows = {e.solution: e for e in execute(config, problems, solutions, Path.cwd()).evaluations}

@@ -5,6 +5,7 @@ import json
 from typer.testing import CliRunner
 
 from kbench.cli import app
+from kbench.results.header import selected_solutions
 from tests.conftest import FIXTURES, ROOT
 
 runner = CliRunner()
@@ -69,6 +70,20 @@ def test_run_prints_the_table_and_writes_results(tmp_path):
     (run_dir,) = (tmp_path / "r").iterdir()
     assert {p.name for p in run_dir.iterdir()} == {"run.json", "results.csv", "results.md"}
     assert json.loads((run_dir / "run.json").read_text())["config"]["kernel_profile"] is False
+
+
+def test_solution_repeats_and_each_one_named_is_built(tmp_path):
+    result = runner.invoke(app, ["build", "-p", "tiny", "-s", "good", "-s", "wrong_values", *FIXTURE_DIRS,
+                                 "--cache-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "tiny       good" in result.output and "tiny       wrong_values" in result.output
+
+
+def test_a_run_files_selection_names_its_solutions_in_either_form():
+    assert selected_solutions({"solutions": ["a", "/x/b.py"]}) == ["a", "/x/b.py"]
+    assert selected_solutions({"solutions": []}) == []
+    assert selected_solutions({"solution": "a"}) == ["a"]  # written before -s could repeat
+    assert selected_solutions({"solution": None}) == []
 
 
 def test_build_reports_each_solution_and_refuses_an_empty_selection(tmp_path):

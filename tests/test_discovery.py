@@ -35,7 +35,7 @@ def test_unknown_solution_lists_the_known_ones(fixture_dirs):
     problems_dir, solutions_dir = fixture_dirs
     tiny = find_problem("tiny", problems_dir)
     with pytest.raises(DiscoveryError, match="Unknown solution 'nope' for problem 'tiny'. Available: .*good"):
-        find_solutions(tiny, "nope", solutions_dir)
+        find_solutions(tiny, ["nope"], solutions_dir)
 
 
 def test_discovery_imports_no_user_code(tmp_path: Path):
@@ -85,10 +85,19 @@ def test_solution_without_devices_is_cuda_only_and_bad_devices_are_refused(tmp_p
 
 def test_select_needs_one_problem_for_a_named_solution():
     with pytest.raises(DiscoveryError, match="--solution needs exactly one --problem"):
-        select([], "cuda_fused", ROOT / "problems", ROOT / "solutions")
-    problems, solutions = select(["conv3d_gelu"], "cpu_fused", ROOT / "problems", ROOT / "solutions")
+        select([], ["cuda_fused"], ROOT / "problems", ROOT / "solutions")
+    problems, solutions = select(["conv3d_gelu"], ["cpu_fused"], ROOT / "problems", ROOT / "solutions")
     assert [p.name for p in problems] == ["conv3d_gelu"]
     assert [s.name for s in solutions["conv3d_gelu"]] == ["cpu_fused"]
+
+
+def test_several_named_solutions_are_each_chosen_in_order_and_none_twice(fixture_dirs):
+    problems_dir, solutions_dir = fixture_dirs
+    _, solutions = select(["tiny"], ["wrong_values", str(solutions_dir / "tiny" / "good.py")], problems_dir,
+                          solutions_dir)
+    assert [s.name for s in solutions["tiny"]] == ["wrong_values", "good"]
+    with pytest.raises(DiscoveryError, match="A solution is named twice for problem 'tiny': good"):
+        select(["tiny"], ["good", "exits", str(solutions_dir / "tiny" / "good.py")], problems_dir, solutions_dir)
 
 
 def test_an_unknown_problem_toml_key_is_an_error_naming_it(tmp_path: Path):

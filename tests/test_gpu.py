@@ -34,7 +34,7 @@ def _config(tmp_path, cache=None, **kw):
 
 
 def test_shipped_cuda_solutions_are_correct_at_full_size(tmp_path, build_cache):
-    problems, solutions = select(SHIPPED, None, ROOT / "problems", ROOT / "solutions")
+    problems, solutions = select(SHIPPED, [], ROOT / "problems", ROOT / "solutions")
     solutions = {p: [s for s in group if s.name in ("cuda_fused", "tf32_igemm", "triton_fused", "cpu_fused")]
                  for p, group in solutions.items()}  # the DSL examples have a test of their own
     store = execute(_config(tmp_path, build_cache, compile_baseline=False), problems, solutions, Path.cwd())
@@ -49,7 +49,7 @@ def test_shipped_cuda_solutions_are_correct_at_full_size(tmp_path, build_cache):
 
 
 def test_fixture_verdicts_on_cuda_with_a_compile_baseline(tmp_path):
-    problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "solutions")
+    problems, solutions = select(["tiny"], [], FIXTURES / "problems", FIXTURES / "solutions")
     keep = {"good", "wrong_values", "exits", "raises_in_forward"}
     solutions = {"tiny": [s for s in solutions["tiny"] if s.name in keep]}
     store = execute(_config(tmp_path), problems, solutions, Path.cwd())
@@ -61,8 +61,8 @@ def test_fixture_verdicts_on_cuda_with_a_compile_baseline(tmp_path):
 
 
 def test_an_illegal_address_fails_one_evaluation_not_the_run(tmp_path):
-    problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "cuda_solutions")
-    good = select(["tiny"], "good", FIXTURES / "problems", FIXTURES / "solutions")[1]["tiny"]
+    problems, solutions = select(["tiny"], [], FIXTURES / "problems", FIXTURES / "cuda_solutions")
+    good = select(["tiny"], ["good"], FIXTURES / "problems", FIXTURES / "solutions")[1]["tiny"]
     store = execute(_config(tmp_path, compile_baseline=False), problems, {"tiny": solutions["tiny"] + good}, Path.cwd())
     rows = {e.solution: e for e in store.evaluations}
     bad = rows["illegal_address"]
@@ -82,7 +82,7 @@ CUDA_CASES = {
 
 
 def test_adversarial_verdicts_on_cuda(tmp_path):
-    problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "adversarial")
+    problems, solutions = select(["tiny"], [], FIXTURES / "problems", FIXTURES / "adversarial")
     solutions = {"tiny": [s for s in solutions["tiny"] if s.name in CUDA_CASES or s.name == "side_stream"]}
     store = execute(_config(tmp_path, compile_baseline=False, atol=2e-2, rtol=2e-2), problems, solutions, Path.cwd())
     rows = {e.solution: e for e in store.evaluations}
@@ -99,7 +99,7 @@ def test_adversarial_verdicts_on_cuda(tmp_path):
 
 
 def test_shipped_solutions_spend_their_time_in_their_own_kernels_and_raise_no_flags(tmp_path, build_cache):
-    problems, solutions = select(SHIPPED, None, ROOT / "problems", ROOT / "solutions")
+    problems, solutions = select(SHIPPED, [], ROOT / "problems", ROOT / "solutions")
     solutions = {p: [s for s in group if s.name in ("cuda_fused", "tf32_igemm", "triton_fused")]
                  for p, group in solutions.items()}
     store = execute(_config(tmp_path, build_cache, compile_baseline=False), problems, solutions, Path.cwd())
@@ -118,7 +118,7 @@ def test_shipped_solutions_spend_their_time_in_their_own_kernels_and_raise_no_fl
 
 
 def test_a_bf16_run_casts_both_sides_and_skips_the_float_only_solutions(tmp_path, build_cache):
-    problems, solutions = select(["conv3d_gelu"], None, ROOT / "problems", ROOT / "solutions")
+    problems, solutions = select(["conv3d_gelu"], [], ROOT / "problems", ROOT / "solutions")
     config = _config(tmp_path, build_cache, compile_baseline=False, precision="bf16")
     rows = {e.solution: e for e in execute(config, problems, solutions, Path.cwd()).evaluations}
     assert {e.precision for e in rows.values()} == {"bf16"}
@@ -131,7 +131,7 @@ def test_a_bf16_run_casts_both_sides_and_skips_the_float_only_solutions(tmp_path
 @pytest.mark.parametrize("name, module", [("tilelang_fused", "tilelang"), ("cute_fused", "cutlass.cute")])
 def test_a_kernel_dsl_solution_runs_end_to_end_with_its_kernel_counted_as_its_own(tmp_path, build_cache, name, module):
     pytest.importorskip(module, reason=f"{module} is not installed in this Python (kbench's extra for it)")
-    problems, solutions = select(["conv3d_gelu"], name, ROOT / "problems", ROOT / "solutions")
+    problems, solutions = select(["conv3d_gelu"], [name], ROOT / "problems", ROOT / "solutions")
     rows = {e.solution: e for e in execute(_config(tmp_path, build_cache, compile_baseline=False), problems,
                                             solutions, Path.cwd()).evaluations}
     row = rows[name]
@@ -176,7 +176,7 @@ EITHER_CAUGHT = {"side_stream": {Status.SUSPECT, Status.INCORRECT}}
 
 
 def test_attack_classes_on_cuda(tmp_path):
-    problems, solutions = select(["timed"], None, FIXTURES / "problems", FIXTURES / "adversarial")
+    problems, solutions = select(["timed"], [], FIXTURES / "problems", FIXTURES / "adversarial")
     store = execute(_config(tmp_path, compile_baseline=False, kernel_profile=False), problems, solutions, Path.cwd())
     rows = {e.solution: e for e in store.evaluations}
     for name, (status, flags) in CUDA_TIMED_CASES.items():
@@ -201,7 +201,7 @@ def test_a_launch_bound_model_is_named_so_and_its_honest_copy_is_not_faster(tmp_
     against the eager calls interleaved with its own, in primed rounds (each side's timed call right after an untimed
     call of its own), so an honest copy is not faster: 0.95-1.05x over eight H100 rows, where without priming the
     candidate's call, coming right after the judge's call of the same code, measured 1.03-1.10x in every run."""
-    problems, solutions = select(["tiny_ops"], None, FIXTURES / "problems", FIXTURES / "solutions")
+    problems, solutions = select(["tiny_ops"], [], FIXTURES / "problems", FIXTURES / "solutions")
     store = execute(_config(tmp_path, compile_baseline=False), problems, solutions, Path.cwd())
     rows = {e.solution: e for e in store.evaluations}
     honest, eager = rows["honest"], rows[EAGER]
@@ -219,7 +219,7 @@ def test_kbench_agrees_with_the_same_call_timed_in_one_plain_process(tmp_path, b
     a fresh process (the row's regime), and within 5% of Triton's do_bench (bench/fidelity.py has the whole table)."""
     from bench.fidelity import _in_child
 
-    problems, solutions = select(FIDELITY, None, ROOT / "problems", ROOT / "solutions")
+    problems, solutions = select(FIDELITY, [], ROOT / "problems", ROOT / "solutions")
     solutions = {p: [s for s in group if s.name == "tf32_igemm"] for p, group in solutions.items()}
     store = execute(_config(tmp_path, build_cache, compile_baseline=False), problems, solutions, Path.cwd())
     for row in (e for e in store.evaluations if e.solution == "tf32_igemm"):
@@ -254,7 +254,7 @@ def test_every_shave_beyond_the_judges_resolution_is_suspect_on_cuda_and_the_hon
     names = [n for n in written if n.rsplit("_", 1)[1] in shares]
     for other in set(written) - set(names):
         (tmp_path / "solutions" / "shaved" / f"{other}.py").unlink()
-    problems, solutions = select(["shaved"], None, _shaved_problem(tmp_path / "problems", batch), tmp_path / "solutions")
+    problems, solutions = select(["shaved"], [], _shaved_problem(tmp_path / "problems", batch), tmp_path / "solutions")
     store = execute(_config(tmp_path, compile_baseline=False), problems, solutions, Path.cwd())
     rows = {e.solution: e for e in store.evaluations}
     seen = {name: (row.status.value, row.timing.regime if row.timing else None, row.warnings) for name, row in rows.items()}
@@ -290,7 +290,7 @@ def test_backward_fixtures_get_their_verdicts_on_cuda(tmp_path):
     wrong backward, a backward that caches its first gradient, a detached output and a gradient of the wrong shape
     incorrect."""
     problems_dir, solutions_dir = _wide_backward_fixtures(tmp_path)
-    problems, solutions = select(["wide"], None, problems_dir, solutions_dir)
+    problems, solutions = select(["wide"], [], problems_dir, solutions_dir)
     store = execute(_config(tmp_path, compile_baseline=False, backward=True), problems, solutions, Path.cwd())
     rows = {e.solution: e for e in store.evaluations}
     for name in (EAGER, "honest_copy", "honest_function"):
@@ -304,7 +304,7 @@ def test_backward_fixtures_on_a_launch_bound_call_are_never_wrongly_judged(tmp_p
     more host work per call than the reference (more autograd nodes, a Python backward) are truly slower there, and
     the judge's clock may see some of their work land after their events (`suspect`, docs/judge.md, "Backward").
     Whatever the timing says, no honest fixture is incorrect or faster than eager, and every wrong one is incorrect."""
-    problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "backward")
+    problems, solutions = select(["tiny"], [], FIXTURES / "problems", FIXTURES / "backward")
     store = execute(_config(tmp_path, compile_baseline=False, backward=True), problems, solutions, Path.cwd())
     rows = {e.solution: e for e in store.evaluations}
     assert rows[EAGER].status == Status.CORRECT, rows[EAGER].message
@@ -317,7 +317,7 @@ def test_backward_fixtures_on_a_launch_bound_call_are_never_wrongly_judged(tmp_p
 
 
 def test_the_shipped_backward_solution_is_correct_and_faster_forward_and_backward(tmp_path, build_cache):
-    problems, solutions = select(["conv3d_gelu"], "triton_backward", ROOT / "problems", ROOT / "solutions")
+    problems, solutions = select(["conv3d_gelu"], ["triton_backward"], ROOT / "problems", ROOT / "solutions")
     store = execute(_config(tmp_path, build_cache, compile_baseline=False, backward=True), problems, solutions,
                     Path.cwd())
     row = next(e for e in store.evaluations if e.solution == "triton_backward")

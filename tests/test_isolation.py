@@ -44,7 +44,7 @@ def fixture_run(tmp_path_factory):
         two_sizes=True,
         results_dir=tmp / "results", cache_dir=tmp / "cache",
     )
-    problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "solutions")
+    problems, solutions = select(["tiny"], [], FIXTURES / "problems", FIXTURES / "solutions")
     events: list = []
     store = execute(config, problems, solutions, Path.cwd(), events.append)
     return store, events
@@ -144,7 +144,7 @@ def test_compile_baseline_is_checked_and_timed(tmp_path):
     """torch.compile of the reference gets its own row; solutions' speedups are scaled through it."""
     config = RunConfig(device="cpu", trials=2, timeout_s=600, timing=TimingPolicy(max_time_s=0.2),
                        results_dir=tmp_path / "results", cache_dir=tmp_path / "cache")
-    problems, solutions = select(["tiny"], "good", FIXTURES / "problems", FIXTURES / "solutions")
+    problems, solutions = select(["tiny"], ["good"], FIXTURES / "problems", FIXTURES / "solutions")
     store = execute(config, problems, solutions, Path.cwd())
     by_name = {e.solution: e for e in store.evaluations}
     assert list(by_name) == [EAGER, COMPILED, "good"]

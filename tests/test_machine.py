@@ -60,7 +60,7 @@ def test_a_tight_timing_whose_level_moved_is_not_silent():
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc")
 def test_a_row_timed_beside_a_synthetic_load_says_so_and_run_json_records_it(tmp_path):
-    problems, solutions = select(["tiny"], "good", FIXTURES / "problems", FIXTURES / "solutions")
+    problems, solutions = select(["tiny"], ["good"], FIXTURES / "problems", FIXTURES / "solutions")
     config = RunConfig(device="cpu", trials=1, timing=TimingPolicy(max_time_s=1.0, min_time_s=1.0),
                        compile_baseline=False, results_dir=tmp_path / "results", cache_dir=tmp_path / "cache")
     loads = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=True)

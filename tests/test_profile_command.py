@@ -180,7 +180,7 @@ def test_kbench_profile_prints_the_tables_and_writes_the_run(tmp_path, monkeypat
     (run,) = [d for d in tmp_path.iterdir() if (d / "run.json").is_file()]
     doc, _ = load_run(run)
     assert [p.solution for p in profiles_of(doc)] == ["eager", "tf32_igemm"]
-    assert doc["config"]["device"] == "cuda" and doc["selection"]["solution"] == "tf32_igemm"
+    assert doc["config"]["device"] == "cuda" and doc["selection"]["solutions"] == ["tf32_igemm"]
     assert (run / "report.html").is_file()
 
 

@@ -44,13 +44,13 @@ def needs_ncu():
 def test_the_solutions_summed_kernel_time_is_within_10_percent_of_its_timed_median(tmp_path, build_cache, problem):
     config = RunConfig(device="cuda", trials=1, two_sizes=False, compile_baseline=False, kernel_profile=False,
                        timing=TimingPolicy(max_time_s=2.0), results_dir=tmp_path / "results", cache_dir=build_cache)
-    problems, solutions = select([problem], SOLUTION, ROOT / "problems", ROOT / "solutions")
+    problems, solutions = select([problem], [SOLUTION], ROOT / "problems", ROOT / "solutions")
     store = execute(config, problems, solutions, ROOT)
     rows = {e.solution: e for e in store.evaluations}
     assert rows[SOLUTION].status == Status.CORRECT, rows[SOLUTION].message
     timed = {name: rows[name].timing.median for name in (EAGER, SOLUTION)}
 
-    run = profile(ProfileRequest([problem], SOLUTION, ROOT / "problems", ROOT / "solutions", config))
+    run = profile(ProfileRequest([problem], [SOLUTION], ROOT / "problems", ROOT / "solutions", config))
     doc, _ = load_run(run.directory)
     summed = {p.solution: p.total_ns / 1e9 for p in profiles_of(doc)}
     assert list(summed) == [EAGER, SOLUTION]

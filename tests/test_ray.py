@@ -26,7 +26,7 @@ def test_ray_tasks_give_the_same_verdicts_as_local_children(tmp_path):
     config = RunConfig(device="cpu", trials=2, compile_baseline=False, timeout_s=120,
                        timing=TimingPolicy(max_time_s=0.1), results_dir=tmp_path / "results",
                        cache_dir=tmp_path / "cache", executor="ray", parallel=2)
-    problems, solutions = select(["tiny"], None, FIXTURES / "problems", FIXTURES / "solutions")
+    problems, solutions = select(["tiny"], [], FIXTURES / "problems", FIXTURES / "solutions")
     solutions = {"tiny": [s for s in solutions["tiny"] if s.name in EXPECTED]}
     messages: list[str] = []
     try:

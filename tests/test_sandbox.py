@@ -99,7 +99,7 @@ def test_a_kernel_one_solution_writes_into_its_triton_cache_is_not_there_for_the
     (folder / "b_looks.py").write_text(LOOKS_FOR_IT + good)
     config = RunConfig(device="cpu", trials=1, timeout_s=60, timing=TimingPolicy(max_time_s=0.1), compile_baseline=False,
                        results_dir=tmp_path / "results", cache_dir=tmp_path / "cache" / "extensions")
-    problems, solutions = select(["tiny"], None, FIXTURES / "problems", tmp_path / "solutions")
+    problems, solutions = select(["tiny"], [], FIXTURES / "problems", tmp_path / "solutions")
     store = execute(config, problems, solutions, Path.cwd(), lambda event: None)
     rows = {e.solution: e for e in store.evaluations}
     assert rows["a_plants"].status == Status.CORRECT, rows["a_plants"].message

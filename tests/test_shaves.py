@@ -20,7 +20,7 @@ def shaved_run(tmp_path_factory):
     names = write_shaves(tmp / "solutions" / "shaved")
     config = RunConfig(device="cpu", trials=2, compile_baseline=False, timeout_s=120,
                        timing=TimingPolicy(max_time_s=1.5), results_dir=tmp / "results", cache_dir=tmp / "cache")
-    problems, solutions = select(["shaved"], None, FIXTURES / "problems", tmp / "solutions")
+    problems, solutions = select(["shaved"], [], FIXTURES / "problems", tmp / "solutions")
     previous = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"  # as the timed fixtures run: one intra-op thread in every child
     try:

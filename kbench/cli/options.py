@@ -20,7 +20,7 @@ def _located(value: Path) -> Path:
 
 
 Problems = Annotated[list[str] | None, typer.Option("--problem", "-p", help="Problem name or path to a KernelBench-format .py file; repeat for several. Default: all.")]
-Solution = Annotated[str | None, typer.Option("--solution", "-s", help="One solution: a name in solutions/<problem>/ or a path to a ModelNew file. Default: all of each problem's.")]
+Solutions = Annotated[list[str] | None, typer.Option("--solution", "-s", help="A solution: a name in solutions/<problem>/ or a path to a ModelNew file; repeat for several (with one --problem). Default: all of each problem's.")]
 Device = Annotated[str, typer.Option(help="auto, cuda or cpu.")]
 Size = Annotated[str | None, typer.Option(help="full or small. Default: full on CUDA, small on CPU.")]
 Trials = Annotated[int, typer.Option(min=1, help="Correctness trials, each with fresh random inputs.")]

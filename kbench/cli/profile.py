@@ -22,7 +22,7 @@ from kbench.cli.options import (
 @command("profile")
 def profile_command(
     problem: Annotated[str | None, typer.Option("--problem", "-p", help="The problem: a name under problems/ or a path to a KernelBench-format .py file.")] = None,
-    solution: Annotated[str | None, typer.Option("--solution", "-s", help="The solution (CUDA): a name in solutions/<problem>/ or a path to a ModelNew file.")] = None,
+    solution: Annotated[list[str] | None, typer.Option("--solution", "-s", help="The solution (CUDA): a name in solutions/<problem>/ or a path to a ModelNew file (one).")] = None,
     timeout: Timeout = DEFAULT.timeout_s,
     results_dir: ResultsDir = DEFAULT.results_dir,
     cache_dir: CacheDir = DEFAULT.cache_dir,
@@ -50,7 +50,7 @@ def profile_command(
     from kbench.reports.profile_view import terminal
 
     config = RunConfig(device="cuda", timeout_s=timeout, results_dir=results_dir, cache_dir=cache_dir)
-    request = ProfileRequest([problem] if problem else [], solution, problems_dir, solutions_dir, config)
+    request = ProfileRequest([problem] if problem else [], solution or [], problems_dir, solutions_dir, config)
     run = profile(request, plain(progress))
     typer.echo(terminal(run.profiles))
     typer.echo(f"\nresults: {run.directory}")

@@ -23,7 +23,7 @@ from kbench.cli.options import (
     RetryCrashed,
     ShowProgress,
     Size,
-    Solution,
+    Solutions,
     SolutionsDir,
     Timeout,
     Trials,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 @with_settings
 def run_command(
     problem: Problems = None,
-    solution: Solution = None,
+    solution: Solutions = None,
     device: Device = DEFAULT.device,
     size: Size = DEFAULT.size,
     trials: Trials = DEFAULT.trials,
@@ -70,6 +70,8 @@ def run_command(
 
       kbench run --problem conv3d_logsumexp
 
+      kbench run -p conv3d_gelu -s cuda_fused -s triton_fused
+
       kbench run -p conv3d_gelu -s triton_backward --backward --max-time 5
 
       kbench run -p ~/KernelBench/level2/43_Conv3d_Max_LogSumExp_ReLU.py -s my_solution.py
@@ -90,7 +92,7 @@ def run_command(
                         seed=seed, executor=executor, address=address, parallel=parallel,
                         kernel_profile=kernel_profile, **settings)
     with progress_sink(show_progress) as progress:
-        store = run(config, problem or [], solution, problems_dir, solutions_dir, progress, resume, retry_crashed)
+        store = run(config, problem or [], solution or [], problems_dir, solutions_dir, progress, resume, retry_crashed)
     _show_run(store)
 
 
@@ -118,7 +120,7 @@ def _exit_unless_correct(evaluations: Sequence[Evaluation]) -> None:
 @command("build")
 def build_command(
     problem: Problems = None,
-    solution: Solution = None,
+    solution: Solutions = None,
     jobs: Jobs = DEFAULT.jobs,
     timeout: Timeout = DEFAULT.timeout_s,
     cache_dir: CacheDir = DEFAULT.cache_dir,
@@ -142,7 +144,7 @@ def build_command(
     from kbench.reports.tables import build_table  # heavy: pandas; not for --help
 
     with progress_sink(show_progress) as progress:
-        results = build_only(problem or [], solution, problems_dir, solutions_dir, cache_dir, jobs, timeout, progress)
+        results = build_only(problem or [], solution or [], problems_dir, solutions_dir, cache_dir, jobs, timeout, progress)
     typer.echo(build_table(results))
     failed = [r for r in results if not r.ok]
     for r in failed:
@@ -193,7 +195,7 @@ def baseline_command(
 @with_settings
 def gate_command(
     problem: Problems = None,
-    solution: Solution = None,
+    solution: Solutions = None,
     baseline: Annotated[str | None, typer.Option(help="GPU only: fail solutions slower than this baseline beyond noise.")] = None,
     max_regression: Annotated[str, typer.Option(help="Slowdown allowed against --baseline before a solution fails.")] = "5%",
     junit: Annotated[Path | None, typer.Option(help="Also write a JUnit XML report here.")] = None,
@@ -227,7 +229,7 @@ def gate_command(
 
     config = run_config(trials=trials, jobs=jobs, cache_dir=cache_dir, **settings)
     with progress_sink(show_progress) as progress:
-        result = gate(problem or [], solution, problems_dir, solutions_dir, config, baseline, fraction(max_regression),
+        result = gate(problem or [], solution or [], problems_dir, solutions_dir, config, baseline, fraction(max_regression),
                       progress)
     if junit is not None:
         write_junit(result, junit)

@@ -21,7 +21,7 @@ def baseline(config: RunConfig, problem_refs: Sequence[str], problems_dir: Path,
 
     With `resume` (an interrupted baseline run), only the problems it does not hold yet are timed."""
     previous = resolve(resume, config.results_dir) if resume else None
-    problem_refs, _, problems_dir, _, selection = what_to_run(previous, problem_refs, None, problems_dir, problems_dir)
+    problem_refs, _, problems_dir, _, selection = what_to_run(previous, problem_refs, [], problems_dir, problems_dir)
     problems, broken = choose_problems(problem_refs, problems_dir)
     store = execute(config, problems, {}, Path.cwd(), progress, broken, previous, selection=selection)
     env = store.header["environment"]

@@ -22,11 +22,11 @@ from kbench.results.records import ProblemSpec
 from kbench.wire.jobs import CheckJob, CheckResult
 
 
-def build_only(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path, solutions_dir: Path,
+def build_only(problem_refs: Sequence[str], solution_refs: Sequence[str], problems_dir: Path, solutions_dir: Path,
                cache_dir: Path | None, jobs: int, timeout_s: float,
                progress: Progress = lambda _: None) -> list[BuildResult]:
     """`kbench build`: compile and link the selected solutions (any device's) without running them."""
-    _, solutions = select(problem_refs, solution_ref, problems_dir, solutions_dir)
+    _, solutions = select(problem_refs, solution_refs, problems_dir, solutions_dir)
     chosen = [s for group in solutions.values() for s in group]
     if not chosen:
         raise UsageError("No solutions selected, so nothing to build.")

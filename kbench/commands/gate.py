@@ -125,10 +125,10 @@ def _run(config: RunConfig, problems: list[ProblemSpec], solutions: dict[str, li
     return execute(config, problems, solutions, Path.cwd(), progress, env=env)
 
 
-def gate(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path, solutions_dir: Path,
+def gate(problem_refs: Sequence[str], solution_refs: Sequence[str], problems_dir: Path, solutions_dir: Path,
          base: RunConfig, baseline: str | None, max_regression: float,
          progress: Progress = lambda _: None) -> GateResult:
-    problems, solutions = select(problem_refs, solution_ref, problems_dir, solutions_dir)
+    problems, solutions = select(problem_refs, solution_refs, problems_dir, solutions_dir)
     specs = {(s.problem, s.name): s for group in solutions.values() for s in group}
     if not specs:
         raise KbenchError("No solutions selected: the gate never passes on zero checks.")

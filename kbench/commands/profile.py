@@ -12,7 +12,7 @@ from kbench.build.compile import BuildContext, build_one, child_env
 from kbench.commands.execute import problem_record
 from kbench.commands.machine import build_context, probe_environment
 from kbench.commands.progress import Note, Progress
-from kbench.commands.run import as_ref
+from kbench.commands.run import selection_of
 from kbench.config.run_config import RunConfig
 from kbench.errors import ProfileError, UsageError
 from kbench.problems.discovery import select
@@ -35,7 +35,7 @@ class ProfileRequest:
     """What `kbench profile` was asked for (its options)."""
 
     problem_refs: Sequence[str]
-    solution_ref: str | None
+    solution_refs: Sequence[str]  # exactly one
     problems_dir: Path
     solutions_dir: Path
     config: RunConfig  # results_dir, cache_dir, timeout_s, seed, math, precision
@@ -84,9 +84,9 @@ def profile(request: ProfileRequest, progress: Progress = lambda _: None) -> Pro
 
 
 def _chosen(request: ProfileRequest) -> tuple[ProblemSpec, SolutionSpec]:
-    if len(request.problem_refs) != 1 or request.solution_ref is None:
+    if len(request.problem_refs) != 1 or len(request.solution_refs) != 1:
         raise UsageError("kbench profile takes one problem and one solution: -p PROBLEM -s SOLUTION")
-    problems, solutions = select(request.problem_refs, request.solution_ref, request.problems_dir,
+    problems, solutions = select(request.problem_refs, request.solution_refs, request.problems_dir,
                                  request.solutions_dir)
     problem = problems[0]
     solution = solutions[problem.name][0]
@@ -113,9 +113,7 @@ def _header(request: ProfileRequest, problem: ProblemSpec, ctx: BuildContext, en
                         **host_info()},
         "git": git_info(Path.cwd()),
         "config": {**dataclasses.asdict(config), "device": "cuda", "size": SIZE},
-        "selection": {"problems": [as_ref(r) for r in request.problem_refs],
-                      "solution": as_ref(request.solution_ref) if request.solution_ref else None,
-                      "problems_dir": str(request.problems_dir.resolve()),
-                      "solutions_dir": str(request.solutions_dir.resolve())},
+        "selection": selection_of(request.problem_refs, request.solution_refs, request.problems_dir,
+                                  request.solutions_dir),
         "problems": {problem.name: problem_record(config, problem, SIZE)},
     }

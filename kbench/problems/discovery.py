@@ -188,34 +188,40 @@ def list_solutions(problem: str, solutions_dir: Path) -> list[SolutionSpec]:
     return [load_solution_file(p, problem) for p in files]
 
 
-def find_solutions(problem: ProblemSpec, ref: str | None, solutions_dir: Path) -> list[SolutionSpec]:
-    """All of a problem's solutions, or the one named by `ref` (a name in its folder or a path)."""
-    if ref is None:
+def find_solutions(problem: ProblemSpec, refs: Sequence[str], solutions_dir: Path) -> list[SolutionSpec]:
+    """All of a problem's solutions (no `refs`), or the ones named, in the order given (each a name in its folder or a
+    path); a solution named twice is an error, not a second row."""
+    if not refs:
         return list_solutions(problem.name, solutions_dir)
-    path = Path(ref)
-    if path.suffix == ".py":
-        return [load_solution_file(path, problem.name)]
-    known = list_solutions(problem.name, solutions_dir)
-    for spec in known:
-        if spec.name == ref:
-            return [spec]
-    names = ", ".join(s.name for s in known) or "(none)"
-    raise DiscoveryError(f"Unknown solution '{ref}' for problem '{problem.name}'. Available: {names}")
+    known = {s.name: s for s in list_solutions(problem.name, solutions_dir)}
+    chosen: list[SolutionSpec] = []
+    for ref in refs:
+        if Path(ref).suffix == ".py":
+            chosen.append(load_solution_file(Path(ref), problem.name))
+        elif ref in known:
+            chosen.append(known[ref])
+        else:
+            available = ", ".join(known) or "(none)"
+            raise DiscoveryError(f"Unknown solution '{ref}' for problem '{problem.name}'. Available: {available}")
+    names = [s.name for s in chosen]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise DiscoveryError(f"A solution is named twice for problem '{problem.name}': {', '.join(twice)}")
+    return chosen
 
 
-def select(problem_refs: Sequence[str], solution_ref: str | None, problems_dir: Path,
+def select(problem_refs: Sequence[str], solution_refs: Sequence[str], problems_dir: Path,
            solutions_dir: Path) -> tuple[list[ProblemSpec], dict[str, list[SolutionSpec]]]:
     """The problems named (all under problems_dir when none is; a broken file there is an error) and each one's
-    solutions."""
+    solutions (all, or those `solution_refs` names)."""
     problems, broken = choose_problems(problem_refs, problems_dir)
     if broken:
         raise DiscoveryError(broken[0][1])
-    if solution_ref is not None and len(problems) != 1:
+    if solution_refs and len(problems) != 1:
         raise DiscoveryError("--solution needs exactly one --problem")
     names = [p.name for p in problems]
     if len(set(names)) != len(names):
         raise DiscoveryError(f"A problem is named twice: {', '.join(names)}")
-    return problems, {p.name: find_solutions(p, solution_ref, solutions_dir) for p in problems}
+    return problems, {p.name: find_solutions(p, solution_refs, solutions_dir) for p in problems}
 
 
 def choose_problems(problem_refs: Sequence[str], problems_dir: Path) -> tuple[list[ProblemSpec], list[tuple[str, str]]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kbench.config.run_config import RunConfig
+from kbench.results.header import selected_solutions
 from kbench.results.records import COMPILED, EAGER, Evaluation
 
 DEFAULT = RunConfig()
@@ -72,7 +73,7 @@ def run_command(e: Evaluation, doc: Mapping[str, Any]) -> str:
     selection = doc.get("selection") or {}
     problem_path = (doc.get("problems") or {}).get(e.problem, {}).get("path")
     problem_ref = problem_path if problem_path and problem_path in selection.get("problems", ()) else None
-    solution = selection.get("solution")
-    solution_ref = solution if solution and "/" in solution and Path(solution).stem == e.solution else None
+    given = [s for s in selected_solutions(selection) if "/" in s and Path(s).stem == e.solution]
+    solution_ref = given[0] if given else None
     options = [*config_options(doc.get("config") or {}), *folder_options(selection)]
     return command(e, options, problem_ref, solution_ref)

@@ -3,6 +3,9 @@ each problem's settings (run.json's header). TypedDicts, as they stay plain JSON
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 # typing_extensions' TypedDict (pydantic's own dependency): pydantic checks one on the pipe (the probe's Environment)
 # only in that form before Python 3.12
 from typing_extensions import TypedDict
@@ -63,9 +66,17 @@ class Selection(TypedDict):
     """What a run was asked for (kbench.commands.run.what_to_run): a resume finishes the same."""
 
     problems: list[str]  # names, or absolute paths
-    solution: str | None
+    solutions: list[str]  # names, or absolute paths (-s, repeatable); empty: every solution of each problem
     problems_dir: str
     solutions_dir: str
+
+
+def selected_solutions(selection: Mapping[str, Any]) -> list[str]:
+    """The solutions a run file's selection names: its `solutions` (a file written before -s could repeat has one
+    `solution`, or null for all)."""
+    if "solutions" in selection:
+        return list(selection["solutions"] or [])
+    return [selection["solution"]] if selection.get("solution") else []
 
 
 class ProblemRecord(TypedDict):

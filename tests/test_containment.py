@@ -1,6 +1,7 @@
 """A run survives a solution that attacks it (docs/sandbox.md): the run file says what was under way, and a resume
 records it as crashed and finishes the rest."""
 
+import ctypes
 import json
 import os
 import shutil
@@ -202,11 +203,28 @@ def _markers(*roots: Path, depth: int = 6) -> list[Path]:
     return found
 
 
+MARKER_KEY = 0x6B424D4B  # leaves_markers.py's System V key
+
+
+def _segment() -> int:
+    """The id of leaves_markers.py's System V shared memory segment on this machine, -1 when there is none."""
+    return ctypes.CDLL(None).shmget(MARKER_KEY, 0, 0)
+
+
+@pytest.fixture
+def no_segment_left():
+    """A segment left by a failed run of the test below is removed, so that it does not fail the next run."""
+    yield
+    if (segment := _segment()) != -1:
+        ctypes.CDLL(None).shmctl(segment, 0, None)  # IPC_RMID
+
+
 @pytest.mark.skipif(not _sandbox_works(), reason="this machine allows no PID, mount and network namespaces")
-def test_in_the_sandbox_nothing_a_solution_writes_outlives_its_evaluation(tmp_path):
+def test_in_the_sandbox_nothing_a_solution_writes_outlives_its_evaluation(tmp_path, no_segment_left):
     """A solution that leaves marker files wherever it can (its home and caches, its build folder and kernel DSL
-    caches, the temporary folders, /dev/shm, the results, problems and solutions folders) is correct and leaves
-    none: a solution evaluated after it finds none, and none is on disk when the run ends."""
+    caches, the temporary folders, /dev and /dev/shm, the results, problems and solutions folders) and a System V
+    shared memory segment is correct and leaves none: a solution evaluated after it finds none, and none is on the
+    machine when the run ends."""
     problems = tmp_path / "problems"
     shutil.copytree(FIXTURES / "problems" / "tiny", problems / "tiny")
     folder = tmp_path / "solutions" / "tiny"
@@ -224,5 +242,31 @@ def test_in_the_sandbox_nothing_a_solution_writes_outlives_its_evaluation(tmp_pa
     for name in ("a_leaves_markers", "z_reads_markers"):
         assert rows[name]["status"] == "correct", (name, rows[name]["message"])
         assert rows[name]["diagnostics"]["sandbox"] == "namespaces", name
-    assert _markers(tmp_path, Path("/dev/shm"), Path("/var/tmp")) == []
+    assert _markers(tmp_path, Path("/dev"), Path("/var/tmp")) == []
     assert _markers(Path("/tmp"), depth=3) == []
+    assert _segment() == -1, "a System V shared memory segment outlived the solution that made it"
+
+
+def test_what_a_solution_leaves_in_the_machines_dev_shm_is_gone_before_the_next_one(tmp_path):
+    """Where the candidate's /dev/shm is the machine's (on CUDA; here the sandbox is off so that it is on the CPU too),
+    the files and folders it made there are swept once its worker has exited: the next solution finds none, and
+    none is there when the run ends (kbench.system.shared_memory)."""
+    folder = tmp_path / "solutions" / "tiny"
+    folder.mkdir(parents=True)
+    shutil.copy(CONTAINMENT / "leaves_shm.py", folder / "a_leaves_shm.py")
+    shutil.copy(CONTAINMENT / "reads_markers.py", folder / "z_reads_markers.py")
+    results = tmp_path / "results"
+    done = _kbench("-p", "tiny", "--problems-dir", str(FIXTURES / "problems"), "--solutions-dir", str(folder.parent),
+                   "--device", "cpu", "--trials", "1", "--max-time", "0.2", "--results-dir", str(results),
+                   "--no-progress", "--jobs", "1", cwd=tmp_path)
+    (run,) = list(results.iterdir())
+    rows = {e["solution"]: e for e in json.loads((run / "run.json").read_text())["evaluations"]}
+    try:
+        assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+        for name in ("a_leaves_shm", "z_reads_markers"):
+            assert rows[name]["status"] == "correct", (name, rows[name]["message"])
+            assert rows[name]["diagnostics"]["sandbox"] == "none", name
+        assert _markers(Path("/dev/shm")) == []
+    finally:
+        for left in Path("/dev/shm").glob("kbench_marker_shm_*"):
+            shutil.rmtree(left) if left.is_dir() else left.unlink()

@@ -13,6 +13,7 @@ def test_the_plan_names_the_solution_its_build_folder_and_the_caches(tmp_path):
                                             "CUTE_DSL_CACHE_DIR": "", "HOME": "/root"}, "cpu")
     assert plan == sandbox.SandboxPlan(str(solution.resolve()), "/c/ext/abc", ("/c/triton",), private_shm=True)
     assert not sandbox.plan_for(str(solution), {}, "cuda").private_shm  # CUDA tensors' reference counts are there
+    assert sandbox.plan_for(str(solution), {}, "cuda").private_ipc and plan.private_ipc  # System V IPC: its own
 
 
 @pytest.mark.parametrize("asked, gpu, expected", [

@@ -20,6 +20,7 @@ from kbench.execution.process_tree import kill_tree
 from kbench.execution.zygote import PLACEMENT_ENV, ForkedWorker, Zygote
 from kbench.results.codec import JsonObject, ProtocolError, decode, encode
 from kbench.results.records import Status
+from kbench.system import shared_memory
 from kbench.system.lifetime import exit_failure
 from kbench.wire.jobs import Envelope, Job, JobResult, result_type
 
@@ -253,7 +254,8 @@ class JobChild:
     def discard(self, reap_later: bool = False, on_exit: Callable[[], Any] | None = None) -> None:
         """Kill the child's process group, and any group it reported (a child still waiting for its job, or one whose
         job has ended); with `reap_later` (the worker has answered and is exiting) a thread of its own waits for the
-        ends, so the caller goes on now. `on_exit` is called when they have ended."""
+        ends, so the caller goes on now. Then what they left in the machine's /dev/shm is swept
+        (kbench.system.shared_memory); `on_exit` is called after."""
         with self._groups_lock:
             groups, self.groups = self.groups, []
 
@@ -264,6 +266,7 @@ class JobChild:
                     kill_tree(pgid)
                 self.proc.wait()
                 process_tree.untrack(self.proc.pid, *groups)
+                shared_memory.sweep()  # what its candidates left in the machine's /dev/shm, before the slot's next job
             finally:
                 if on_exit is not None:
                     on_exit()

@@ -8,9 +8,12 @@ Two steps, because the candidate starts before its job is known:
   process outside, and when it ends the kernel ends everything it started.
 - `restrict(Plan)`, when the job is known, before the solution is imported: a private temporary folder, the
   solution's own folder emptied but for its file and data (no other solution's source), the build cache emptied but
-  for its own build folder, then the whole file system read-only but for the temporary folder and /dev; the build
-  folder and the kernel DSLs' caches are overlays whose writes go to the temporary folder (what kbench built shows
-  through, and what the candidate writes there goes with it); on the CPU /dev/shm is a tmpfs of its own.
+  for its own build folder, then the whole file system read-only (/dev too: its device files stay usable) but for the
+  temporary folder and /dev/shm; the build folder and the kernel DSLs' caches are overlays whose writes go to the
+  temporary folder (what kbench built shows through, and what the candidate writes there goes with it); an IPC
+  namespace of its own (System V shared memory, semaphores and message queues, POSIX message queues: they end with
+  it); on the CPU /dev/shm is a tmpfs of its own (on CUDA it is the machine's, swept when the candidate's worker has
+  exited: kbench.system.shared_memory).
 Then limits: no new privileges, no core dumps, a file-size cap, a process cap (not for root).
 
 `KBENCH_SANDBOX=none` turns it off (tests of what happens without it). Where namespaces cannot be made (not Linux, no
@@ -36,6 +39,7 @@ NAMESPACES, LIMITS, NONE = "namespaces", "limits", "none"
 WRITES_KEPT = "namespaces_writes_kept"
 ENV = "KBENCH_SANDBOX"
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWIPC = 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
@@ -62,8 +66,11 @@ class SandboxPlan:
     writable: tuple[str, ...] = ()  # folders that stay writable (the kernel DSLs' caches)
     # /dev/shm a tmpfs of the candidate's own. Only where no CUDA tensor crosses the protocol: torch shares a CUDA
     # tensor with a reference count in a /dev/shm file that the other process opens by name, so on CUDA the judge's
-    # and the candidate's must be one (what a CUDA candidate leaves there is not yet contained: docs/sandbox.md).
+    # and the candidate's must be one (what a CUDA candidate leaves there is swept after it: system.shared_memory).
     private_shm: bool = False
+    # An IPC namespace of its own: System V IPC objects and POSIX message queues, which outlive their process
+    # otherwise, end with the candidate's namespace.
+    private_ipc: bool = True
 
 
 _entered = [NONE]  # what enter() got in this process: restrict() mounts only inside a mount namespace of its own
@@ -140,9 +147,11 @@ def restrict(plan: SandboxPlan) -> str:
         for hidden, inside in _hidden(plan):
             _empty_but(hidden, inside)
         overlaid = [_overlay(folder, Path(tmp) / SCRATCH / str(index)) for index, folder in enumerate(kept)]
+        if plan.private_ipc:
+            _call(_libc.unshare, CLONE_NEWIPC)
         if plan.private_shm and os.path.isdir(SHM):
             _mount("tmpfs", SHM, "tmpfs", MS_NOSUID | MS_NODEV, TMPFS_SIZE)
-        _read_only([tmp, *kept, "/dev"])
+        _read_only([tmp, *kept, SHM])
         limit_level = NAMESPACES if all(overlaid) else WRITES_KEPT
     except OSError:
         pass  # not in a mount namespace of its own (or no right to mount): the machine stays as it is

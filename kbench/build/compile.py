@@ -14,9 +14,9 @@ from kbench.execution import child, isolation
 from kbench.execution.pool import drain
 from kbench.judge.checks.static_checks import analyze
 from kbench.results.findings import Finding
-from kbench.results.records import CompileInfo, SolutionSpec
+from kbench.results.records import CompileInfo, SolutionSpec, Status
 from kbench.system import sandbox, toolkit
-from kbench.wire.jobs import BuildJob, BuildJobResult, SolutionRef
+from kbench.wire.jobs import OK, BuildJob, BuildJobResult, JobStatus, SolutionRef
 
 Launch = Callable[[BuildJob, float, dict[str, str]], child.ChildOutcome]
 
@@ -37,7 +37,7 @@ class BuildContext:
 class BuildResult:
     solution: SolutionSpec
     ok: bool
-    status: str  # "ok" or the failing evaluation status (compile_error, load_error, timeout, crashed)
+    status: JobStatus  # OK, or the failing evaluation status (compile_error, load_error, timeout, crashed)
     message: str
     compile: CompileInfo
     # what the static checks find in the source (heuristics: on the row as warnings, never deciding its status)
@@ -101,7 +101,7 @@ def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int,
     directory, key = extension_dir(ctx, solution)
     found = source_findings(solution)
     if not needs_build(solution):
-        return BuildResult(solution, True, "ok", "", CompileInfo(ok=True, log="nothing to build", cache_key=key),
+        return BuildResult(solution, True, OK, "", CompileInfo(ok=True, log="nothing to build", cache_key=key),
                            found)
     directory.mkdir(parents=True, exist_ok=True)
     with open(ctx.cache_dir / f"{key}.lock", "w") as lock:
@@ -114,15 +114,15 @@ def build_one(ctx: BuildContext, solution: SolutionSpec, max_jobs: int,
         cached = built_before and not any(p.stat().st_mtime >= started for p in directory.rglob("*.so"))
     log = outcome.log[-BUILD_LOG_CHARS:]
     result = child.answer(outcome, BuildJobResult)
-    failure = None if result.status == "ok" else (result.status, result.message)
+    failure = None if result.status == OK else (result.status, result.message)
     seconds = result.seconds if result.seconds is not None else outcome.seconds
     info = CompileInfo(ok=failure is None, seconds=seconds, cached=cached and failure is None, log=log, cache_key=key)
     if failure is not None:
         status, message = failure
-        if status == "compile_error":
+        if status == Status.COMPILE_ERROR:
             message = toolkit.first_compiler_error(log) or message
         return BuildResult(solution, False, status, message, info, found)
-    return BuildResult(solution, True, "ok", "", info, found)
+    return BuildResult(solution, True, OK, "", info, found)
 
 
 def build_all(

@@ -46,6 +46,7 @@ from kbench.commands.progress import (
     plain,
 )
 from kbench.results.records import Status
+from kbench.wire.jobs import OK
 
 REFRESH_PER_SECOND = 4
 STARTED = "evaluating"  # the phase of an evaluation until its child announces another
@@ -126,10 +127,10 @@ class LiveProgress:
             self._now[("build", event.problem, event.solution)] = self.running.add_task(_doing(event, "building"))
         elif isinstance(event, BuildFinished):
             self._stopped(("build", event.problem, event.solution))
-            self._failed_builds += event.status != "ok"
+            self._failed_builds += event.status != OK
             failed = f" ({self._failed_builds} failed)" if self._failed_builds else ""
             self.bars.update(self._task("builds"), advance=1, description=f"builds{failed}")
-            return Text(line(event) or "", style="" if event.status == "ok" else "red")
+            return Text(line(event) or "", style="" if event.status == OK else "red")
         elif isinstance(event, EvaluationStarted):
             self._start_evaluations()
             self._now[("evaluation", event.problem, event.solution)] = self.running.add_task(_doing(event, STARTED))

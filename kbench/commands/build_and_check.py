@@ -19,7 +19,7 @@ from kbench.problems.discovery import find_problem, list_problems, select
 from kbench.results.diagnostics import ReferenceNoise, ReferenceOutput
 from kbench.results.findings import Finding
 from kbench.results.records import ProblemSpec
-from kbench.wire.jobs import CheckJob, CheckResult
+from kbench.wire.jobs import OK, CheckJob, CheckResult
 
 
 def build_only(problem_refs: Sequence[str], solution_refs: Sequence[str], problems_dir: Path, solutions_dir: Path,
@@ -74,6 +74,6 @@ def check_problems(problem_refs: Sequence[str], problems_dir: Path, device: str,
             progress(Note(f"checking {problem.name} ({device}, {size}, {precision}) ..."))
             outcome = isolation.run_child(CheckJob(**judging(plan, problem)), timeout_s, isolation.worker_path_env())
             result = answer(outcome, CheckResult)
-            error = "" if result.status == "correct" else (result.message or result.status)
+            error = "" if result.status == OK else (result.message or result.status)
             checks.append(ProblemCheck(problem, size, result.findings, result.output, result.noise, error, precision))
     return checks

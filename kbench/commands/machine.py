@@ -11,7 +11,7 @@ from kbench.execution.child import answer
 from kbench.execution.zygote import Zygote
 from kbench.results.header import Environment
 from kbench.system import toolkit
-from kbench.wire.jobs import ProbeJob, ProbeResult
+from kbench.wire.jobs import OK, ProbeJob, ProbeResult
 
 PROBE_TIMEOUT_S = 120
 
@@ -21,7 +21,7 @@ def probe_environment(zygote: Zygote | None = None) -> Environment:
     env = zygote_env(toolkit.find_cuda_home()) if zygote is not None else isolation.worker_path_env()
     outcome = isolation.run_forked(zygote, ProbeJob(), PROBE_TIMEOUT_S, env)
     result = answer(outcome, ProbeResult)
-    if result.status != "ok" or result.environment is None:
+    if result.status != OK or result.environment is None:
         raise KbenchError(f"Cannot start a kbench worker ({result.status}: {result.message}). "
                           "Is torch installed in this Python?")
     return result.environment

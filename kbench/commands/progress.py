@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from kbench.build.compile import BuildResult
 from kbench.execution.listeners import listening
 from kbench.results.records import SolutionSpec, Status
+from kbench.wire.jobs import OK, JobStatus
 
 HEARTBEAT_S = 9.0  # on long work, a line at least this often, so that a run never looks stuck
 
@@ -44,7 +45,7 @@ class BuildStarted:
 class BuildFinished:
     problem: str
     solution: str
-    status: str  # "ok", or how it failed (compile_error, timeout, ...)
+    status: JobStatus  # OK, or how it failed (compile_error, timeout, ...)
     cached: bool
     message: str
     seconds: float
@@ -92,7 +93,7 @@ def line(event: Event) -> str | None:
     if isinstance(event, Heartbeat):
         return f"  ... {event.label}: still running ({event.seconds:.0f} s)"
     if isinstance(event, BuildFinished):
-        state = "cached" if event.cached else ("ok" if event.status == "ok" else f"{event.status}: {event.message}")
+        state = "cached" if event.cached else ("ok" if event.status == OK else f"{event.status}: {event.message}")
         return f"  [build {event.done}/{event.total}] {event.problem}/{event.solution}: {state} ({event.seconds:.1f} s)"
     if isinstance(event, EvaluationStarted):
         return f"{event.problem}: {event.solution} ..."
@@ -148,7 +149,7 @@ def build_started(progress: Progress) -> Callable[[SolutionSpec], None]:
 
 def build_progress(progress: Progress) -> Callable[[BuildResult, int, int], None]:
     def on_built(result: BuildResult, done: int, total: int) -> None:
-        progress(BuildFinished(result.solution.problem, result.solution.name, result.status if not result.ok else "ok",
+        progress(BuildFinished(result.solution.problem, result.solution.name, result.status if not result.ok else OK,
                                result.compile.cached, result.message, result.compile.seconds, done, total))
 
     return on_built

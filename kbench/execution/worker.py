@@ -36,6 +36,7 @@ from kbench.system.environment import describe_torch
 from kbench.system.lifetime import remove_temp_dir
 from kbench.system.toolkit import BUILT_MARKER
 from kbench.wire.jobs import (
+    OK,
     WIRE_TYPES,
     BuildJob,
     BuildJobResult,
@@ -93,11 +94,11 @@ def build(job: BuildJob, held: Held) -> BuildJobResult:
     """Import the solution once so its extensions compile into the cache; run nothing."""
     _, info = load_solution(job.solution.path)
     Path(os.environ["TORCH_EXTENSIONS_DIR"], BUILT_MARKER).touch()
-    return BuildJobResult("ok", seconds=info.seconds)
+    return BuildJobResult(OK, seconds=info.seconds)
 
 
 def probe(job: ProbeJob, held: Held) -> ProbeResult:
-    return ProbeResult("ok", environment=describe_torch())
+    return ProbeResult(OK, environment=describe_torch())
 
 
 def warm_flop_counter() -> None:

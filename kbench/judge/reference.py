@@ -40,7 +40,7 @@ from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
 from kbench.results.records import COMPILED, EAGER, CompileInfo, Evaluation, Measurement, Speedups, Status
 from kbench.system import machine
-from kbench.wire.jobs import CheckJob, CheckResult, Judging, ReferenceJob, ReferenceResult
+from kbench.wire.jobs import OK, CheckJob, CheckResult, Judging, ReferenceJob, ReferenceResult
 
 _perf_counter = time.perf_counter
 
@@ -187,7 +187,7 @@ def check_problem(job: CheckJob) -> CheckResult:
         del second
         noise, found = _noise(job, reference, inputs, first)
     output = dataclasses.replace(describe_output(first), degeneracy=degenerate)
-    return CheckResult("correct", findings=tuple(findings + found), output=output, noise=noise)
+    return CheckResult(OK, findings=tuple(findings + found), output=output, noise=noise)
 
 
 def hardware_floor(job: ReferenceJob, reference: Any, inputs: list[Any]) -> Floor:

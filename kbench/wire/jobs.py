@@ -9,7 +9,7 @@ record of its job holding only a status and a message, so every field but those 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 from kbench.config.run_config import MathFlags, TimingPolicy
 from kbench.results.diagnostics import ReferenceNoise, ReferenceOutput
@@ -119,6 +119,12 @@ class Envelope:
 
 # ---- results (child -> parent) --------------------------------------------------------------------
 
+# How a job that is not a row ended (a build, a problem's check, a probe): OK, or how it failed, as a row's failing
+# Status (compile_error, load_error, timeout, crashed, ...; kbench.execution.child.answer makes those of a child that
+# never answered).
+OK: Literal["ok"] = "ok"
+JobStatus = Union[Literal["ok"], Status]  # noqa: UP007 - pydantic reads the alias at run time on Python 3.10 too
+
 
 @dataclass(frozen=True)
 class ReferenceResult:
@@ -132,7 +138,7 @@ class ReferenceResult:
 
 @dataclass(frozen=True)
 class CheckResult:
-    status: str
+    status: JobStatus
     message: str = ""
     findings: tuple[Finding, ...] = ()
     output: ReferenceOutput | None = None  # what the reference returns, and whether it can tell right from wrong
@@ -141,14 +147,14 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class BuildJobResult:
-    status: str
+    status: JobStatus
     message: str = ""
     seconds: float | None = None  # compile and link time, when the import built anything
 
 
 @dataclass(frozen=True)
 class ProbeResult:
-    status: str
+    status: JobStatus
     message: str = ""
     environment: Environment | None = None  # kbench.system.environment.describe_torch's, checked on the pipe
 

@@ -277,7 +277,39 @@ def test_the_html_box_folds_a_weakness_of_many_rows_into_one_item_with_links():
     box = page.split('id="before-you-quote"')[1].split("</section>")[0]
     assert box.count('<li class="weakened">') == 1
     weakened = box.split('<li class="weakened">')[1].split("</li>")[0]
-    assert "(40 rows)" in weakened and "and 35 more" in weakened and weakened.count('<a href="#') == 5
+    assert "(40 rows)" in weakened and '>35 more</a>' in weakened and weakened.count('<a href="#') == 6  # 5 and the rest
+
+
+def _suspects(many=12):
+    """A suite with `many` rows suspect for one reason (processes that disagree) and one for another."""
+    disagree = "[processes_disagree] the reference took 6.41 ms in the candidate's process and 4.92 ms in the judge's"
+    rows = []
+    for i in range(1, many + 1):
+        rows += [_row(f"L2_{i}_P", EAGER, 2.0, 2.0),
+                 _row(f"L2_{i}_P", "honest", 2.0, 2.0, status=Status.SUSPECT, warnings=[disagree],
+                      message=f"outputs pass, timing not trusted: {disagree}")]
+    clock = "[clock_patched] the solution replaced torch.cuda.Event in its process"
+    return rows + [_row("L2_99_P", EAGER, 2.0, 2.0), _row("L2_99_P", "patched", 1.0, 2.0, status=Status.SUSPECT,
+                                                          warnings=[clock], message=f"outputs pass, timing not trusted: {clock}")]
+
+
+def test_suspect_rows_of_one_kind_are_one_line_that_counts_them_and_a_lone_one_keeps_its_reason():
+    first = " ".join(markdown(DOC, _suspects()).split("## Suite")[0].split())
+    assert ("suspect, 12 rows: the reference's time differed between processes [processes_disagree]: L2_1_P/honest, "
+            "L2_2_P/honest, L2_3_P/honest, L2_4_P/honest, L2_5_P/honest and 7 more") in first
+    assert "suspect: L2_99_P/patched: [clock_patched] the solution replaced torch.cuda.Event in its process" in first
+    assert first.count("suspect") == 2 + first.count("suspect rows")  # no line per row
+
+
+def test_the_html_box_groups_suspects_with_a_count_and_links_to_the_rest():
+    from kbench.reports.html import report_html
+
+    box = report_html(DOC, _suspects()).split('id="before-you-quote"')[1].split("</section>")[0]
+    items = box.split('<li class="suspect">')[1:]
+    assert len(items) == 2
+    many, lone = (items if "12 rows" in items[0] else items[::-1])
+    assert "[processes_disagree]" in many and many.count('<a href="#') == 6  # five names and "7 more"
+    assert ">7 more</a>" in many and "L2_99_P / patched" in lone
 
 
 def test_the_suite_counts_verdicts_and_quotes_fast_p_below_1_as_not_slower_than_p():

@@ -33,12 +33,36 @@ DEGENERATE = {
     "degenerate_constant": "a constant passes for the reference's output",
     "degenerate_inputs": "outputs for two input seeds agree within the tolerance",
 }
+# Why a row is suspect, by the finding that made it so (kbench.results.findings.SUSPECT), in words: the box groups a
+# suite's suspect rows by it.
+SUSPICION = {
+    FindingCode.ESCAPED_TIMER: "work escaped the timer",
+    FindingCode.TIMER_MISMATCH: "its reported times disagree with the judge's window",
+    FindingCode.BELOW_FLOOR: "faster than the hardware allows",
+    FindingCode.STATE_CHANGED: "it changed torch's process-wide state",
+    FindingCode.CLOCK_PATCHED: "it replaced the timers in its process",
+    FindingCode.REFERENCE_DISTURBED: "the reference slowed down beside it",
+    FindingCode.ESCAPED_PROCESS: "a process it started ran while the reference was timed",
+    FindingCode.REGIME_CHANGED: "its calls changed timing regime",
+    FindingCode.UNFINISHED_WORK: "work was still running when its call returned",
+    FindingCode.PROCESSES_DISAGREE: "the reference's time differed between processes",
+}
+OTHER_SUSPICION = "other"
 NOT_MEASURED = "not measured"
 FOLD_NAMES = 5  # a weakness shared by more rows names this many of them, then counts the rest
 
 
 def weakening(row: Evaluation) -> list[str]:
     return [c.value for c in dict.fromkeys(row.flags) if c in WEAKENING]
+
+
+def suspicion(row: Evaluation) -> str:
+    """The code of the first finding that made a suspect row so (OTHER_SUSPICION where none is on it)."""
+    return next((c.value for c in row.flags if c.suspect), OTHER_SUSPICION)
+
+
+def suspicion_words(code: str) -> str:
+    return next((words for c, words in SUSPICION.items() if c.value == code), "its timing cannot be trusted")
 
 
 @dataclass(frozen=True)
@@ -56,6 +80,17 @@ class Caveats:
         return not (self.suspects or self.weakened or self.unmeasured or self.incomplete or self.degenerate)
 
     @property
+    def suspicions(self) -> tuple[tuple[str, tuple[tuple[Evaluation, str], ...]], ...]:
+        """The suspect rows grouped by what made them so (`suspicion`), the largest group first: forty suspects of
+        one kind make one line of the box, not forty."""
+        groups: dict[str, list[tuple[Evaluation, str]]] = {}
+        for e, why in self.suspects:
+            groups.setdefault(suspicion(e), []).append((e, why))
+        ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
+        return tuple((code, tuple(sorted(rows, key=lambda r: (problem_order(r[0].problem), r[0].solution))))
+                     for code, rows in ordered)
+
+    @property
     def weaknesses(self) -> tuple[tuple[str, tuple[Evaluation, ...]], ...]:
         """Each weakness (a WEAKENING code) once, with the rows it weakens: a suite's hundred rows timed on a busy
         GPU make one line, not a hundred."""
@@ -69,7 +104,14 @@ class Caveats:
     def lines(self) -> list[str]:
         """The box as plain lines (the terminal and markdown reports)."""
         out = [f"incomplete run: {self.incomplete}"] if self.incomplete else []
-        out += [f"suspect: {e.problem}/{e.solution}: {why}" for e, why in self.suspects]
+        for code, suspect in self.suspicions:
+            if len(suspect) == 1:
+                (e, why), = suspect
+                out.append(f"suspect: {e.problem}/{e.solution}: {why}")
+                continue
+            names = ", ".join(f"{e.problem}/{e.solution}" for e, _ in suspect[:FOLD_NAMES])
+            more = f" and {len(suspect) - FOLD_NAMES} more" if len(suspect) > FOLD_NAMES else ""
+            out.append(f"suspect, {len(suspect)} rows: {suspicion_words(code)} [{code}]: {names}{more}")
         for code, rows in self.weaknesses:
             names = ", ".join(f"{e.problem}/{e.solution}" for e in rows[:FOLD_NAMES])
             more = f" and {len(rows) - FOLD_NAMES} more" if len(rows) > FOLD_NAMES else ""

@@ -240,6 +240,7 @@ def report_html(doc: JsonObject, evaluations: Sequence[Evaluation], state: str |
         significant=[speedups.significant_fast_p(evaluations, problems, p) for p in leaderboard.FAST_P],
         compile_measured=caveats.compile_measured(doc, evaluations), caveats=found,
         provenance=caveats.provenance(doc, evaluations), weakening=caveats.WEAKENING, fold=caveats.FOLD_NAMES,
+        suspicion=caveats.suspicion_words,
         degenerate=caveats.DEGENERATE,
         noise_band=speedups.NOISE_BAND,
         counts=[(s.value, counts[s]) for s in Status if counts[s]], n_solutions=len(solutions),

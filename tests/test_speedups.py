@@ -40,6 +40,16 @@ def test_a_slowdown_within_the_noise_band_is_not_called_about_one():
     assert Speedup(1e-3, 1e-3, 0.98, 1.02).label() == "≈1x (0.98-1.02)"
 
 
+def test_a_significant_slowdown_says_so_in_words_and_a_narrow_interval_keeps_its_digits():
+    """Issue 41 item 1: in plain text a 0.77x row read like a win; an interval narrower than two decimals read
+    '~1.00x (1.00-1.00)'."""
+    from kbench.results.speedups import Speedup
+
+    assert Speedup(4.92e-3, 6.41e-3, 0.75, 0.78).label() == "0.77x slower"
+    assert Speedup(6.41e-3, 4.92e-3, 1.28, 1.32).label() == "1.30x"
+    assert Speedup(0.998e-3, 1e-3, 0.9972, 0.9987).label() == "~0.998x"
+
+
 def test_too_few_samples_are_never_a_win():
     s = speedup(Measurement((2e-3, 2e-3)), Measurement((1e-3, 1e-3)))
     assert s is not None and not s.significant and not s.beats(1.0)

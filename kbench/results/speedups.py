@@ -55,13 +55,17 @@ class Speedup:
         return self.low > (max(p, 1.0 + NOISE_BAND) if p >= 1.0 else p)
 
     def label(self) -> str:
-        """"8.00x" for a significant ratio; for one whose interval reaches the noise band, "≈1x (0.99-1.02)" when the
-        interval holds 1, else "~" and the ratio with its interval ("~0.97x (0.96-0.98)": within noise, but not 1): a
-        slowdown wholly below 1 never reads as "≈1x"."""
+        """"8.00x" for a significant win, "0.77x slower" for a significant slowdown (in plain text, where no colour
+        tells the two apart); for one whose interval reaches the noise band, "≈1x (0.99-1.02)" when the interval holds
+        1, else "~" and the ratio with its interval ("~0.97x (0.96-0.98)": within noise, but not 1): a slowdown wholly
+        below 1 never reads as "≈1x". Off 1 by an interval too narrow for two decimals, the ratio gets three and no
+        interval ("~0.998x", where "~1.00x (1.00-1.00)" said nothing)."""
         if self.significant:
-            return f"{self.value:.2f}x"
+            return f"{self.value:.2f}x" + (" slower" if self.tone == "slower" else "")
         if self.low <= 1.0 <= self.high:
             return f"≈1x ({self.low:.2f}-{self.high:.2f})"
+        if f"{self.low:.2f}" == f"{self.high:.2f}":
+            return f"~{self.value:.3f}x"
         return f"~{self.value:.2f}x ({self.low:.2f}-{self.high:.2f})"
 
     def divided(self) -> str:

@@ -342,6 +342,30 @@ def test_problems_whose_reference_is_degenerate_are_counted_before_the_numbers()
     assert "vs compile" not in problems_table and "not measured" not in problems_table  # the box says it once
 
 
+def test_the_fastest_solution_of_a_degenerate_problem_is_marked_as_weakened_and_says_why():
+    """Issue 41 item 4: a solution returning zeros may be correct where most of the reference's output is zero; its
+    row was the problem's headline with no mark."""
+    zeros = "[degenerate_zeros] 51% of the outputs are exactly zero"
+    rows = [_row("z", EAGER, 2.0, 2.0, warnings=[zeros]), _row("z", "zeros", 0.5, 2.0), _row("y", EAGER, 2.0, 2.0),
+            _row("y", "fine", 1.0, 2.0)]
+    text = markdown(DOC, rows)
+    z, y = text.split("## z")[1], text.split("## y")[1].split("## z")[0]
+    assert "| zeros †" in z and "† the problem's reference tells right from wrong poorly (degenerate" in z
+    assert "†" not in y
+    from kbench.reports.html import report_html
+
+    page = report_html(DOC, rows)
+    problems_table = page.split('id="problems"')[1].split("</table>")[0]
+    assert problems_table.count('class="dagger"') == 1
+    # fast_p counted the degenerate problem as a win; a line beside it leaves such problems out
+    suite = " ".join(text.split("## Suite")[1].split("## y")[0].split())
+    assert "| vs eager: significant wins | 100% |" in suite
+    assert "| the same without 1 degenerate | 100% | 100% | 100% | 100% | 100% | 0% | |" in suite
+    sound = page.split('id="fast-p-sound"')[1].split("</tr>")[0]
+    assert "without 1 degenerate problem(s)" in sound and sound.count("100%") == 5
+    assert 'id="fast-p-sound"' not in report_html(DOC, rows[2:])  # none degenerate: no such line
+
+
 def test_the_html_colours_a_win_and_a_slowdown_apart_and_leaves_noise_plain():
     from kbench.reports.html import embedded_sections, report_html
 

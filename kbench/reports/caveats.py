@@ -157,12 +157,19 @@ def caveats(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | Non
     return Caveats(suspects, weakened, tuple(unmeasured), incomplete, degenerate)
 
 
+def degenerate_problems(evaluations: Sequence[Evaluation]) -> set[str]:
+    """The problems whose reference tells right from wrong poorly (a DEGENERATE finding on their eager row)."""
+    return {e.problem for e in evaluations if e.solution == EAGER and any(f.value in DEGENERATE for f in e.flags)}
+
+
 def headline(evaluations: Sequence[Evaluation], problem: str) -> tuple[Evaluation | None, bool]:
-    """A problem's fastest correct solution and whether a warning weakens it (the report marks it)."""
+    """A problem's fastest correct solution and whether something weakens it (the report marks it): a warning of its
+    own, or a reference that tells right from wrong poorly (a DEGENERATE finding on the problem's eager row: a
+    solution returning zeros may be `correct` there)."""
     rows = [e for e in evaluations if e.problem == problem and e.solution not in (EAGER, COMPILED)
             and e.status == Status.CORRECT and e.timing]
     best = min(rows, key=lambda e: cast(Measurement, e.timing).median) if rows else None  # rows: timed
-    return best, best is not None and bool(weakening(best))
+    return best, best is not None and (bool(weakening(best)) or problem in degenerate_problems(evaluations))
 
 
 @dataclass(frozen=True)

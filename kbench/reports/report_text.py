@@ -16,14 +16,22 @@ from typing import Any
 from tabulate import tabulate
 
 from kbench.reports import leaderboard
-from kbench.reports.caveats import NOT_MEASURED, caveats, compile_measured, headline, provenance, weakening
+from kbench.reports.caveats import (
+    NOT_MEASURED,
+    caveats,
+    compile_measured,
+    degenerate_problems,
+    headline,
+    provenance,
+    weakening,
+)
 from kbench.results.codec import JsonObject
 from kbench.results.records import COMPILED, EAGER, Evaluation, Status, problem_order
 from kbench.results.speedups import NOISE_BAND, of_row, over_compile, significant_fast_p
 from kbench.results.storage import atomic_write, latest_run, load, resolve, run_state
 
 WIDTH = 120  # columns a terminal line may take
-DAGGER = "†"  # the mark of a headline whose verdict or number a warning weakens
+DAGGER = "†"  # the mark of a headline whose verdict or number a warning, or a degenerate reference, weakens
 
 
 def _ms(seconds: float | None) -> str:
@@ -125,9 +133,13 @@ def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: 
     if not compile_run:  # every cell would say "not measured": the suite's table and the box say it once
         headers, table = headers[:6] + headers[7:], [r[:6] + r[7:] for r in table]
     lines = [tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)]
-    if best is not None and weakened and not set(weakening(best)) <= folded:  # else "Notes on many rows" says it
+    own = weakening(best) if best is not None else []
+    if weakened and own and not set(own) <= folded:  # else "Notes on many rows" says it
         lines += ["",
                   f"{DAGGER} the fastest correct solution carries a warning that weakens its verdict or its number."]
+    elif weakened and not own:
+        lines += ["", f"{DAGGER} the problem's reference tells right from wrong poorly (degenerate: see its eager "
+                      "row), so a correct verdict here says little."]
     return lines + ([""] if notes else []) + [wrapped for note in notes for wrapped in _wrap(f"- {note}", "      ")]
 
 
@@ -136,8 +148,12 @@ def suite_table(doc: JsonObject, evaluations: Sequence[Evaluation]) -> list[str]
     strict = leaderboard.summarize(evaluations)
     significant = [significant_fast_p(evaluations, problems, p) for p in leaderboard.FAST_P]
     pct = lambda v: f"{v:.0%}"  # noqa: E731
-    rows = [["vs eager: significant wins", *map(pct, significant), leaderboard.ratio_text(strict.geomean_eager)],
-            ["vs eager: KernelBench's fast_p", *[pct(v) for _, v in strict.fast_p_eager], ""]]
+    rows = [["vs eager: significant wins", *map(pct, significant), leaderboard.ratio_text(strict.geomean_eager)]]
+    sound = [p for p in problems if p not in degenerate_problems(evaluations)]
+    if len(sound) < len(problems):
+        rows.append([f"the same without {len(problems) - len(sound)} degenerate",
+                     *[pct(significant_fast_p(evaluations, sound, p)) for p in leaderboard.FAST_P], ""])
+    rows.append(["vs eager: KernelBench's fast_p", *[pct(v) for _, v in strict.fast_p_eager], ""])
     measured = compile_measured(doc, evaluations)
     if measured:
         rows.append(["vs compile: KernelBench's fast_p", *[pct(v) for _, v in strict.fast_p_compile],

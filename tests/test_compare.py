@@ -315,3 +315,55 @@ def test_the_cli_gives_the_suites_change_and_lists_only_changes_when_asked(tmp_p
     assert "fast_1 0% -> 33%" in suite and "fast_2 0% -> 0%" in suite  # 2.00x is no significant win over 2
     table = out.output.split(suite)[1]
     assert "fast" in table and " same " not in table and "2.00x" in table  # the same rows left out; speedups shown
+
+
+def _suite_pair(n=100):
+    """Two runs of a KernelBench-sized suite with KernelBench-long names: every row the same but one honest copy, which
+    went from 1.00x to 0.77x."""
+    name = "L2_{}_ConvTranspose3d_Scale_BatchNorm_GlobalAvgPool"
+    before, after = [], []
+    for i in range(1, n + 1):
+        eager = noisy(5.0, seed=i)
+        before += [ev("eager", eager, problem=name.format(i)),
+                   ev("honest", noisy(5.0, seed=500 + i), problem=name.format(i), eager=eager)]
+        slowed = noisy(5.0 / 0.77 if i == 77 else 5.0, seed=900 + i)
+        after += [ev("eager", noisy(5.0, seed=i), problem=name.format(i)),
+                  ev("honest", slowed, problem=name.format(i), eager=noisy(5.0, seed=300 + i))]
+    return run("a", *before), run("b", *after)
+
+
+def test_the_terminal_comparison_of_a_suite_fits_120_columns_and_folds_what_says_nothing():
+    """Issue 41 item 7: 200 rows 182 columns wide, eager rows 1.00x -> 1.00x mixed in; the one real change first."""
+    from kbench.reports.tables import comparison_frame, comparison_view, render
+
+    rows = compare.compare_runs(*_suite_pair(), 0.01)
+    frame, notes = comparison_view(rows)
+    assert len(frame) == 100 and set(frame["solution"]) == {"honest"}  # the same eager rows are counted, not listed
+    assert "100 reference row(s) (eager, torch.compile) the same in both runs, not listed" in notes[0]
+    assert "size: full on every row" in notes and "status: correct in both runs on every row" in notes
+    assert {"mark", "size", "before_status", "after_status"}.isdisjoint(frame.columns)
+    text = render(frame, "table")
+    assert max(len(line) for line in text.splitlines()) <= 120, max(text.splitlines(), key=len)
+    first = text.splitlines()[3:5]  # two header lines and the rule, then the largest change, its name wrapped
+    assert first[0].startswith("L2_77_ConvTranspose3d_Scale_") and "slower" in first[0] and "0.77x" in first[0]
+    assert first[1].strip() == "BatchNorm_GlobalAvgPool"
+    assert len(comparison_frame(rows)) == 200  # csv and json keep every row
+
+
+def test_a_reference_row_that_changed_is_listed_and_a_changed_status_keeps_both_columns():
+    from kbench.reports.tables import comparison_view
+
+    before = run("a", ev("eager", noisy(1.0, seed=1)), ev("s", noisy(1.0, seed=2)))
+    after = run("b", ev("eager", noisy(1.2, seed=3)), ev("s", status=Status.INCORRECT))
+    frame, notes = comparison_view(compare.compare_runs(before, after, 0.01))
+    assert list(frame["solution"]) == ["s", "eager"] and not any("reference row" in n for n in notes)
+    assert {"before_status", "after_status"} <= set(frame.columns)
+
+
+def test_a_long_name_wraps_after_underscores():
+    from kbench.reports.tables import wrap_name
+
+    assert wrap_name("L2_77_ConvTranspose3d_Scale_BatchNorm_GlobalAvgPool", 32) == (
+        "L2_77_ConvTranspose3d_Scale_\nBatchNorm_GlobalAvgPool")
+    assert wrap_name("short", 32) == "short"
+    assert wrap_name("a" * 40, 32) == "a" * 32 + "\n" + "a" * 8  # a word longer than the width is cut

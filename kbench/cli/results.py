@@ -51,6 +51,7 @@ def compare_command(
     from kbench.reports.tables import (  # heavy: pandas; not for --help
         FORMATS,
         comparison_frame,
+        comparison_view,
         render,
     )
 
@@ -59,7 +60,8 @@ def compare_command(
     result = compare(a, b, baseline, results_dir, fraction(threshold), ignore_env)
     for warning in result.warnings:
         typer.secho(f"[warning] {warning}", err=True, fg=typer.colors.YELLOW)
-    frame = comparison_frame(result.changes if changes_only else result.rows)
+    chosen = result.changes if changes_only else result.rows
+    frame, folded = (comparison_frame(chosen), []) if fmt in ("csv", "json") else comparison_view(chosen)
     aside = [o.line() for o in result.one_run_only]
     if fmt == "json":
         typer.echo(json.dumps(result.document(json.loads(render(frame, fmt))), indent=1))
@@ -73,7 +75,8 @@ def compare_command(
         typer.echo(result.suite + "\n")
         if fmt == "table":
             typer.echo(f"before: {result.before.label}\nafter:  {result.after.label}\n")
-        typer.echo(render(frame, fmt) + ("\n\n" + "\n\n".join(aside) if aside else ""))
+        typer.echo(render(frame, fmt) + "".join(f"\n{line}" for line in (["", *folded] if folded else []))
+                   + ("\n\n" + "\n\n".join(aside) if aside else ""))
     if html:
         from kbench.reports.html import write_html_compare  # heavy: pandas and jinja2; only --html needs them
 

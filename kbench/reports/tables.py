@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 from tabulate import tabulate
 
+from kbench.reports.compare_summary import SAME
 from kbench.results.records import COMPILED, EAGER, Evaluation, problem_order
 from kbench.results.storage import RunStore, atomic_write
 
@@ -222,6 +223,37 @@ def comparison_frame(rows: Sequence[Row]) -> pd.DataFrame:
     )
 
 
+# A comparison read by a person (the terminal and markdown; csv and json keep every row and column): at most this wide
+# a problem's name before it wraps, and the terminal's headers on two lines (a 100-problem comparison in 120 columns)
+PROBLEM_WRAP = 32
+COMPARISON_HEADERS = {"before_ms": "before\nms", "after_ms": "after\nms", "before_x": "before\nx",
+                      "after_x": "after\nx", "x_ratio": "x\nratio", "p_value": "p", "before_status": "before\nstatus",
+                      "after_status": "after\nstatus"}
+
+
+def comparison_view(rows: Sequence[Row]) -> tuple[pd.DataFrame, list[str]]:
+    """What `kbench compare` prints for a person: the reference rows (eager, torch.compile) that stayed the same are
+    left out and counted (their speedup is 1 by definition; their times are in csv and json), and a column whose
+    every cell says the same (the size; the statuses where none changed) becomes a line under the table. Returns the
+    frame and those lines."""
+    kept = [r for r in rows if not (r.solution in (EAGER, COMPILED) and r.change == SAME)]
+    notes = []
+    if folded := len(rows) - len(kept):
+        notes.append(f"{folded} reference row(s) (eager, torch.compile) the same in both runs, not listed "
+                     "(--format csv lists every row)")
+    frame = comparison_frame(kept).drop(columns=["mark"])  # the change says it in words
+    if len(kept) and frame["size"].nunique() == 1:
+        notes.append(f"size: {frame['size'].iloc[0]} on every row")
+        frame = frame.drop(columns=["size"])
+    if len(kept) and (frame["before_status"] == frame["after_status"]).all():
+        if frame["after_status"].nunique() == 1:
+            notes.append(f"status: {frame['after_status'].iloc[0]} in both runs on every row")
+            frame = frame.drop(columns=["before_status", "after_status"])
+        else:
+            frame = frame.drop(columns=["before_status"]).rename(columns={"after_status": "status"})
+    return frame, notes
+
+
 def render(frame: pd.DataFrame, fmt: str) -> str:
     """A frame as a terminal table, markdown, CSV or JSON (records)."""
     if fmt == "csv":
@@ -230,7 +262,23 @@ def render(frame: pd.DataFrame, fmt: str) -> str:
         return frame.to_json(orient="records", indent=1)
     shown = _formatted(frame, COMPARISON_FORMATS)
     style = "github" if fmt == "md" else "simple"
+    if fmt == "table":  # a long KernelBench name wraps after an underscore rather than widening every line
+        if "problem" in shown:
+            shown["problem"] = [wrap_name(name, PROBLEM_WRAP) for name in shown["problem"]]
+        shown = shown.rename(columns=COMPARISON_HEADERS)
     return tabulate(shown, headers="keys", tablefmt=style, showindex=False, disable_numparse=True)
+
+
+def wrap_name(name: str, width: int) -> str:
+    """A name on lines of at most `width` characters, broken after underscores (within a word only where a word
+    alone is longer)."""
+    lines = [""]
+    for word in (w + "_" for w in name.split("_")):
+        if lines[-1] and len(lines[-1]) + len(word) > width:
+            lines.append("")
+        lines[-1] += word
+    lines[-1] = lines[-1][:-1]
+    return "\n".join(part for line in lines for part in textwrap.wrap(line, width) or [""])
 
 
 def write_tables(store: RunStore) -> None:

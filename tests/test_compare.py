@@ -334,10 +334,10 @@ def _suite_pair(n=100):
 
 def test_the_terminal_comparison_of_a_suite_fits_120_columns_and_folds_what_says_nothing():
     """Issue 41 item 7: 200 rows 182 columns wide, eager rows 1.00x -> 1.00x mixed in; the one real change first."""
-    from kbench.reports.tables import comparison_frame, comparison_view, render
+    from kbench.reports.tables import comparison_frame, readable_comparison, render
 
     rows = compare.compare_runs(*_suite_pair(), 0.01)
-    frame, notes = comparison_view(rows)
+    frame, notes = readable_comparison(rows)
     assert len(frame) == 100 and set(frame["solution"]) == {"honest"}  # the same eager rows are counted, not listed
     assert "100 reference row(s) (eager, torch.compile) the same in both runs, not listed" in notes[0]
     assert "size: full on every row" in notes and "status: correct in both runs on every row" in notes
@@ -351,11 +351,11 @@ def test_the_terminal_comparison_of_a_suite_fits_120_columns_and_folds_what_says
 
 
 def test_a_reference_row_that_changed_is_listed_and_a_changed_status_keeps_both_columns():
-    from kbench.reports.tables import comparison_view
+    from kbench.reports.tables import readable_comparison
 
     before = run("a", ev("eager", noisy(1.0, seed=1)), ev("s", noisy(1.0, seed=2)))
     after = run("b", ev("eager", noisy(1.2, seed=3)), ev("s", status=Status.INCORRECT))
-    frame, notes = comparison_view(compare.compare_runs(before, after, 0.01))
+    frame, notes = readable_comparison(compare.compare_runs(before, after, 0.01))
     assert list(frame["solution"]) == ["s", "eager"] and not any("reference row" in n for n in notes)
     assert {"before_status", "after_status"} <= set(frame.columns)
 

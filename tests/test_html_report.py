@@ -255,6 +255,22 @@ def test_compare_html_through_the_cli(tmp_path: Path) -> None:
     for change in ("same", "slower", "newly failing", "fixed", "new", "removed"):
         assert f'<span class="change {change.replace(" ", "-")}">{change}</span>' in page
     assert "correct → crashed" in page and HOSTILE not in page
+    assert '<p id="suite">suite (' in page and "× after / before" in page  # the suite's line, both speedups
+
+
+def test_compare_html_with_changes_only_lists_the_changed_rows_and_counts_the_rest(tmp_path: Path) -> None:
+    before, after = compared(tmp_path)
+    args = ["compare", before.name, after.name, "--html", "--results-dir", str(tmp_path)]
+    every = CliRunner().invoke(app, args)
+    assert every.exit_code == 0, every.output
+    full = (after / f"compare-{before.name}.html").read_text()
+    changed = CliRunner().invoke(app, [*args, "--changes-only"])
+    assert changed.exit_code == 0, changed.output
+    page = (after / f"compare-{before.name}.html").read_text()
+    table = page.split('id="comparison"')[1].split("</table>")[0]
+    assert full.split('id="comparison"')[1].split("</table>")[0].count('<span class="change same">same</span>') >= 1
+    assert '<span class="change same">same</span>' not in table and "slower" in table
+    assert 'id="left-out"' in page and 'id="left-out"' not in full
 
 
 # --- the page in a browser --------------------------------------------------------------------------------------

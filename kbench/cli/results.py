@@ -51,7 +51,7 @@ def compare_command(
     from kbench.reports.tables import (  # heavy: pandas; not for --help
         FORMATS,
         comparison_frame,
-        comparison_view,
+        readable_comparison,
         render,
     )
 
@@ -61,7 +61,7 @@ def compare_command(
     for warning in result.warnings:
         typer.secho(f"[warning] {warning}", err=True, fg=typer.colors.YELLOW)
     chosen = result.changes if changes_only else result.rows
-    frame, folded = (comparison_frame(chosen), []) if fmt in ("csv", "json") else comparison_view(chosen)
+    frame, folded = (comparison_frame(chosen), []) if fmt in ("csv", "json") else readable_comparison(chosen)
     aside = [o.line() for o in result.one_run_only]
     if fmt == "json":
         typer.echo(json.dumps(result.document(json.loads(render(frame, fmt))), indent=1))
@@ -80,7 +80,7 @@ def compare_command(
     if html:
         from kbench.reports.html import write_html_compare  # heavy: pandas and jinja2; only --html needs them
 
-        typer.echo(f"html: {write_html_compare(result)}", err=fmt != "table")
+        typer.echo(f"html: {write_html_compare(result, changes_only)}", err=fmt != "table")
     if fail_on_regression and result.regressions:
         typer.secho(f"[error] {len(result.regressions)} regression(s)", err=True, fg=typer.colors.RED)
         raise typer.Exit(code=1)

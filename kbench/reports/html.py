@@ -18,7 +18,7 @@ import pandas as pd
 
 from kbench.errors import ResultsError
 from kbench.reports import caveats, leaderboard, profile_view, report_text, reproduce, speedup_chart, strips, tables
-from kbench.reports.compare import MARKS, Comparison, environment_key
+from kbench.reports.compare import MARKS, Comparison, Row, environment_key
 from kbench.reports.html_views import Assets, BoardRow, ComparisonView, CompilerLog, ProblemView, RankedRow, RowFigures
 from kbench.results import speedups
 from kbench.results.codec import JsonObject, to_wire
@@ -307,12 +307,13 @@ def _samples(run: LoadedRun) -> dict[tuple[str, str, str], tuple[float, ...]]:
     return {(e.problem, e.solution, e.size): e.timing.samples for e in run.evaluations if e.timing is not None}
 
 
-def comparison_view(comparison: Comparison) -> list[ComparisonView]:
-    """Per problem: its rows, and a chart with both runs' samples of each row (before above after)."""
+def comparison_view(comparison: Comparison, shown: Sequence[Row]) -> list[ComparisonView]:
+    """Per problem of the rows `shown`: its rows, and a chart with both runs' samples of each row (before above
+    after)."""
     before, after = _samples(comparison.before), _samples(comparison.after)
     out: list[ComparisonView] = []
-    for i, problem in enumerate(dict.fromkeys(r.problem for r in comparison.rows)):
-        rows = [r for r in comparison.rows if r.problem == problem]
+    for i, problem in enumerate(dict.fromkeys(r.problem for r in shown)):
+        rows = [r for r in shown if r.problem == problem]
         sized = len({r.size for r in rows}) > 1
         series = []
         for r in rows:
@@ -327,14 +328,19 @@ def _css(change: str) -> str:
     return change.replace(" ", "-")
 
 
-def compare_html(comparison: Comparison) -> str:
+def compare_html(comparison: Comparison, changes_only: bool = False) -> str:
+    """The comparison's page: both machines, the verdict and the suite's line, the changes counted, then its rows
+    (only those that changed with `changes_only`, as `kbench compare --changes-only` lists them) with both runs'
+    speedups over their own eager, and a chart per problem."""
     counts = Counter(r.change for r in comparison.rows)
+    shown = comparison.changes if changes_only else comparison.rows
     return render("compare.html.j2", c=comparison, counts=[(c, counts[c]) for c in MARKS if counts[c]],
                   change_class=_css, machine=lambda run: "{}, torch {}".format(*environment_key(run)),
-                  problems=comparison_view(comparison))
+                  rows=shown, changes_only=changes_only, left_out=len(comparison.rows) - len(shown),
+                  problems=comparison_view(comparison, shown))
 
 
-def write_html_compare(comparison: Comparison) -> Path:
+def write_html_compare(comparison: Comparison, changes_only: bool = False) -> Path:
     """Write compare-<before>.html next to the after run's run.json; returns its path."""
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in comparison.before.label)
-    return _write(_directory(comparison.after) / f"compare-{safe}.html", compare_html(comparison))
+    return _write(_directory(comparison.after) / f"compare-{safe}.html", compare_html(comparison, changes_only))

@@ -231,7 +231,7 @@ COMPARISON_HEADERS = {"before_ms": "before\nms", "after_ms": "after\nms", "befor
                       "after_status": "after\nstatus"}
 
 
-def comparison_view(rows: Sequence[Row]) -> tuple[pd.DataFrame, list[str]]:
+def readable_comparison(rows: Sequence[Row]) -> tuple[pd.DataFrame, list[str]]:
     """What `kbench compare` prints for a person: the reference rows (eager, torch.compile) that stayed the same are
     left out and counted (their speedup is 1 by definition; their times are in csv and json), and a column whose
     every cell says the same (the size; the statuses where none changed) becomes a line under the table. Returns the

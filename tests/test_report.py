@@ -366,6 +366,26 @@ def test_the_fastest_solution_of_a_degenerate_problem_is_marked_as_weakened_and_
     assert 'id="fast-p-sound"' not in report_html(DOC, rows[2:])  # none degenerate: no such line
 
 
+def test_a_problem_whose_rows_ran_on_several_gpus_says_where_each_ran():
+    """Issue 41 item 5: the GPU of each row showed only in per-row cards far down the HTML."""
+    import dataclasses
+
+    from kbench.reports.html import embedded_sections, report_html
+
+    h100 = "NVIDIA H100 80GB HBM3"
+    rows = [dataclasses.replace(_row("a", EAGER, 2.0, 2.0), gpu="3", gpu_name=h100),
+            dataclasses.replace(_row("a", "fast", 1.0, 2.0), gpu="1", gpu_name=h100),
+            dataclasses.replace(_row("a", "copy", 2.0, 2.0), gpu="1", gpu_name=h100),
+            dataclasses.replace(_row("b", EAGER, 2.0, 2.0), gpu="0", gpu_name=h100),
+            dataclasses.replace(_row("b", "same_gpu", 1.0, 2.0), gpu="0", gpu_name=h100)]
+    where = f"Rows ran on 2 GPUs: GPU 1 ({h100}): fast, copy; GPU 3 ({h100}): eager."
+    text = markdown(DOC, rows)
+    assert where in " ".join(text.split("## a")[1].split()) and "Rows ran on" not in text.split("## b")[1]
+    stored = report_html(DOC, rows)
+    page = stored + embedded_sections(stored)
+    assert page.count('class="muted gpus"') == 1 and where in page
+
+
 def test_the_html_colours_a_win_and_a_slowdown_apart_and_leaves_noise_plain():
     from kbench.reports.html import embedded_sections, report_html
 

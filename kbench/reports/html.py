@@ -199,7 +199,8 @@ def problem_view(doc: JsonObject, evaluations: Sequence[Evaluation], problem: st
     chart = strips.chart(chart_rows(ranked))
     solutions = [r for r in rows if r["solution"] not in leaderboard.BASELINE_ROWS]
     return {"name": problem, "id": f"p{index}", "info": (doc.get("problems") or {}).get(problem, {}),
-            "noise": leaderboard.noise_line(evaluations, problem), "rows": rows, "chart": chart,
+            "noise": leaderboard.noise_line(evaluations, problem), "gpus": leaderboard.gpu_line(evaluations, problem),
+            "rows": rows, "chart": chart,
             "speedups": speedup_svg(rows), "floor": eager.floor if eager is not None else None,
             "best": next((r for r in solutions if r["headline"]), None), "n_solutions": len(solutions),
             "n_correct": sum(r["kind"] == "correct" for r in solutions)}

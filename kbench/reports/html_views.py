@@ -76,6 +76,7 @@ class ProblemView(TypedDict):
     id: str
     info: JsonObject  # the run file's settings of the problem (tolerance, precision, sizes), as read
     noise: list[str]
+    gpus: str  # where its rows ran, when on more than one GPU (leaderboard.gpu_line)
     rows: list[RankedRow]
     chart: Chart | None
     speedups: markupsafe.Markup | None

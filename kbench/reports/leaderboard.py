@@ -112,6 +112,21 @@ def noise_line(evaluations: Sequence[Evaluation], problem: str) -> list[str]:
                 f"at atol={noise.atol:g}, rtol={noise.rtol:g}; {verdict}."]
 
 
+def gpu_line(evaluations: Sequence[Evaluation], problem: str) -> str:
+    """Where a problem's rows ran, when they ran on more than one GPU ("" otherwise): each row's speedup divides by
+    the eager of its own rounds on its own GPU, but the eager row and the solutions may have run on different ones."""
+    rows = [e for e in evaluations if e.problem == problem and e.gpu is not None]
+    if len({e.gpu for e in rows}) < 2:
+        return ""
+    by_gpu: dict[str, list[str]] = {}
+    for e in rows:
+        by_gpu.setdefault(str(e.gpu), []).append(e.solution)
+    names = {str(e.gpu): e.gpu_name for e in rows if e.gpu_name}
+    where = "; ".join(f"GPU {gpu}{f' ({names[gpu]})' if gpu in names else ''}: {', '.join(solutions)}"
+                      for gpu, solutions in sorted(by_gpu.items()))
+    return f"Rows ran on {len(by_gpu)} GPUs: {where}."
+
+
 def chart(evaluations: Sequence[Evaluation], path: Path) -> Path | None:
     """Bar chart of speedup vs eager per problem and solution; None when matplotlib is not installed.
 

@@ -197,6 +197,8 @@ def markdown(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | No
     for problem in sorted({e.problem for e in evaluations}, key=problem_order):
         lines += ["", f"## {problem}", "", *problem_table(evaluations, problem, compile_run, folded)]
         lines += [w for line in leaderboard.noise_line(evaluations, problem) for w in _wrap(line, "")]
+        if where := leaderboard.gpu_line(evaluations, problem):
+            lines += ["", *_wrap(where, "")]
     return "\n".join(lines) + "\n"
 
 

@@ -293,6 +293,21 @@ def _suspects(many=12):
                                                           warnings=[clock], message=f"outputs pass, timing not trusted: {clock}")]
 
 
+def test_a_warning_on_ten_rows_of_many_is_said_once_however_small_its_share():
+    """Issue 41 item 6: a code on 20 of 200 rows printed 20 footnotes (folding asked for a quarter of the rows too)."""
+    busy = "[machine_busy] other processes kept 21.7 of 64 CPU cores busy while this was timed"
+    rows = []
+    for i in range(1, 101):
+        rows += [_row(f"L2_{i}_P", EAGER, 2.0, 2.0), _row(f"L2_{i}_P", "honest", 2.0, 2.0,
+                                                          warnings=[busy] if i <= 20 else [])]
+    text = markdown(DOC, rows)
+    notes = " ".join(text.split("## Notes on many rows")[1].split("## L2_1_P")[0].split())
+    assert "[machine_busy] on 20 of 200 rows (honest)" in notes
+    assert text.count("other processes kept 21.7 of 64 CPU cores busy") == 1  # said once, not under 20 problems
+    nine = [r for r in rows if not (r.problem in {f"L2_{i}_P" for i in range(10, 21)})]
+    assert "## Notes on many rows" not in markdown(DOC, nine)  # on 9 rows: under each problem
+
+
 def test_suspect_rows_of_one_kind_are_one_line_that_counts_them_and_a_lone_one_keeps_its_reason():
     first = " ".join(markdown(DOC, _suspects()).split("## Suite")[0].split())
     assert ("suspect, 12 rows: the reference's time differed between processes [processes_disagree]: L2_1_P/honest, "

@@ -401,6 +401,29 @@ def test_a_problem_whose_rows_ran_on_several_gpus_says_where_each_ran():
     assert page.count('class="muted gpus"') == 1 and where in page
 
 
+def test_rows_timed_in_the_host_regime_or_divided_by_a_witness_are_counted_in_the_box():
+    """Issue 41 goal 1: how a number was measured weakens it too (host-regime honest copies read up to 1.03x) and no
+    row's warning said so."""
+    import dataclasses
+
+    from kbench.reports.html import report_html
+    from kbench.results.diagnostics import Diagnostics, Divisor, TimingProtocol
+
+    def host(row):
+        return dataclasses.replace(row, timing=dataclasses.replace(row.timing, regime="host"))
+
+    witnessed = Diagnostics(protocol=TimingProtocol(divisor=Divisor("witness", 20, 1.9e-3, 2.0e-3)))
+    rows = [_row("a", EAGER, 2.0, 2.0), host(_row("a", "launchy", 1.0, 2.0)), _row("b", EAGER, 2.0, 2.0),
+            dataclasses.replace(host(_row("b", "divided", 1.0, 2.0)), diagnostics=witnessed),
+            _row("c", EAGER, 2.0, 2.0), _row("c", "gpu_side", 1.0, 2.0)]
+    first = " ".join(markdown(DOC, rows).split("## Suite")[0].split())
+    assert "measured, 2 row(s): timed in the host regime (launch-bound calls)" in first
+    assert "a/launchy, b/divided" in first and "c/gpu_side" not in first
+    assert "measured, 1 row(s): divided by the reference timed in a witness process" in first
+    box = report_html(DOC, rows).split('id="before-you-quote"')[1].split("</section>")[0]
+    assert box.count('<li class="measured">') == 2 and box.count('<a href="#') >= 3
+
+
 def test_the_html_colours_a_win_and_a_slowdown_apart_and_leaves_noise_plain():
     from kbench.reports.html import embedded_sections, report_html
 

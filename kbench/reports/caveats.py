@@ -74,10 +74,13 @@ class Caveats:
     unmeasured: tuple[str, ...]
     incomplete: str
     degenerate: tuple[tuple[str, tuple[str, ...]], ...] = ()  # a DEGENERATE code, the problems its reference has it
+    # How some numbers were measured, which no row's warning says: what, and the correct rows it concerns
+    measured: tuple[tuple[str, tuple[Evaluation, ...]], ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.suspects or self.weakened or self.unmeasured or self.incomplete or self.degenerate)
+        return not (self.suspects or self.weakened or self.unmeasured or self.incomplete or self.degenerate
+                    or self.measured)
 
     @property
     def suspicions(self) -> tuple[tuple[str, tuple[tuple[Evaluation, str], ...]], ...]:
@@ -121,6 +124,10 @@ class Caveats:
             names = ", ".join(problems[:FOLD_NAMES]) + (f" and {len(problems) - FOLD_NAMES} more"
                                                          if len(problems) > FOLD_NAMES else "")
             out.append(f"degenerate problems, {len(problems)}: {DEGENERATE[code]} [{code}]: {names}")
+        for what, rows in self.measured:
+            names = ", ".join(f"{e.problem}/{e.solution}" for e in rows[:FOLD_NAMES])
+            more = f" and {len(rows) - FOLD_NAMES} more" if len(rows) > FOLD_NAMES else ""
+            out.append(f"measured, {len(rows)} row(s): {what}: {names}{more}")
         out += [f"baseline {u}" for u in self.unmeasured]
         return out
 
@@ -154,7 +161,27 @@ def caveats(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | Non
     degenerate = tuple((code, problems) for code in DEGENERATE if (problems := tuple(sorted(
         {e.problem for e in evaluations if e.solution == EAGER and code in {f.value for f in e.flags}},
         key=problem_order))))
-    return Caveats(suspects, weakened, tuple(unmeasured), incomplete, degenerate)
+    return Caveats(suspects, weakened, tuple(unmeasured), incomplete, degenerate, measurement_notes(evaluations))
+
+
+def measurement_notes(evaluations: Sequence[Evaluation]) -> tuple[tuple[str, tuple[Evaluation, ...]], ...]:
+    """How some of the run's numbers were measured, where that weakens them and no warning of the row says it: correct
+    rows timed in the host regime on a GPU (launch-bound calls: honest copies there read up to 3% fast, against 1.000
+    in the GPU regime, docs/benchmarks.md) and rows divided by a witness process rather than the judge's eager. (Where
+    a run's rows ran is in its provenance, GPU by GPU, and under each problem whose rows ran on several: each speedup
+    divides by the eager of its own rounds, on its own GPU, so that weakens none.)"""
+    correct = sorted((e for e in evaluations if e.solution not in (EAGER, COMPILED) and e.status == Status.CORRECT
+                      and e.timing is not None), key=lambda e: (problem_order(e.problem), e.solution))
+    host = tuple(e for e in correct if e.device == "cuda" and e.timing and e.timing.regime == Regime.HOST.value)
+    witness = tuple(e for e in correct if (p := e.diagnostics.protocol) and p.divisor and p.divisor.by == "witness")
+    out: list[tuple[str, tuple[Evaluation, ...]]] = []
+    if host:
+        out.append(("timed in the host regime (launch-bound calls): the host's speed is in their times, and honest "
+                    "copies there have read up to 1.03x", host))
+    if witness:
+        out.append(("divided by the reference timed in a witness process, not by the judge's eager beside them",
+                    witness))
+    return tuple(out)
 
 
 def degenerate_problems(evaluations: Sequence[Evaluation]) -> set[str]:

@@ -422,6 +422,11 @@ def test_rows_timed_in_the_host_regime_or_divided_by_a_witness_are_counted_in_th
     assert "measured, 1 row(s): divided by the reference timed in a witness process" in first
     box = report_html(DOC, rows).split('id="before-you-quote"')[1].split("</section>")[0]
     assert box.count('<li class="measured">') == 2 and box.count('<a href="#') >= 3
+    # the eager beside a solution at 2.16 ms, its problem's eager row at 2.0 ms: the reference ran at two speeds
+    apart = [*rows, _row("d", EAGER, 2.0, 2.0), _row("d", "beside_slower", 2.0, 2.16), _row("d", "close", 2.0, 2.04)]
+    first = " ".join(markdown(DOC, apart).split("## Suite")[0].split())
+    assert ("measured, 1 row(s): the eager timed beside them differs from their problem's eager row by more than 3%"
+            in first and "d/beside_slower" in first and "d/close" not in first)
 
 
 def test_the_html_colours_a_win_and_a_slowdown_apart_and_leaves_noise_plain():

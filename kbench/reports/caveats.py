@@ -10,6 +10,7 @@ from typing import cast
 from kbench.results.codec import JsonObject
 from kbench.results.findings import FindingCode
 from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Regime, Status, problem_order
+from kbench.results.speedups import NOISE_BAND
 from kbench.results.stats import median
 
 # Findings on a `correct` row that weaken its verdict or its number (not enough to make it suspect), in words. A check
@@ -167,7 +168,9 @@ def caveats(doc: JsonObject, evaluations: Sequence[Evaluation], state: str | Non
 def measurement_notes(evaluations: Sequence[Evaluation]) -> tuple[tuple[str, tuple[Evaluation, ...]], ...]:
     """How some of the run's numbers were measured, where that weakens them and no warning of the row says it: correct
     rows timed in the host regime on a GPU (launch-bound calls: honest copies there read up to 3% fast, against 1.000
-    in the GPU regime, docs/benchmarks.md) and rows divided by a witness process rather than the judge's eager. (Where
+    in the GPU regime, docs/benchmarks.md), rows divided by a witness process rather than the judge's eager, and rows
+    whose eager beside them differs from their problem's eager row beyond the noise band (the same reference ran at
+    two speeds: the 0.77x honest copy of KernelBench level 2's #77 on four GPUs, 2026-11-27). (Where
     a run's rows ran is in its provenance, GPU by GPU, and under each problem whose rows ran on several: each speedup
     divides by the eager of its own rounds, on its own GPU, so that weakens none.)"""
     correct = sorted((e for e in evaluations if e.solution not in (EAGER, COMPILED) and e.status == Status.CORRECT
@@ -181,6 +184,12 @@ def measurement_notes(evaluations: Sequence[Evaluation]) -> tuple[tuple[str, tup
     if witness:
         out.append(("divided by the reference timed in a witness process, not by the judge's eager beside them",
                     witness))
+    eager_rows = {e.problem: e.timing.median for e in evaluations if e.solution == EAGER and e.timing is not None}
+    apart = tuple(e for e in correct if e.eager_timing is not None and e.problem in eager_rows
+                  and abs(e.eager_timing.median / eager_rows[e.problem] - 1) > NOISE_BAND)
+    if apart:
+        out.append((f"the eager timed beside them differs from their problem's eager row by more than "
+                    f"{NOISE_BAND:.0%}: two processes (or GPUs) ran the same reference at different speeds", apart))
     return tuple(out)
 
 

@@ -172,7 +172,7 @@ def test_the_cli_prints_the_summary_first_and_each_one_run_only_section_once(tmp
     a, b = _twenty_problem_pair(tmp_path)
     out = CliRunner().invoke(app, ["compare", a.run_id, b.run_id, "--results-dir", str(tmp_path)])
     assert out.exit_code == 0, out.output
-    lines = out.output.splitlines()
+    lines = out.output.replace("\n  ", " ").splitlines()  # the prose above the table, unwrapped
     assert lines[0].startswith(f"before {a.run_id} on ") and f"after {b.run_id} on " in lines[0]  # both machines
     assert lines[1].startswith("3 rows: 0 faster, 0 slower, 1 same") and lines[2].startswith("suite (1 problem in both")
     assert lines[4] == f"before: {a.run_id}"
@@ -311,9 +311,10 @@ def test_the_cli_gives_the_suites_change_and_lists_only_changes_when_asked(tmp_p
     b = _stored(tmp_path, rows(1.0, 20))
     out = CliRunner().invoke(app, ["compare", a.run_id, b.run_id, "--results-dir", str(tmp_path), "--changes-only"])
     assert out.exit_code == 0, out.output
-    suite = next(line for line in out.output.splitlines() if line.startswith("suite ("))
+    text = out.output.replace("\n  ", " ")  # the prose above the table, unwrapped
+    suite = next(line for line in text.splitlines() if line.startswith("suite ("))
     assert "fast_1 0% -> 33%" in suite and "fast_2 0% -> 0%" in suite  # 2.00x is no significant win over 2
-    table = out.output.split(suite)[1]
+    table = text.split(suite)[1]
     assert "fast" in table and " same " not in table and "2.00x" in table  # the same rows left out; speedups shown
 
 
@@ -367,3 +368,24 @@ def test_a_long_name_wraps_after_underscores():
         "L2_77_ConvTranspose3d_Scale_\nBatchNorm_GlobalAvgPool")
     assert wrap_name("short", 32) == "short"
     assert wrap_name("a" * 40, 32) == "a" * 32 + "\n" + "a" * 8  # a word longer than the width is cut
+
+
+def test_kbench_compare_of_a_suite_prints_within_120_columns(tmp_path):
+    """Issue 41 item 7: the table, and the lines about both machines and the suite above it, at a terminal's width."""
+    import time
+
+    before, after = _suite_pair()
+    first = RunStore.create(tmp_path, {"environment": {"gpu": {"name": "NVIDIA H100 80GB HBM3"},
+                                                       "torch": "2.11.0+cu130"}, "config": {"math": {}}})
+    first.evaluations = list(before.evaluations)
+    first.finish()
+    time.sleep(1.1)  # run ids have one-second resolution
+    second = RunStore.create(tmp_path, {"environment": {"gpu": {"name": "NVIDIA H100 80GB HBM3"},
+                                                        "torch": "2.11.0+cu130"}, "config": {"math": {}}})
+    second.evaluations = list(after.evaluations)
+    second.finish()
+    result = CliRunner().invoke(app, ["compare", "--results-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 120, max(lines, key=len)
+    assert lines[0].startswith("before ") and any(line.startswith("suite (100 problems in both") for line in lines)

@@ -53,6 +53,7 @@ def compare_command(
         comparison_frame,
         readable_comparison,
         render,
+        terminal_line,
     )
 
     if fmt not in FORMATS:
@@ -70,9 +71,10 @@ def compare_command(
             typer.echo(line, err=True)
         typer.echo(render(frame, fmt))
     else:
-        typer.echo(result.machines)
-        typer.echo(result.summary.line)
-        typer.echo(result.suite + "\n")
+        prose = terminal_line if fmt == "table" else str
+        typer.echo(prose(result.machines))
+        typer.echo(prose(result.summary.line))
+        typer.echo(prose(result.suite) + "\n")
         if fmt == "table":
             typer.echo(f"before: {result.before.label}\nafter:  {result.after.label}\n")
         typer.echo(render(frame, fmt) + "".join(f"\n{line}" for line in (["", *folded] if folded else []))

@@ -269,6 +269,11 @@ def render(frame: pd.DataFrame, fmt: str) -> str:
     return tabulate(shown, headers="keys", tablefmt=style, showindex=False, disable_numparse=True)
 
 
+def terminal_line(text: str) -> str:
+    """A line of prose for the terminal, wrapped at WIDTH (continuation lines indented)."""
+    return textwrap.fill(text, WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+
+
 def wrap_name(name: str, width: int) -> str:
     """A name on lines of at most `width` characters, broken after underscores (within a word only where a word
     alone is longer)."""

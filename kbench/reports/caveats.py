@@ -113,24 +113,25 @@ class Caveats:
                 (e, why), = suspect
                 out.append(f"suspect: {e.problem}/{e.solution}: {why}")
                 continue
-            names = ", ".join(f"{e.problem}/{e.solution}" for e, _ in suspect[:FOLD_NAMES])
-            more = f" and {len(suspect) - FOLD_NAMES} more" if len(suspect) > FOLD_NAMES else ""
-            out.append(f"suspect, {len(suspect)} rows: {suspicion_words(code)} [{code}]: {names}{more}")
+            names = _folded([f"{e.problem}/{e.solution}" for e, _ in suspect])
+            out.append(f"suspect, {len(suspect)} rows: {suspicion_words(code)} [{code}]: {names}")
         for code, rows in self.weaknesses:
-            names = ", ".join(f"{e.problem}/{e.solution}" for e in rows[:FOLD_NAMES])
-            more = f" and {len(rows) - FOLD_NAMES} more" if len(rows) > FOLD_NAMES else ""
+            names = _folded([f"{e.problem}/{e.solution}" for e in rows])
             out.append(f"weakened: {names}: {WEAKENING[code]}" if len(rows) == 1 else
-                       f"weakened, {len(rows)} rows: {WEAKENING[code]} [{code}]: {names}{more}")
+                       f"weakened, {len(rows)} rows: {WEAKENING[code]} [{code}]: {names}")
         for code, problems in self.degenerate:
-            names = ", ".join(problems[:FOLD_NAMES]) + (f" and {len(problems) - FOLD_NAMES} more"
-                                                         if len(problems) > FOLD_NAMES else "")
-            out.append(f"degenerate problems, {len(problems)}: {DEGENERATE[code]} [{code}]: {names}")
+            out.append(f"degenerate problems, {len(problems)}: {DEGENERATE[code]} [{code}]: {_folded(problems)}")
         for what, rows in self.measured:
-            names = ", ".join(f"{e.problem}/{e.solution}" for e in rows[:FOLD_NAMES])
-            more = f" and {len(rows) - FOLD_NAMES} more" if len(rows) > FOLD_NAMES else ""
-            out.append(f"measured, {len(rows)} row(s): {what}: {names}{more}")
+            names = _folded([f"{e.problem}/{e.solution}" for e in rows])
+            out.append(f"measured, {len(rows)} row(s): {what}: {names}")
         out += [f"baseline {u}" for u in self.unmeasured]
         return out
+
+
+def _folded(names: Sequence[str]) -> str:
+    """The first FOLD_NAMES names, then how many more."""
+    more = f" and {len(names) - FOLD_NAMES} more" if len(names) > FOLD_NAMES else ""
+    return ", ".join(names[:FOLD_NAMES]) + more
 
 
 def compile_measured(doc: JsonObject, evaluations: Sequence[Evaluation]) -> bool:

@@ -239,7 +239,7 @@ def report_html(doc: JsonObject, evaluations: Sequence[Evaluation], state: str |
     return render(
         "report.html.j2", doc=doc, summary=leaderboard.summarize(evaluations), fast_p=leaderboard.FAST_P,
         significant=[speedups.significant_fast_p(evaluations, problems, p) for p in leaderboard.FAST_P],
-        sound=sound_fast_p(evaluations, problems),
+        sound=leaderboard.sound_fast_p(evaluations, problems),
         compile_measured=caveats.compile_measured(doc, evaluations), caveats=found,
         provenance=caveats.provenance(doc, evaluations), weakening=caveats.WEAKENING, fold=caveats.FOLD_NAMES,
         suspicion=caveats.suspicion_words,
@@ -253,14 +253,6 @@ def report_html(doc: JsonObject, evaluations: Sequence[Evaluation], state: str |
         config=flatten(doc.get("config") or {}), selection=flatten(doc.get("selection") or {}),
         problems=views, anchors=anchors, problem_ids={v["name"]: v["id"] for v in views},
         profiles=profile_view.section(doc), sections=sections)
-
-
-def sound_fast_p(evaluations: Sequence[Evaluation], problems: Sequence[str]) -> tuple[int, list[float]] | None:
-    """The significant fast_p with the degenerate problems left out, and how many were: None where there are none."""
-    sound = [p for p in problems if p not in caveats.degenerate_problems(evaluations)]
-    if len(sound) == len(problems):
-        return None
-    return len(problems) - len(sound), [speedups.significant_fast_p(evaluations, sound, p) for p in leaderboard.FAST_P]
 
 
 # The problems' sections (a leaderboard, two charts and a card of figures per row: 14 KB a problem on a real level-2

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from kbench.problems.kernelbench_runs import write_eval_results
+from kbench.reports.caveats import degenerate_problems
 from kbench.reports.speedup_chart import PAD, png_layout, speedup_ticks, tick_label
 from kbench.results.records import COMPILED, EAGER, Evaluation, Measurement, Status, problem_order
-from kbench.results.speedups import NOISE_BAND
+from kbench.results.speedups import NOISE_BAND, significant_fast_p
 from kbench.results.stats import geometric_mean
 from kbench.results.storage import latest_run, load, resolve
 
@@ -110,6 +111,16 @@ def noise_line(evaluations: Sequence[Evaluation], problem: str) -> list[str]:
                f"an exact result fails: only the library's rounding passes ({noise.cause or '?'})")
     return ["", f"Reference at {noise.precision} against float64: max error {noise.max_abs:.2g} "
                 f"at atol={noise.atol:g}, rtol={noise.rtol:g}; {verdict}."]
+
+
+def sound_fast_p(evaluations: Sequence[Evaluation], problems: Sequence[str]) -> tuple[int, list[float]] | None:
+    """The significant fast_p at each FAST_P with the degenerate problems left out (a solution returning zeros may be
+    `correct` there), and how many were left out: None where none is degenerate."""
+    degenerate = degenerate_problems(evaluations)
+    sound = [p for p in problems if p not in degenerate]
+    if len(sound) == len(problems):
+        return None
+    return len(problems) - len(sound), [significant_fast_p(evaluations, sound, p) for p in FAST_P]
 
 
 def gpu_line(evaluations: Sequence[Evaluation], problem: str) -> str:

@@ -20,7 +20,6 @@ from kbench.reports.caveats import (
     NOT_MEASURED,
     caveats,
     compile_measured,
-    degenerate_problems,
     headline,
     provenance,
     weakening,
@@ -149,10 +148,8 @@ def suite_table(doc: JsonObject, evaluations: Sequence[Evaluation]) -> list[str]
     significant = [significant_fast_p(evaluations, problems, p) for p in leaderboard.FAST_P]
     pct = lambda v: f"{v:.0%}"  # noqa: E731
     rows = [["vs eager: significant wins", *map(pct, significant), leaderboard.ratio_text(strict.geomean_eager)]]
-    sound = [p for p in problems if p not in degenerate_problems(evaluations)]
-    if len(sound) < len(problems):
-        rows.append([f"the same without {len(problems) - len(sound)} degenerate",
-                     *[pct(significant_fast_p(evaluations, sound, p)) for p in leaderboard.FAST_P], ""])
+    if (sound := leaderboard.sound_fast_p(evaluations, problems)) is not None:
+        rows.append([f"the same without {sound[0]} degenerate", *map(pct, sound[1]), ""])
     rows.append(["vs eager: KernelBench's fast_p", *[pct(v) for _, v in strict.fast_p_eager], ""])
     measured = compile_measured(doc, evaluations)
     if measured:

@@ -104,7 +104,8 @@ def run_set(work: Path, label: str, gpus: str, extra: list[str], deadline: float
                    "--no-compile-baseline", "--no-progress", "--results-dir", str(folder / "results"),
                    *state["extra"]]
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus, "PYTHONPATH": path}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus, "PYTHONPATH": path,
+           "KBENCH_TIMELINE": str(folder / "timeline.jsonl")}
     print(f"{label}: CUDA_VISIBLE_DEVICES={gpus} {' '.join(command[2:])}", flush=True)
     started = time.perf_counter()
     with (folder / "kbench.log").open("a") as log:
@@ -207,9 +208,56 @@ def table(work: Path, rows: bool) -> None:
         print(f"| {f['label']} | " + " | ".join(_fmt(f["phases"][p], ".3f") for p in PHASES)
               + f" | {_fmt(f['honest_rest'], '.3f')} | " + " | ".join(_fmt(f["eager_phases"][p], ".3f")
                                                          for p in EAGER_PHASES) + f" | {_fmt(f['eager_rest'], '.3f')} |")
+    lanes = [(f.name, slot_figures(f / "timeline.jsonl")) for f in folders if (f / "timeline.jsonl").exists()]
+    if lanes:
+        print("\nWhere each GPU's wall went between turns (medians over jobs, seconds; kbench.execution.timeline):"
+              " turn->timed: the exclusive, timed part; timed->answered: its checks; answered->exited: the worker's "
+              "exit; exited->swept: the kill and /dev/shm sweep; swept->next turn: the next job's wait")
+        print("| run | kind | jobs | turn->timed | timed->answered | answered->exited | exited->swept "
+              "| swept->next turn | turn to next turn | timed share of the cycles |")
+        print("|" + "---|" * 10)
+        for label, found in lanes:
+            for kind, f in found.items():
+                print(f"| {label} | {kind} | {f['jobs']} | " + " | ".join(_fmt(f[k], ".3f") for k in SEGMENTS)
+                      + f" | {_fmt(f['cycle'], '.3f')} | {_fmt(f['share'], '.2f')} |")
     if rows:
         for folder in folders:
             _rows(folder)
+
+
+SEGMENTS = ("turn->timed", "timed->answered", "answered->exited", "exited->swept", "swept->next turn")
+
+
+def slot_figures(path: Path) -> dict[str, dict]:
+    """Per kind of job (eager or solution): the median seconds of each segment of a job's time on its slot, from its
+    turn to the next job's turn there, and the share of those cycles spent in the timed part (turn->timed)."""
+    sys.path.insert(0, str(ROOT))
+    from kbench.execution.timeline import read
+
+    jobs: dict[str, dict] = {}
+    for e in read(str(path)):
+        jobs.setdefault(e.job, {"slot": e.slot, "what": e.what})[e.event] = e.t
+    by_slot: dict[str, list[dict]] = {}
+    for job in jobs.values():
+        if "turn" in job and "timed" in job:
+            by_slot.setdefault(job["slot"], []).append(job)
+    out: dict[str, dict] = {}
+    for slot_jobs in by_slot.values():
+        slot_jobs.sort(key=lambda j: j["turn"])
+        for job, after in zip(slot_jobs, [*slot_jobs[1:], None]):
+            kind = "eager" if job["what"].endswith("/reference") else "solution"
+            seg = out.setdefault(kind, {k: [] for k in (*SEGMENTS, "cycle", "timed_in_cycle")})
+            pairs = zip(("turn", "timed", "answered", "exited"), ("timed", "answered", "exited", "swept"))
+            for (a, b), name in zip(pairs, SEGMENTS):
+                if a in job and b in job:
+                    seg[name].append(job[b] - job[a])
+            if after is not None and "swept" in job and after["turn"] - job["turn"] < 60:  # not across a resume
+                seg["swept->next turn"].append(after["turn"] - job["swept"])
+                seg["cycle"].append(after["turn"] - job["turn"])
+                seg["timed_in_cycle"].append(job["timed"] - job["turn"])
+    return {kind: {"jobs": len(seg["cycle"]), **{k: _median(seg[k]) for k in (*SEGMENTS, "cycle")},
+                   "share": sum(seg["timed_in_cycle"]) / sum(seg["cycle"]) if seg["cycle"] else None}
+            for kind, seg in out.items()}
 
 
 def _rows(folder: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from kbench.build.compile import BuildContext, child_env, zygote_env
 from kbench.config.run_config import TimingPolicy
-from kbench.execution import child, isolation, warm_starts
+from kbench.execution import child, isolation, timeline, warm_starts
 from kbench.results.records import SolutionSpec
 from kbench.wire.jobs import EvaluateJob, ProblemRef, ReferenceJob, SolutionRef
 from tests.conftest import FIXTURES
@@ -399,3 +399,32 @@ def test_a_job_that_ends_before_the_next_takes_its_spare_leaves_the_child_after_
         assert seen_at_run == [1, 3, 4]
     finally:
         warm.close()
+
+
+def test_the_timeline_holds_each_jobs_events_in_the_order_they_came(tmp_path, monkeypatch):
+    """KBENCH_TIMELINE (bench/scale.py's view of where a slot's wall goes): every job handed, given its turn, timed,
+    answered, its worker exited and swept, in order on the parent's clock; without the variable, nothing marked."""
+    path = tmp_path / "timeline.jsonl"
+    monkeypatch.setenv(timeline.ENV, str(path))
+    warm = warm_starts.WarmStarts()
+    try:
+        for name in ("a", "b"):
+            solution, env = _solution(tmp_path / name)
+            assert warm(_job(solution), 60, env).result.status == "correct"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and path.read_text().count('"swept"') < 2:
+            time.sleep(0.05)  # the last worker is reaped in a thread of its own
+    finally:
+        warm.close()
+    events = timeline.read(str(path))
+    jobs = sorted({e.job for e in events}, key=lambda j: [e.job for e in events].index(j))
+    assert len(jobs) == 2 and {e.what for e in events} == {"tiny/checks_env"}
+    for job in jobs:
+        mine = [e for e in events if e.job == job]
+        # the result line is seen by the parent's reader thread, which a fast worker's exit may beat
+        order = [e.event for e in mine]
+        assert sorted(order) == sorted(timeline.EVENTS) and order[:3] == ["handed", "turn", "timed"]
+        assert order.index("exited") + 1 == order.index("swept")
+        assert [e.t for e in mine] == sorted(e.t for e in mine)
+    monkeypatch.delenv(timeline.ENV)
+    assert timeline.Timeline().marker("0", "x") is timeline.no_mark

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from kbench.execution import process_tree
 from kbench.execution.listeners import with_listener
 from kbench.execution.process_tree import kill_tree
+from kbench.execution.timeline import Mark, no_mark
 from kbench.execution.zygote import PLACEMENT_ENV, ForkedWorker, Zygote
 from kbench.results.codec import JsonObject, ProtocolError, decode, encode
 from kbench.results.records import Status
@@ -128,6 +129,7 @@ class JobChild:
         self._groups_lock = threading.Lock()
         self.token = ""
         self.on_event: Callable[[str], Any] = lambda name: None
+        self.mark: Mark = no_mark  # the run's slot timeline (kbench.execution.timeline), set by its launcher
         self.candidate = candidate  # whether a candidate process was started ahead with it (a solution's job)
         self.answered = threading.Event()  # a line with a result came (the worker exits right after writing it)
         self.ended_before_turn = False  # it answered or ended while its turn had not come (run's `turn`)
@@ -168,6 +170,7 @@ class JobChild:
         line (`answered`)."""
         if b'"result"' in line and self.token and self.token.encode() in line:
             self.answered.set()
+            self.mark("answered")
             return
         if b'"event"' not in line or not self.token:
             return
@@ -213,6 +216,7 @@ class JobChild:
                 if turn is not None:
                     self._wait_turn(turn)
                 self.proc.stdin.close()
+                self.mark("turn")
             except BrokenPipeError:
                 pass
             timed_out = not self._ended(timeout_s)
@@ -265,8 +269,10 @@ class JobChild:
                 for pgid in groups:
                     kill_tree(pgid)
                 self.proc.wait()
+                self.mark("exited")
                 process_tree.untrack(self.proc.pid, *groups)
                 shared_memory.sweep()  # what its candidates left in the machine's /dev/shm, before the slot's next job
+                self.mark("swept")
             finally:
                 if on_exit is not None:
                     on_exit()

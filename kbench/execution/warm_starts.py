@@ -7,6 +7,7 @@ import threading
 
 from kbench.execution.child import ChildOutcome, JobChild, job_env, shared_env, zygote_env_of
 from kbench.execution.pool import current_turn
+from kbench.execution.timeline import Timeline
 from kbench.execution.zygote import Zygote, ZygoteError
 from kbench.wire.jobs import Job
 
@@ -39,6 +40,7 @@ class WarmStarts:
         self._lock = threading.Lock()
         self._closed = False
         self.zygotes_started = 0  # by this launcher (an adopted one not counted)
+        self.timeline = Timeline()  # each job's times on its slot, when the run is asked for them
 
     def adopt(self, zygote: Zygote, env: dict[str, str]) -> None:
         """Use an already started zygote (the run's probe's) for the jobs whose environment is `env` on any GPU; the
@@ -101,9 +103,12 @@ class WarmStarts:
 
         turn = current_turn()
         timed = threading.Event()
+        mark = child.mark = self.timeline.marker(env.get("CUDA_VISIBLE_DEVICES"), job_name(job))
+        mark("handed")
 
         def on_event(name: str) -> None:  # the job's timing is over: the slot's next job may start now
             if name == "timed":
+                mark("timed")
                 timed.set()
                 self._start_spare(key, shared, solution)
                 if turn is not None:
@@ -125,6 +130,7 @@ class WarmStarts:
             gone.wait(CLOSE_WAIT_S)
             turn.previous.wait()
             child = self._child(shared, solution)
+            child.mark = mark
             outcome = child.run(job, timeout_s, env=job_env(env), on_event=on_event, on_exit=turn.end_again())
         # The slot's child after next starts now (the next job took the spare started at this one's "timed", or
         # none if this one never timed): it makes its CUDA contexts while the next job times, which an honest copy
@@ -162,6 +168,13 @@ def short_of_memory(outcome: ChildOutcome) -> bool:
     result = outcome.result
     message = str(getattr(result, "message", ""))
     return result is not None and result.status in ("not_run", "runtime_error") and "out of memory" in message
+
+
+def job_name(job: Job) -> str:
+    """problem/solution, or problem/the job's mode, or the mode alone (a build names its solution)."""
+    problem = getattr(getattr(job, "problem", None), "name", None)
+    solution = getattr(getattr(job, "solution", None), "name", None)
+    return "/".join(str(p) for p in (problem, solution or job.mode) if p is not None)
 
 
 def _key(env: dict[str, str]) -> Key:

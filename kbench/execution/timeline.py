@@ -1,0 +1,75 @@
+"""A run's slot timeline: when each job's worker got its job, its turn, timed, answered, exited and was swept.
+
+Written only when the environment names a file (`KBENCH_TIMELINE=PATH`, one JSON object a line, appended):
+`bench/scale.py` sets it and reads where a GPU's wall time goes between evaluations (docs/benchmarks.md). Times
+are the parent's monotonic clock in seconds; `job` is unique in the file (the parent's
+PID and a count: a resumed run appends), `what` names the job.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+ENV = "KBENCH_TIMELINE"
+# The events of one job, in the order they come on its slot
+EVENTS = ("handed", "turn", "timed", "answered", "exited", "swept")
+
+Mark = Callable[[str], None]
+
+
+def no_mark(event: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """One line of the file."""
+
+    t: float
+    slot: str
+    job: str
+    what: str
+    event: str
+
+
+class Timeline:
+    """The file's writer; one per launcher. Without a path every mark does nothing."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path if path is not None else os.environ.get(ENV) or None
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    def marker(self, slot: str | None, what: str) -> Mark:
+        """What marks one job's events on `slot`."""
+        if self.path is None:
+            return no_mark
+        job = f"{os.getpid()}-{next(self._ids)}"
+
+        def mark(event: str) -> None:
+            line = json.dumps({"t": round(time.monotonic(), 6), "slot": slot or "-", "job": job, "what": what,
+                               "event": event})
+            with self._lock, open(str(self.path), "a") as out:
+                out.write(line + "\n")
+
+        return mark
+
+
+def read(path: str) -> list[TimelineEvent]:
+    """The events a run wrote, in file order; lines that are not one (a run cut mid-line) are skipped."""
+    events = []
+    with open(path) as lines:
+        for line in lines:
+            try:
+                data = json.loads(line)
+                events.append(TimelineEvent(float(data["t"]), str(data["slot"]), str(data["job"]), str(data["what"]),
+                                            str(data["event"])))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return events

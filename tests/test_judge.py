@@ -359,6 +359,35 @@ def test_a_regime_change_has_the_rounds_timed_again_in_the_host_regime():
     assert (measured, kept, first, asked) == ("second", [], changed, [True])
 
 
+def test_a_regime_change_in_the_second_rounds_has_them_timed_a_third_time_in_the_host_regime():
+    """A first flag of another kind has the rounds timed again in the GPU regime; a call launch-bound there
+    (`[regime_changed]` in the second rounds: an honest plain-PyTorch copy of a call of microseconds on an H200) is
+    timed a third time, in the host regime, and only that timing and its own flags count. No regime change in the
+    second rounds: no third."""
+    changed = Finding(FindingCode.REGIME_CHANGED, "x")
+    mismatch = Finding(FindingCode.TIMER_MISMATCH, "y")
+    flagged = {"first": [mismatch], "second": [changed, mismatch], "third": []}
+    asked = []
+
+    def again(found):
+        asked.append(flags.host_only_again(found))
+        return ["second", "third"][len(asked) - 1]
+
+    measured, kept, first = flags.retime_mismatch(lambda: "first", again, lambda timed, p: flagged[timed])
+    assert (measured, kept, first, asked) == ("third", [], mismatch, [False, True])
+    flagged["third"] = [mismatch]  # a shave the host regime's rounds still show stands
+    asked.clear()
+    assert flags.retime_mismatch(lambda: "first", again, lambda timed, p: flagged[timed]) == (
+        "third", [mismatch], mismatch)
+    flagged["second"] = [mismatch]  # no regime change in the second rounds: they count
+    asked.clear()
+    assert flags.retime_mismatch(lambda: "first", again, lambda timed, p: flagged[timed]) == (
+        "second", [mismatch], mismatch)
+    assert asked == [False]
+    below = flags.regime_warning(TimingProtocol(judged_issue_s=38e-6, judged_gpu_s=-15e-6))
+    assert below is not None and "below what the judge's clock resolves" in below.message
+
+
 def test_rounds_timed_host_only_skip_the_regime_decision(session):
     import dataclasses
 

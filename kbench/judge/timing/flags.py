@@ -43,8 +43,10 @@ def regime_warning(protocol: TimingProtocol) -> Finding | None:
     issue, gpu = protocol.judged_issue_s, protocol.judged_gpu_s
     if issue is None or gpu is None or issue <= REGIME_SLACK * max(gpu, 0.0):
         return None
+    gpu_time = (f"whose GPU time is {gpu * 1e3:.3f} ms" if gpu > 0 else
+                "whose GPU time is below what the judge's clock resolves")
     return (Finding(FindingCode.REGIME_CHANGED, "timed in the GPU regime, but the host took "
-            f"{issue * 1e3:.3f} ms to issue each call whose GPU time is {gpu * 1e3:.3f} ms (by the judge's clock): "
+            f"{issue * 1e3:.3f} ms to issue each call {gpu_time} (by the judge's clock): "
             "a launch-bound call's time includes the host's"))
 
 
@@ -80,4 +82,13 @@ def retime_mismatch(timed: Callable[[], Timed], again: Callable[[list[Finding]],
     if first is None:
         return measured, found, None
     measured = again(found)
-    return measured, check(measured, checks.CONFIRM_P), first
+    second = check(measured, checks.CONFIRM_P)
+    if host_only_again(second) and not host_only_again(found):
+        # Timed again in the GPU regime (the first flag was another), the call was launch-bound there: its time is
+        # the host's, so it is timed once more, in the host regime, and that timing counts. A launch-bound call timed
+        # in the GPU regime also shows the judge more than the reported time, so the second rounds' other flags are
+        # the wrong regime's too; the third rounds' own checks, at CONFIRM_P, are what a shaver must pass. On an H200
+        # a plain-PyTorch honest copy of a call of microseconds was `suspect` so (2026-11-28, docs/benchmarks.md).
+        measured = again(second)
+        second = check(measured, checks.CONFIRM_P)
+    return measured, second, first

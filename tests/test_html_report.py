@@ -517,6 +517,9 @@ def test_a_250_problem_run_weighs_under_a_megabyte_and_its_first_screen_says_wha
     assert box.locator("li").count() == 4, box.inner_text()  # suspects, throttled, degenerate, torch.compile
     assert "suspect (42 rows)" in box.inner_text() and "weakened (30 rows)" in box.inner_text()
     assert "degenerate problems (28)" in box.inner_text()
+    degenerate = box.locator("li.degenerate")  # five problems linked, and the sixth behind "and 23 more"
+    assert "and 23 more" in degenerate.inner_text() and degenerate.locator("a").count() == 6
+    assert all(degenerate.locator("a").nth(i).get_attribute("href").startswith("#p") for i in range(6))
     names = page.eval_on_selector_all("#problems tbody tr td:first-child", "c => c.map(x => x.dataset.v)")
     assert names[:3] == [rows[0].problem, rows[2].problem, rows[4].problem]  # by level and number: L1_1, L1_2, ...
     width = page.evaluate("[document.querySelector('#problems').scrollWidth, "

@@ -428,3 +428,9 @@ def test_the_timeline_holds_each_jobs_events_in_the_order_they_came(tmp_path, mo
         assert [e.t for e in mine] == sorted(e.t for e in mine)
     monkeypatch.delenv(timeline.ENV)
     assert timeline.Timeline().marker("0", "x") is timeline.no_mark
+
+
+def test_a_timeline_the_run_cannot_write_is_said_once_and_the_run_goes_on(tmp_path, capsys):
+    nowhere = timeline.Timeline(str(tmp_path / "missing" / "timeline.jsonl"))
+    assert nowhere.path is None and nowhere.marker("0", "x") is timeline.no_mark
+    assert "[warning] KBENCH_TIMELINE=" in capsys.readouterr().err

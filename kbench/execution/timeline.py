@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +46,13 @@ class Timeline:
         self.path = path if path is not None else os.environ.get(ENV) or None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        if self.path is not None:
+            try:
+                open(self.path, "a").close()
+            except OSError as exc:  # a timeline the run cannot write is said once, and the run goes on without it
+                print(f"[warning] {ENV}={self.path}: cannot write there ({exc.strerror}); no timeline is kept",
+                      file=sys.stderr)
+                self.path = None
 
     def marker(self, slot: str | None, what: str) -> Mark:
         """What marks one job's events on `slot`."""
@@ -55,8 +63,11 @@ class Timeline:
         def mark(event: str) -> None:
             line = json.dumps({"t": round(time.monotonic(), 6), "slot": slot or "-", "job": job, "what": what,
                                "event": event})
-            with self._lock, open(str(self.path), "a") as out:
-                out.write(line + "\n")
+            try:
+                with self._lock, open(str(self.path), "a") as out:
+                    out.write(line + "\n")
+            except OSError:
+                pass  # the disk filled mid-run, say: the run's results matter more than its timeline
 
         return mark
 

@@ -236,7 +236,7 @@ def slot_figures(path: Path) -> dict[str, dict]:
 
     jobs: dict[str, dict] = {}
     for e in read(str(path)):
-        jobs.setdefault(e.job, {"slot": e.slot, "what": e.what})[e.event] = e.t
+        jobs.setdefault(e.job, {"slot": e.slot, "mode": e.mode})[e.event] = e.t
     by_slot: dict[str, list[dict]] = {}
     for job in jobs.values():
         if "turn" in job and "timed" in job:
@@ -245,7 +245,7 @@ def slot_figures(path: Path) -> dict[str, dict]:
     for slot_jobs in by_slot.values():
         slot_jobs.sort(key=lambda j: j["turn"])
         for job, after in zip(slot_jobs, [*slot_jobs[1:], None]):
-            kind = "eager" if job["what"].endswith("/reference") else "solution"
+            kind = "eager" if job["mode"] == "reference" else "solution"
             seg = out.setdefault(kind, {k: [] for k in (*SEGMENTS, "cycle", "timed_in_cycle")})
             pairs = zip(("turn", "timed", "answered", "exited"), ("timed", "answered", "exited", "swept"))
             for (a, b), name in zip(pairs, SEGMENTS):

@@ -418,7 +418,7 @@ def test_the_timeline_holds_each_jobs_events_in_the_order_they_came(tmp_path, mo
         warm.close()
     events = timeline.read(str(path))
     jobs = sorted({e.job for e in events}, key=lambda j: [e.job for e in events].index(j))
-    assert len(jobs) == 2 and {e.what for e in events} == {"tiny/checks_env"}
+    assert len(jobs) == 2 and {(e.what, e.mode) for e in events} == {("tiny/checks_env", "evaluate")}
     for job in jobs:
         mine = [e for e in events if e.job == job]
         # the result line is seen by the parent's reader thread, which a fast worker's exit may beat
@@ -427,10 +427,10 @@ def test_the_timeline_holds_each_jobs_events_in_the_order_they_came(tmp_path, mo
         assert order.index("exited") + 1 == order.index("swept")
         assert [e.t for e in mine] == sorted(e.t for e in mine)
     monkeypatch.delenv(timeline.ENV)
-    assert timeline.Timeline().marker("0", "x") is timeline.no_mark
+    assert timeline.Timeline().marker("0", "x", "evaluate") is timeline.no_mark
 
 
 def test_a_timeline_the_run_cannot_write_is_said_once_and_the_run_goes_on(tmp_path, capsys):
     nowhere = timeline.Timeline(str(tmp_path / "missing" / "timeline.jsonl"))
-    assert nowhere.path is None and nowhere.marker("0", "x") is timeline.no_mark
+    assert nowhere.path is None and nowhere.marker("0", "x", "evaluate") is timeline.no_mark
     assert "[warning] KBENCH_TIMELINE=" in capsys.readouterr().err

@@ -3,11 +3,13 @@
 Written only when the environment names a file (`KBENCH_TIMELINE=PATH`, one JSON object a line, appended):
 `bench/scale.py` sets it and reads where a GPU's wall time goes between evaluations (docs/benchmarks.md). Times
 are the parent's monotonic clock in seconds; `job` is unique in the file (the parent's
-PID and a count: a resumed run appends), `what` names the job.
+PID and a count: a resumed run appends), `what` names the job and `mode` says its kind (kbench.wire.jobs: evaluate,
+reference, build, ...).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -36,6 +38,7 @@ class TimelineEvent:
     slot: str
     job: str
     what: str
+    mode: str
     event: str
 
 
@@ -54,15 +57,15 @@ class Timeline:
                       file=sys.stderr)
                 self.path = None
 
-    def marker(self, slot: str | None, what: str) -> Mark:
-        """What marks one job's events on `slot`."""
+    def marker(self, slot: str | None, what: str, mode: str) -> Mark:
+        """What marks the events of one job (`what`, of kind `mode`) on `slot`."""
         if self.path is None:
             return no_mark
         job = f"{os.getpid()}-{next(self._ids)}"
 
         def mark(event: str) -> None:
-            line = json.dumps({"t": round(time.monotonic(), 6), "slot": slot or "-", "job": job, "what": what,
-                               "event": event})
+            line = json.dumps(dataclasses.asdict(TimelineEvent(round(time.monotonic(), 6), slot or "-", job, what,
+                                                               mode, event)))
             try:
                 with self._lock, open(str(self.path), "a") as out:
                     out.write(line + "\n")
@@ -79,8 +82,8 @@ def read(path: str) -> list[TimelineEvent]:
         for line in lines:
             try:
                 data = json.loads(line)
-                events.append(TimelineEvent(float(data["t"]), str(data["slot"]), str(data["job"]), str(data["what"]),
-                                            str(data["event"])))
+                named = {f.name: str(data[f.name]) for f in dataclasses.fields(TimelineEvent) if f.name != "t"}
+                events.append(TimelineEvent(float(data["t"]), **named))
             except (ValueError, KeyError, TypeError):
                 continue
     return events

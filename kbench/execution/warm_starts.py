@@ -9,7 +9,7 @@ from kbench.execution.child import ChildOutcome, JobChild, job_env, shared_env, 
 from kbench.execution.pool import current_turn
 from kbench.execution.timeline import Timeline
 from kbench.execution.zygote import Zygote, ZygoteError
-from kbench.wire.jobs import Job
+from kbench.wire.jobs import BuildJob, CheckJob, EvaluateJob, Job, ReferenceJob
 
 
 class WarmStarts:
@@ -103,7 +103,7 @@ class WarmStarts:
 
         turn = current_turn()
         timed = threading.Event()
-        mark = child.mark = self.timeline.marker(env.get("CUDA_VISIBLE_DEVICES"), job_name(job))
+        mark = child.mark = self.timeline.marker(env.get("CUDA_VISIBLE_DEVICES"), job_name(job), job.mode)
         mark("handed")
 
         def on_event(name: str) -> None:  # the job's timing is over: the slot's next job may start now
@@ -171,10 +171,15 @@ def short_of_memory(outcome: ChildOutcome) -> bool:
 
 
 def job_name(job: Job) -> str:
-    """problem/solution, or problem/the job's mode, or the mode alone (a build names its solution)."""
-    problem = getattr(getattr(job, "problem", None), "name", None)
-    solution = getattr(getattr(job, "solution", None), "name", None)
-    return "/".join(str(p) for p in (problem, solution or job.mode) if p is not None)
+    """What the timeline names a job by: problem/solution for a solution's, problem/mode for a reference's or a
+    problem's check, the solution for a build, the mode for a probe."""
+    if isinstance(job, EvaluateJob):
+        return f"{job.problem.name}/{job.solution.name}"
+    if isinstance(job, (ReferenceJob, CheckJob)):
+        return f"{job.problem.name}/{job.mode}"
+    if isinstance(job, BuildJob):
+        return job.solution.name
+    return job.mode
 
 
 def _key(env: dict[str, str]) -> Key:

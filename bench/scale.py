@@ -263,13 +263,15 @@ def slot_figures(path: Path) -> dict[str, dict]:
 def _rows(folder: Path) -> None:
     doc = _load(_run_dir(folder / "results"))
     print(f"\n{folder.name}: problem | solution | GPU | status | vs eager | eager ms | solution ms | regime "
-          "| process ratios | warnings | top kernels (candidate's process, after timing)")
+          "| process ratios (before the import, after the rounds) | warnings "
+          "| top kernels (candidate's process, after timing)")
     for r in sorted(doc["evaluations"], key=lambda r: (r["problem"], r["solution"])):
         if r["solution"] in REFERENCE_ROWS:
             continue
         eager = (r.get("eager_timing") or {}).get("median")
         own = (r.get("timing") or {}).get("median")
-        processes = ((r.get("diagnostics") or {}).get("processes") or {}).get("ratios")
+        check = (r.get("diagnostics") or {}).get("processes") or {}
+        processes = f"{check.get('ratios')} after {check.get('after')}"
         codes = ",".join(sorted({w["code"] for w in r.get("warnings", [])}))
         top = "; ".join(f"{name[:60]} {us:.0f}us" for name, us in ((r.get("kernels") or {}).get("top") or [])[:2])
         print(f"{r['problem']} | {r['solution']} | {r.get('gpu')} | {r['status']} "

@@ -211,6 +211,29 @@ def test_a_launch_bound_model_is_named_so_and_its_honest_copy_is_not_faster(tmp_
     assert honest.speedup_vs_eager <= HONEST_SPEEDUP, honest.speedup_vs_eager
 
 
+def test_an_honest_copy_of_a_call_whose_speed_moves_with_its_memory_is_never_correct_off_one(tmp_path):
+    """The `placed` fixture (KernelBench level 2's #77 shape) ran 4.9 or 6.4 ms by where its 212 MB intermediate lay,
+    and its honest copies read 0.77x or 1.30x `correct` on one H200 (2026-11-28): the check before the import saw the
+    two processes agree. The reference kept in the candidate's process, timed again after the solution's rounds on the
+    memory the solution's calls had used, sees it: each of four copies is `correct` within 1.00 +- 0.03 or `suspect`
+    with `[processes_disagree]`, never `correct` outside the band."""
+    solutions = tmp_path / "solutions" / "placed"
+    solutions.mkdir(parents=True)
+    for i in range(4):
+        shutil.copy(FIXTURES / "solutions" / "placed" / "honest.py", solutions / f"honest_{i}.py")
+    problems, found = select(["placed"], [], FIXTURES / "problems", tmp_path / "solutions")
+    store = execute(_config(tmp_path, compile_baseline=False), problems, found, Path.cwd())
+    rows = [e for e in store.evaluations if e.solution.startswith("honest")]
+    assert len(rows) == 4
+    for row in rows:
+        assert row.diagnostics.processes.after is not None, row.diagnostics.processes
+        if row.status == Status.CORRECT:
+            assert abs(row.speedup_vs_eager - 1) <= 0.03, (row.speedup_vs_eager, row.diagnostics.processes)
+        else:
+            assert row.status == Status.SUSPECT and FindingCode.PROCESSES_DISAGREE in row.flags, (row.status,
+                                                                                                 row.warnings)
+
+
 FIDELITY = ["convtranspose3d_softmax", "conv3d_logsumexp"]  # the two shortest tf32_igemm calls (0.36 and 0.98 ms)
 
 

@@ -160,3 +160,49 @@ def test_in_the_host_regime_the_judges_disagreement_is_recorded_not_acted_on():
 
     _, _, check, finding = judge._calibrated(_job("cuda"), "first", fresh, host)
     assert seen == ["first"] and finding is None and check.ratios == (pytest.approx(0.96),)
+
+
+LIVE = HERE / "live.py"
+SLOWS = FIXTURES / "process_speed_solutions" / "slows_its_process.py"  # apart: a sandbox shows a solution only its own folder
+
+
+@pytest.fixture
+def after_on_the_cpu(monkeypatch):
+    """The check after the solution's rounds runs on the CPU too (on CUDA only for a reference of AFTER_MIN_BYTES)."""
+    monkeypatch.setattr(judge, "AFTER_CHECKED", ("cpu",))
+    monkeypatch.delenv("KBENCH_TEST_SLOW_NOW", raising=False)
+
+
+def _live_job(solution) -> EvaluateJob:
+    return EvaluateJob(problem=ProblemRef("p", str(LIVE), {}), device="cpu", seed=1, trials=1, atol=1e-4, rtol=1e-4,
+                       solution=SolutionRef("s", str(solution)))
+
+
+def test_the_reference_timed_again_after_the_solutions_rounds_agrees_for_an_honest_copy(after_on_the_cpu,
+                                                                                        checked_on_the_cpu):
+    result = judge.judge_solution(_live_job(ONE_OP), {}, _quiet)
+    processes = result.diagnostics.processes
+    assert processes.after is not None and abs(processes.after - 1) < 0.3, processes
+    assert FindingCode.PROCESSES_DISAGREE not in [w.code for w in result.warnings], result.warnings
+
+
+def test_a_reference_slower_in_the_candidates_process_after_the_solutions_rounds_makes_the_row_suspect(
+        after_on_the_cpu, checked_on_the_cpu):
+    """Before the import both processes run the reference at 2 ms; the solution's import slows it to 5 ms in its
+    process, where its own calls stay at 2 ms. The check before the import cannot see that; the kept reference, timed
+    there after the solution's rounds, does: the row is `suspect`, and the ratio is recorded."""
+    result = judge.judge_solution(_live_job(SLOWS), {}, _quiet)
+    processes = result.diagnostics.processes
+    assert abs(processes.ratios[0] - 1) < 0.3 and processes.fresh_candidates == 0, processes
+    assert processes.after > 2, processes  # the kept reference was timed, not the solution's 2 ms calls
+    assert abs(result.timing.median / result.eager_timing.median - 1) < 0.3
+    found = [w for w in result.warnings if w.code == FindingCode.PROCESSES_DISAGREE]
+    assert found and "after the solution's rounds" in found[0].message, result.warnings
+    assert result.status == "suspect"
+
+
+def test_without_the_check_the_candidate_keeps_no_reference(monkeypatch):
+    monkeypatch.delenv("KBENCH_TEST_SLOW_NOW", raising=False)
+    result = judge.judge_solution(_live_job(SLOWS), {}, _quiet)
+    assert result.diagnostics.processes.after is None
+    assert FindingCode.PROCESSES_DISAGREE not in [w.code for w in result.warnings]

@@ -196,6 +196,18 @@ def test_rows_spread_over_gpus_say_where_each_ran_and_the_process_check_is_summe
                                "host-regime row(s) divided by a witness process, not the judge's eager")
     alone = [dataclasses.replace(r, gpu=None, gpu_name=None) for r in rows[:1]]
     assert "spread" not in provenance({"environment": {}}, alone).device
+    # the check after the solution's rounds: counted apart from the one before the import
+    apart = ["[processes_disagree] after the solution's rounds the reference itself ran 0.770x as long"]
+    after = [dataclasses.replace(placed("e", "0", [1.0]), diagnostics=Diagnostics(
+                 processes=ProcessCheck((1.0,), 0, after=1.01))),
+             dataclasses.replace(placed("f", "1", [1.0], warnings=apart), diagnostics=Diagnostics(
+                 processes=ProcessCheck((1.0,), 0, after=0.77, after_disagrees=True))),
+             dataclasses.replace(placed("g", "2", [1.3, 1.3, 1.3], fresh=2, warnings=disagree), diagnostics=Diagnostics(
+                 processes=ProcessCheck((1.3, 1.3, 1.3), 2, disagrees=True, after=0.76, after_disagrees=True)))]
+    assert provenance({"environment": {}}, after).processes == (
+        "2 of 3 row(s) agreed in their first candidate process; 0 went into a fresh candidate process and agreed "
+        "there; 1 disagreed in every process tried: suspect, no speedup; 3 timed the reference again in the "
+        "candidate's process after the solution's rounds, 2 of them apart from the judge's: suspect, no speedup")
     assert "gpu" not in to_terminal(results_frame(alone))
 
 

@@ -35,6 +35,8 @@ from kbench.judge.timing import checks, timers
 from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.flags import host_only_again, mismatch_check, retime_mismatch
 from kbench.judge.timing.judge_timing import (
+    AFTER_MIN_BYTES,
+    after,
     calibrate,
     pin_timing_core,
     time_beside_witness,
@@ -104,6 +106,8 @@ def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: An
                               judge_work="the reference's first call")
     phases.mark("setup")
     session.sandbox_plan = sandbox.plan_for(job.solution.path, env, device)  # in force before the solution is imported
+    # a call this big is timed again in the candidate's process after the solution's rounds (judge_timing.after)
+    session.keep_reference = device in AFTER_CHECKED and (ref_peak is None or ref_peak >= AFTER_MIN_BYTES)
 
     def before_rounds(current: Session) -> None:  # the candidate's start is over; from here on things are timed
         phases.mark("calibration_start")
@@ -158,6 +162,8 @@ def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: An
     draft.warnings += [w for w in (checks.level_moved_warning(timed.solution, "the solution"),
                                    checks.level_moved_warning(timed.eager, "the eager reference"))
                        if w is not None]
+    if session.keep_reference and (device != "cuda" or timed.solution.regime == calibration.eager_regime == Regime.GPU):
+        _after(job, session, reference, make, draft)
     phases.mark("timing")
     announce("timed")  # the parent may now start the next child (kbench.execution.warm_starts.WarmStarts)
     _trust(job, session, reference, make, draft, phases)
@@ -165,6 +171,31 @@ def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: An
     if (warning := memory_warning(session.peak_bytes, ref_peak)) is not None:
         draft.warnings.append(warning)
     return _decided(job, draft, Status.CORRECT)
+
+
+def _after(job: EvaluateJob, session: Session, reference: Any, make: Callable[[int], list[Any]], draft: Draft) -> None:
+    """The reference kept in the candidate's process, timed there after the solution's rounds beside the judge's eager
+    (judge_timing.after): `[processes_disagree]` when the two disagree, as before the import. The solution's model is
+    bound again for the checks that follow. What the candidate's process does wrong meanwhile is its verdict, as
+    anywhere; a failure of the judge's own side (out of memory, say) skips the check with `[check_skipped]`."""
+    try:
+        found = after(job, session, reference, make)
+    except Verdict:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the judge's own check: the row stands without it
+        draft.warnings.append(trust.skipped("the reference's timing after the solution's rounds", exc))
+        session.bind("main", make(job.seed))
+        return
+    ratio = checks.process_ratio(found)
+    gap = checks.processes_disagree(found) if job.device in PROCESS_CHECKED else None
+    processes = dataclasses.replace(draft.row.diagnostics.processes or ProcessCheck(),
+                                    after=round(ratio, 4) if ratio is not None else None,
+                                    after_disagrees=gap is not None)
+    draft.row = dataclasses.replace(draft.row, diagnostics=dataclasses.replace(draft.row.diagnostics,
+                                                                               processes=processes))
+    if gap is not None:
+        draft.warnings.append(checks.after_warning(gap))
+    session.bind("main", make(job.seed))
 
 
 def _decided(job: EvaluateJob, draft: Draft, judged: Status, message: str = "") -> Evaluation:
@@ -181,6 +212,9 @@ def _decided(job: EvaluateJob, draft: Draft, judged: Status, message: str = "") 
 # another speed than the judge's (timing.processes_disagree); if the last still does, the row is `suspect`.
 PROCESS_RETRIES = 2
 PROCESS_CHECKED = ("cuda",)  # on the CPU the ratio is recorded only: processes sharing two cores differ by more
+# Where the reference is timed again in the candidate's process after the solution's rounds (judge_timing.after): a
+# GPU-regime row whose reference allocates AFTER_MIN_BYTES or more in a call (a host-regime row divides by a witness)
+AFTER_CHECKED = ("cuda",)
 
 
 def _calibrated(job: EvaluateJob, session: Session, fresh: Callable[[Session], Session],
@@ -200,7 +234,8 @@ def _calibrated(job: EvaluateJob, session: Session, fresh: Callable[[Session], S
         calibration = calibrate_in(session)
         ratios.append(checks.process_ratio(calibration))
     gap = checks.processes_disagree(calibration) if act else None
-    tried = ProcessCheck(tuple(round(r, 4) if r is not None else None for r in ratios), len(ratios) - 1)
+    tried = ProcessCheck(tuple(round(r, 4) if r is not None else None for r in ratios), len(ratios) - 1,
+                         disagrees=gap is not None)
     return session, calibration, tried, checks.processes_warning(gap, len(ratios)) if gap else None
 
 
@@ -212,7 +247,7 @@ def _fresh_session(job: EvaluateJob, old: Session, announce: Announce, started: 
     cand.announce(announce)
     pin_timing_core(job.device, cand)
     session = Session(cand, job.device, old.reserve)
-    session.sandbox_plan = old.sandbox_plan
+    session.sandbox_plan, session.keep_reference = old.sandbox_plan, old.keep_reference
     return session
 
 

@@ -259,18 +259,28 @@ def _spread(evaluations: Sequence[Evaluation]) -> str:
 
 def _processes(evaluations: Sequence[Evaluation]) -> str:
     """What the check of the judge's and the candidates' processes found and did, over the solution rows: the
-    reference timed in both before the solution was imported (docs/timing.md)."""
+    reference timed in both before the solution was imported, and again in the candidate's after the solution's rounds
+    for a big call (docs/timing.md)."""
     checked = [e for e in evaluations if e.solution not in (EAGER, COMPILED) and e.diagnostics.processes is not None]
     if not checked:
         return "not recorded (a run from before the check, or no solution timed)"
-    fresh = sum(1 for e in checked if e.diagnostics.processes and e.diagnostics.processes.fresh_candidates)
-    disagree = sum(1 for e in checked if FindingCode.PROCESSES_DISAGREE in e.flags)
+    found = [e.diagnostics.processes for e in checked if e.diagnostics.processes is not None]
+    fresh = sum(1 for p in found if p.fresh_candidates)
+    after = sum(1 for p in found if p.after is not None)
+    after_apart = sum(1 for p in found if p.after_disagrees)
+    # before the import (runs from before `disagrees` was recorded: the finding, which only that check gave then)
+    disagree = sum(1 for e in checked if (c := e.diagnostics.processes) is not None and (
+        c.disagrees or (FindingCode.PROCESSES_DISAGREE in e.flags and c.after is None)))
     witness = sum(1 for e in checked if (p := e.diagnostics.protocol) and p.divisor and p.divisor.by == "witness")
     parts = [f"{len(checked) - fresh} of {len(checked)} row(s) agreed in their first candidate process"]
     if fresh:
         parts.append(f"{fresh - disagree} went into a fresh candidate process and agreed there")
     if disagree:
         parts.append(f"{disagree} disagreed in every process tried: suspect, no speedup")
+    if after:
+        parts.append(f"{after} timed the reference again in the candidate's process after the solution's rounds"
+                     + (f", {after_apart} of them apart from the judge's: suspect, no speedup" if after_apart else
+                        ", all in agreement"))
     if witness:
         parts.append(f"{witness} host-regime row(s) divided by a witness process, not the judge's eager")
     return "; ".join(parts)

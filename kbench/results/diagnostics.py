@@ -100,6 +100,11 @@ class ProcessCheck:
 
     ratios: tuple[float | None, ...] = ()
     fresh_candidates: int = 0
+    disagrees: bool = False  # the last process tried still disagreed (`[processes_disagree]`, the row `suspect`)
+    # After the solution's rounds: the reference kept in the candidate's process, timed there on the memory the
+    # solution's calls had used, over the judge's eager of the same rounds (kbench.judge.timing.judge_timing.after)
+    after: float | None = None
+    after_disagrees: bool = False  # that check found the two apart (`[processes_disagree]`, the row `suspect`)
 
 
 @dataclass(frozen=True)

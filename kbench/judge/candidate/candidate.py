@@ -89,6 +89,7 @@ class CommandServer:
         self.guarded: dict[str, object] = {}  # trust.snapshot_attributes: label -> the object there
         self.module: Any = None
         self.models: dict[str, Callable[..., Any]] = {}  # ModelNew by size name (or its backward.Gradients)
+        self.kept: Callable[..., Any] | None = None  # the calibration's reference, kept (protocol.Calibrate.keep)
         self.model: Callable[..., Any] = lambda *args: None
         self.inputs: list[Any] = []
         self.outputs: list[Any] = []
@@ -113,11 +114,13 @@ class CommandServer:
         if cmd.grads is not None:
             model = backward.Gradients(model, cmd.grads, reference=True)
         self.model, self.inputs, self.outputs = model, list(cmd.inputs), list(cmd.outputs)
+        self.kept = model if cmd.keep else None
         return {"status": "ok", "sandbox": level}
 
     def load(self, cmd: protocol.Load) -> protocol.ReplyFields:
         os.environ.update(cmd.env)
-        self.model = lambda *args: None  # the calibration's reference goes, and the memory its calls cached
+        # The calibration's reference goes (unless kept: its weights stay), and the memory its calls cached
+        self.model = lambda *args: None
         if self.device == "cuda":
             torch.cuda.empty_cache()
         self.guarded = trust.snapshot_attributes()
@@ -139,7 +142,8 @@ class CommandServer:
         return {"status": "ok", "copied": len(shared)}
 
     def bind(self, cmd: protocol.Bind) -> protocol.ReplyFields:
-        self.model, self.inputs, self.outputs = self.models[cmd.name], list(cmd.inputs), list(cmd.outputs)
+        model = self.kept if cmd.name == protocol.REFERENCE and self.kept is not None else self.models[cmd.name]
+        self.model, self.inputs, self.outputs = model, list(cmd.inputs), list(cmd.outputs)
         return {"status": "ok"}
 
     def call(self) -> protocol.ReplyFields:

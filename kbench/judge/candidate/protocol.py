@@ -45,6 +45,12 @@ class Calibrate:
     page: Any = None  # CUDA: a CPU tensor in shared memory holding the signal page (kbench.judge.timing.gate)
     sandbox: SandboxPlan | None = None  # the job's file system, restricted before the solution comes
     grads: tuple[str, ...] | None = None  # --backward: the parameters whose gradients a call returns (judge.backward)
+    # Keep the reference built once the solution is imported, under REFERENCE (`Bind` it again): the judge times it
+    # after the solution's rounds, on the memory the solution's calls freed (kbench.judge.timing.judge_timing.after)
+    keep: bool = False
+
+
+REFERENCE = "calibration"  # the name the kept reference is bound under
 
 
 @dataclass(frozen=True)

@@ -190,6 +190,7 @@ class Session:
         self.page_tensor = gate.shared_page_tensor() if device == "cuda" else None
         self.sandbox_plan: SandboxPlan | None = None  # sent with the calibration (None: namespaces only)
         self.sandbox = ""  # the sandbox the candidate reported before the solution was imported
+        self.keep_reference = False  # the candidate keeps the calibration's reference (protocol.Calibrate.keep)
 
     def _shared(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         if self.pool is not None:
@@ -221,7 +222,8 @@ class Session:
         reply = self.ask(protocol.Calibrate(self.device, dataclasses.asdict(job.math), job.problem.path,
                                             job.problem.overrides, init, self._shared_state(reference), self.inputs,
                                             self.buffers[self.name], self.precision, self.page_tensor,
-                                            self.sandbox_plan, backward.gradient_names(reference)))
+                                            self.sandbox_plan, backward.gradient_names(reference),
+                                            self.keep_reference))
         self.sandbox = reply.sandbox
 
     def load(self, path: str, env: dict[str, str]) -> None:

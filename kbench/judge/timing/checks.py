@@ -227,6 +227,14 @@ def processes_warning(ratio: float, tries: int) -> Finding:
                    "the solution was imported): a speedup divided by the judge's eager would carry that difference")
 
 
+def after_warning(ratio: float) -> Finding:
+    """`[processes_disagree]` found after the solution's rounds (kbench.judge.timing.judge_timing.after): the reference,
+    on the memory the solution's calls had used in its process, ran at another speed than the judge's eager."""
+    return Finding(FindingCode.PROCESSES_DISAGREE, f"after the solution's rounds the reference itself ran {ratio:.3f}x "
+                   "as long in the candidate's process, on the memory the solution's calls had used, as in the "
+                   "judge's: the speedup would carry where each process's memory lay")
+
+
 # Two halves of a timing's samples (in the order they were taken) this far apart, and significantly: the level moved.
 LEVEL_MOVED_RATIO = 1.10
 LEVEL_MOVED_P = 0.01

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbench.config.run_config import TimingPolicy
+from kbench.judge.candidate import protocol
 from kbench.judge.candidate.session import CandidateProcess, Session
 from kbench.judge.harness import guarded, make_timer, pin, timing_core
 from kbench.judge.timing import checks, sampling
@@ -90,6 +91,48 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
     keep = slice(CALIBRATION_DISCARD, None)
     kept = {regime: [o for o in calls[keep] if not o.forced] for regime, calls in seen.items()}
     return observed_calibration(kept, eager[keep], issue[keep], eager_regime)
+
+
+# A row whose reference allocates this much in a call has the reference kept in the candidate's process and timed
+# there again after the solution's rounds (`after`). On one H200 the same cuDNN kernel of a call with a 212 MB
+# intermediate (KernelBench level 2's #77) ran in 4.9 or 6.4 ms in one process depending only on which memory the
+# caching allocator had given it (docs/benchmarks.md, 2026-11-28): the solution's calls and the judge's eager are each
+# one draw of that, which the check before the import cannot see.
+AFTER_MIN_BYTES = 32 << 20
+AFTER_ROUNDS = 12  # rounds of the check after the solution's (the first CALIBRATION_DISCARD dropped)
+
+
+def after(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]]) -> Calibration:
+    """After the solution's rounds, in the GPU regime (the host's on the CPU): the reference kept in the candidate's
+    process (built there before the solution was imported, protocol.Calibrate.keep) timed through the protocol beside
+    the judge's eager, AFTER_ROUNDS rounds. Its calls allocate what an honest copy's calls allocated, and the caching
+    allocator hands them the blocks those calls freed: the same memory the solution's calls ran on, where the judge's
+    eager runs on its own. The figures come back as a calibration's (`eager`, `reference`), for
+    `checks.processes_disagree`."""
+    values = make(job.seed - 2000)
+    session.bind(protocol.REFERENCE, values, reference(*values))
+    for _ in range(CALIBRATION_WARMUP):
+        session.call()
+    calls = TimedCalls(session, job.atol, job.rtol)
+    regime = Regime.GPU if job.device == "cuda" else Regime.HOST  # the CPU has the host's clock only
+    timer = make_timer(job.device)
+    timer.use(regime)
+    eager: list[float] = []
+    theirs: list[float] = []
+    try:
+        for index in range(AFTER_ROUNDS):
+            values = make(job.seed - 2001 - index)
+            sampling.settle(job.device)
+            held: list[Any] = []
+            timed = timer.sample(lambda: held.append(reference(*values)))[0]  # noqa: B023 - called at once
+            seen = calls.sample(regime, values, held[0], "a call of the reference after the solution's")
+            if not seen.forced and timer.regime == regime:
+                eager.append(timed)
+                theirs.append(seen.timed)
+    finally:
+        calls.close()
+    keep = slice(CALIBRATION_DISCARD, None)
+    return Calibration(eager=tuple(eager[keep]), reference=tuple(theirs[keep]), eager_regime=regime)
 
 
 def observed_calibration(seen: Mapping[Regime, Sequence[Observed]], eager: Sequence[float] = (),

@@ -203,11 +203,14 @@ def test_rows_spread_over_gpus_say_where_each_ran_and_the_process_check_is_summe
              dataclasses.replace(placed("f", "1", [1.0], warnings=apart), diagnostics=Diagnostics(
                  processes=ProcessCheck((1.0,), 0, after=0.77, after_disagrees=True))),
              dataclasses.replace(placed("g", "2", [1.3, 1.3, 1.3], fresh=2, warnings=disagree), diagnostics=Diagnostics(
-                 processes=ProcessCheck((1.3, 1.3, 1.3), 2, disagrees=True, after=0.76, after_disagrees=True)))]
+                 processes=ProcessCheck((1.3, 1.3, 1.3), 2, disagrees=True, after=0.76, after_disagrees=True))),
+             dataclasses.replace(placed("h", "3", [1.0, 1.0]), diagnostics=Diagnostics(
+                 processes=ProcessCheck((1.0, 1.0), 1, after=1.0, after_retries=1)))]
     assert provenance({"environment": {}}, after).processes == (
-        "2 of 3 row(s) agreed in their first candidate process; 0 went into a fresh candidate process and agreed "
-        "there; 1 disagreed in every process tried: suspect, no speedup; 3 timed the reference again in the "
-        "candidate's process after the solution's rounds, 2 of them apart from the judge's: suspect, no speedup")
+        "3 of 4 row(s) agreed in their first candidate process; 0 went into a fresh candidate process and agreed "
+        "there; 1 disagreed in every process tried: suspect, no speedup; 4 timed the reference again in the "
+        "candidate's process after the solution's rounds, 1 agreeing only in a fresh candidate process, 2 apart from "
+        "the judge's in every process tried: suspect, no speedup")
     assert "gpu" not in to_terminal(results_frame(alone))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.flags import host_only_again, mismatch_check, retime_mismatch
 from kbench.judge.timing.judge_timing import (
     AFTER_MIN_BYTES,
+    TimedRounds,
     after,
     calibrate,
     pin_timing_core,
@@ -115,18 +117,12 @@ def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: An
         phases.mark("waiting")
         pin_timing_core(job.device, current.cand, judge=True)
 
+    calibrate_in = partial(calibrate, job, reference=reference, init=init, make=make, inputs=probe_inputs,
+                           outputs=probe, before_rounds=before_rounds)
     session, calibration, processes, disagree = _calibrated(
-        job, session, lambda current: _fresh_session(job, current, announce, started),
-        partial(calibrate, job, reference=reference, init=init, make=make, inputs=probe_inputs, outputs=probe,
-                before_rounds=before_rounds))
+        job, session, lambda current: _fresh_session(job, current, announce, started), calibrate_in)
     phases.mark("calibration")
-    try:
-        session.load(job.solution.path, env)
-    except Verdict as v:
-        raise load_failure(v) from None  # a kernel DSL missing here: not_run, as the machine cannot run it
-    phases.mark("load")
-    copied = session.build("main", reference, init, seed)
-    session.bind("main", probe_inputs, probe)
+    copied = _loaded(job, env, session, reference, init, probe_inputs, probe, phases)
     del probe, probe_inputs
     _free_cached(device)
     draft = Draft(Evaluation(diagnostics=Diagnostics(state_dict_tensors_copied=copied, sandbox=session.sandbox,
@@ -148,22 +144,36 @@ def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: An
     if failure:
         _finish(session, draft)
         return _decided(job, draft, Status.INCORRECT, failure)
-    beside_witness = device == "cuda" and calibration.reference_launch_bound  # its speedup divides by the witness
-    timed, found, first = retime_mismatch(
-        (lambda: time_beside_witness(job, session, reference, init, make, calibration)) if beside_witness else
-        (lambda: time_rounds(job, session, reference, make, calibration)),
-        lambda found: time_beside_witness(job, session, reference, init, make, calibration, host_only_again(found)),
-        mismatch_check(device, calibration))
-    protocol = dataclasses.replace(timed.protocol, retimed=first.text) if first is not None else timed.protocol
-    diagnostics = dataclasses.replace(draft.row.diagnostics, protocol=protocol, machine=timed.machine)
+    timing = _timed(job, session, reference, init, make, calibration)
+    retried = 0
+    while timing.after is not None and timing.after.disagrees and disagree is None and retried < AFTER_RETRIES:
+        # The solution's calls and the judge's eager ran on memory of different speeds: time it all again in a fresh
+        # candidate process, whose memory is a new draw (its trials stand: the rounds check every output again)
+        retried += 1
+        session = _fresh_session(job, session, announce, started)
+        probe_inputs = make(seed)
+        probe = reference(*probe_inputs)
+        session, calibration, again, disagree = _calibrated(
+            job, session, lambda current: _fresh_session(job, current, announce, started),
+            partial(calibrate_in, inputs=probe_inputs, outputs=probe))
+        processes = dataclasses.replace(again, ratios=processes.ratios + again.ratios,
+                                        fresh_candidates=processes.fresh_candidates + again.fresh_candidates + 1)
+        if disagree is not None:  # the fresh process disagrees before the import: the row is `suspect` for that
+            draft.warnings.append(disagree)
+        _loaded(job, env, session, reference, init, probe_inputs, probe, phases)
+        del probe, probe_inputs
+        session.bind("main", make(seed))
+        timing = _timed(job, session, reference, init, make, calibration)
+    if timing.after is not None:
+        processes = dataclasses.replace(processes, after=timing.after.ratio, after_disagrees=timing.after.disagrees,
+                                        after_retries=retried)
+    timed = timing.rounds
+    protocol = dataclasses.replace(timed.protocol, retimed=timing.first.text) if timing.first else timed.protocol
+    diagnostics = dataclasses.replace(draft.row.diagnostics, protocol=protocol, machine=timed.machine,
+                                      processes=processes)
     draft.row = dataclasses.replace(draft.row, timing=timed.solution, eager_timing=timed.divisor or timed.eager,
                                     diagnostics=diagnostics)
-    draft.warnings += found + timed.findings
-    draft.warnings += [w for w in (checks.level_moved_warning(timed.solution, "the solution"),
-                                   checks.level_moved_warning(timed.eager, "the eager reference"))
-                       if w is not None]
-    if session.keep_reference and (device != "cuda" or timed.solution.regime == calibration.eager_regime == Regime.GPU):
-        _after(job, session, reference, make, draft)
+    draft.warnings += timing.findings
     phases.mark("timing")
     announce("timed")  # the parent may now start the next child (kbench.execution.warm_starts.WarmStarts)
     _trust(job, session, reference, make, draft, phases)
@@ -173,7 +183,65 @@ def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: An
     return _decided(job, draft, Status.CORRECT)
 
 
-def _after(job: EvaluateJob, session: Session, reference: Any, make: Callable[[int], list[Any]], draft: Draft) -> None:
+def _loaded(job: EvaluateJob, env: dict[str, str], session: Session, reference: Any, init: list[Any],
+            inputs: list[Any], outputs: Any, phases: Phases) -> int:
+    """The solution imported into the session's candidate, its model built (the reference's weights copied: their
+    count) and bound to `inputs`, with output buffers shaped like `outputs`."""
+    try:
+        session.load(job.solution.path, env)
+    except Verdict as v:
+        raise load_failure(v) from None  # a kernel DSL missing here: not_run, as the machine cannot run it
+    phases.mark("load")
+    copied = session.build("main", reference, init, job.seed)
+    session.bind("main", inputs, outputs)
+    return copied
+
+
+@dataclass(frozen=True)
+class AfterCheck:
+    """The check after the solution's rounds (`_after`): the candidate process's time of the kept reference over the
+    judge's eager, and what it found: `[processes_disagree]` (`disagrees`), or `[check_skipped]`."""
+
+    ratio: float | None = None
+    finding: Finding | None = None
+    disagrees: bool = False
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A solution's rounds as `_timed` took them: the rounds, their findings, the first timing's flag when they were
+    timed again, and the check after them (None where it does not run)."""
+
+    rounds: TimedRounds
+    findings: list[Finding]
+    first: Finding | None
+    after: AfterCheck | None
+
+
+def _timed(job: EvaluateJob, session: Session, reference: Any, init: list[Any], make: Callable[[int], list[Any]],
+           calibration: Calibration) -> Timing:
+    """The solution's timed rounds (beside a witness for a reference the judge times in the host regime, whose
+    speedup divides by it; timed again after a first flag: flags.retime_mismatch), and for a big GPU-regime call the
+    reference timed again in the candidate's process after them (`_after`)."""
+    device = job.device
+    beside_witness = device == "cuda" and calibration.reference_launch_bound  # its speedup divides by the witness
+    timed, found, first = retime_mismatch(
+        (lambda: time_beside_witness(job, session, reference, init, make, calibration)) if beside_witness else
+        (lambda: time_rounds(job, session, reference, make, calibration)),
+        lambda found: time_beside_witness(job, session, reference, init, make, calibration, host_only_again(found)),
+        mismatch_check(device, calibration))
+    findings = found + timed.findings + [w for w in (checks.level_moved_warning(timed.solution, "the solution"),
+                                                     checks.level_moved_warning(timed.eager, "the eager reference"))
+                                         if w is not None]
+    checked = session.keep_reference and (
+        device != "cuda" or timed.solution.regime == calibration.eager_regime == Regime.GPU)
+    check = _after(job, session, reference, make) if checked else None
+    if check is not None and check.finding is not None:
+        findings.append(check.finding)
+    return Timing(timed, findings, first, check)
+
+
+def _after(job: EvaluateJob, session: Session, reference: Any, make: Callable[[int], list[Any]]) -> AfterCheck:
     """The reference kept in the candidate's process, timed there after the solution's rounds beside the judge's eager
     (judge_timing.after): `[processes_disagree]` when the two disagree, as before the import. The solution's model is
     bound again for the checks that follow. What the candidate's process does wrong meanwhile is its verdict, as
@@ -183,19 +251,14 @@ def _after(job: EvaluateJob, session: Session, reference: Any, make: Callable[[i
     except Verdict:
         raise
     except Exception as exc:  # noqa: BLE001 - the judge's own check: the row stands without it
-        draft.warnings.append(trust.skipped("the reference's timing after the solution's rounds", exc))
+        skipped = trust.skipped("the reference's timing after the solution's rounds", exc)
         session.bind("main", make(job.seed))
-        return
+        return AfterCheck(finding=skipped)
     ratio = checks.process_ratio(found)
     gap = checks.processes_disagree(found) if job.device in PROCESS_CHECKED else None
-    processes = dataclasses.replace(draft.row.diagnostics.processes or ProcessCheck(),
-                                    after=round(ratio, 4) if ratio is not None else None,
-                                    after_disagrees=gap is not None)
-    draft.row = dataclasses.replace(draft.row, diagnostics=dataclasses.replace(draft.row.diagnostics,
-                                                                               processes=processes))
-    if gap is not None:
-        draft.warnings.append(checks.after_warning(gap))
     session.bind("main", make(job.seed))
+    return AfterCheck(round(ratio, 4) if ratio is not None else None,
+                      checks.after_warning(gap) if gap is not None else None, gap is not None)
 
 
 def _decided(job: EvaluateJob, draft: Draft, judged: Status, message: str = "") -> Evaluation:
@@ -215,6 +278,9 @@ PROCESS_CHECKED = ("cuda",)  # on the CPU the ratio is recorded only: processes 
 # Where the reference is timed again in the candidate's process after the solution's rounds (judge_timing.after): a
 # GPU-regime row whose reference allocates AFTER_MIN_BYTES or more in a call (a host-regime row divides by a witness)
 AFTER_CHECKED = ("cuda",)
+# Fresh candidate processes tried, one after another, when that check finds the two apart: each draws its memory anew
+# (about half the draws fall on the other speed on #77); if the last still disagrees, the row is `suspect`
+AFTER_RETRIES = 2
 
 
 def _calibrated(job: EvaluateJob, session: Session, fresh: Callable[[Session], Session],

@@ -265,9 +265,10 @@ def _processes(evaluations: Sequence[Evaluation]) -> str:
     if not checked:
         return "not recorded (a run from before the check, or no solution timed)"
     found = [e.diagnostics.processes for e in checked if e.diagnostics.processes is not None]
-    fresh = sum(1 for p in found if p.fresh_candidates)
+    fresh = sum(1 for p in found if p.fresh_candidates > p.after_retries)  # before the import
     after = sum(1 for p in found if p.after is not None)
     after_apart = sum(1 for p in found if p.after_disagrees)
+    after_again = sum(1 for p in found if p.after_retries and not p.after_disagrees)
     # before the import (runs from before `disagrees` was recorded: the finding, which only that check gave then)
     disagree = sum(1 for e in checked if (c := e.diagnostics.processes) is not None and (
         c.disagrees or (FindingCode.PROCESSES_DISAGREE in e.flags and c.after is None)))
@@ -279,8 +280,9 @@ def _processes(evaluations: Sequence[Evaluation]) -> str:
         parts.append(f"{disagree} disagreed in every process tried: suspect, no speedup")
     if after:
         parts.append(f"{after} timed the reference again in the candidate's process after the solution's rounds"
-                     + (f", {after_apart} of them apart from the judge's: suspect, no speedup" if after_apart else
-                        ", all in agreement"))
+                     + (f", {after_again} agreeing only in a fresh candidate process" if after_again else "")
+                     + (f", {after_apart} apart from the judge's in every process tried: suspect, no speedup"
+                        if after_apart else ", all in agreement" if not after_again else ""))
     if witness:
         parts.append(f"{witness} host-regime row(s) divided by a witness process, not the judge's eager")
     return "; ".join(parts)

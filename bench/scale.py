@@ -271,7 +271,8 @@ def _rows(folder: Path) -> None:
         eager = (r.get("eager_timing") or {}).get("median")
         own = (r.get("timing") or {}).get("median")
         check = (r.get("diagnostics") or {}).get("processes") or {}
-        processes = f"{check.get('ratios')} after {check.get('after')}"
+        retried = check.get("after_retries") or 0
+        processes = f"{check.get('ratios')} after {check.get('after')}" + (f" ({retried} fresh)" if retried else "")
         codes = ",".join(sorted({w["code"] for w in r.get("warnings", [])}))
         top = "; ".join(f"{name[:60]} {us:.0f}us" for name, us in ((r.get("kernels") or {}).get("top") or [])[:2])
         print(f"{r['problem']} | {r['solution']} | {r.get('gpu')} | {r['status']} "

@@ -183,6 +183,7 @@ def test_the_reference_timed_again_after_the_solutions_rounds_agrees_for_an_hone
     result = judge.judge_solution(_live_job(ONE_OP), {}, _quiet)
     processes = result.diagnostics.processes
     assert processes.after is not None and abs(processes.after - 1) < 0.3, processes
+
     assert FindingCode.PROCESSES_DISAGREE not in [w.code for w in result.warnings], result.warnings
 
 
@@ -232,3 +233,34 @@ def test_a_fresh_process_that_agrees_after_the_solutions_rounds_gives_the_row_it
     assert abs(processes.after - 1) < 0.3 and not processes.after_disagrees, processes
     assert FindingCode.PROCESSES_DISAGREE not in [w.code for w in result.warnings], result.warnings
     assert result.status == "correct" and abs(result.speedup_vs_eager - 1) < 0.3, (result.status, result.warnings)
+
+
+def test_the_kept_references_calls_add_nothing_to_the_solutions_peak_memory(monkeypatch):
+    """The check's untimed calls of the kept reference report their peak as any call does; the row's figure for the
+    solution (`Session.peak_bytes`) stays the solution's."""
+    from kbench.judge.timing import judge_timing
+
+    class FakeSession:
+        peak_bytes = 123  # the solution's, from its own calls
+
+        def bind(self, name, values, outputs=None):
+            self.bound = name
+
+        def call(self):
+            self.peak_bytes = max(self.peak_bytes, 10**9)  # as Session.call does with the reference's reply
+
+    class FakeCalls:
+        def __init__(self, session, atol, rtol):
+            pass
+
+        def sample(self, regime, values, expected, label):
+            return _observed(1e-3)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(judge_timing, "TimedCalls", FakeCalls)
+    session = FakeSession()
+    found = judge_timing.after(_live_job(ONE_OP), session, lambda x: x * 2, lambda seed: [float(seed)])
+    assert session.bound == "calibration" and session.peak_bytes == 123
+    assert len(found.reference) == judge_timing.AFTER_ROUNDS - judge_timing.CALIBRATION_DISCARD

@@ -99,16 +99,22 @@ def checked_on_the_cpu(monkeypatch):
     monkeypatch.setattr(judge, "PROCESS_CHECKED", ("cpu",))
 
 
-def test_the_judge_retimes_in_fresh_processes_until_one_agrees(checked_on_the_cpu, monkeypatch):
-    """The problem's reference is slow only in the first candidate process: the solution goes into the second."""
+@pytest.fixture
+def fast_after_the_first(monkeypatch):
+    """Every candidate process after the first is started with KBENCH_TEST_FAST set (it inherits the judge's
+    environment, set just before the fresh one is spawned)."""
     real = judge._fresh_session
 
     def fresh(*args, **kwargs):
-        monkeypatch.setenv("KBENCH_TEST_FAST", "1")  # the fresh candidate inherits it (spawned by this process)
+        monkeypatch.setenv("KBENCH_TEST_FAST", "1")
         return real(*args, **kwargs)
 
     monkeypatch.delenv("KBENCH_TEST_FAST", raising=False)
     monkeypatch.setattr(judge, "_fresh_session", fresh)
+
+
+def test_the_judge_retimes_in_fresh_processes_until_one_agrees(checked_on_the_cpu, fast_after_the_first):
+    """The problem's reference is slow only in the first candidate process: the solution goes into the second."""
     result = judge.judge_solution(_job("cpu"), {}, _quiet)
     processes = result.diagnostics.processes
     assert processes.fresh_candidates == 1, processes
@@ -215,18 +221,10 @@ def test_without_the_check_the_candidate_keeps_no_reference(monkeypatch):
 
 def test_a_fresh_process_that_agrees_after_the_solutions_rounds_gives_the_row_its_speedup(after_on_the_cpu,
                                                                                          checked_on_the_cpu,
-                                                                                         monkeypatch):
+                                                                                         fast_after_the_first):
     """The solution's import slows the reference only in the first candidate process: its rows are timed again in a
     fresh one, where the kept reference agrees with the judge's, and the row is `correct` with that process's
     figures."""
-    real = judge._fresh_session
-
-    def fresh(*args, **kwargs):
-        monkeypatch.setenv("KBENCH_TEST_FAST", "1")  # the fresh candidate inherits it (spawned by this process)
-        return real(*args, **kwargs)
-
-    monkeypatch.delenv("KBENCH_TEST_FAST", raising=False)
-    monkeypatch.setattr(judge, "_fresh_session", fresh)
     result = judge.judge_solution(_live_job(SLOWS), {}, _quiet)
     processes = result.diagnostics.processes
     assert processes.after_retries == 1 and processes.fresh_candidates == 1, processes

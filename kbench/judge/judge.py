@@ -204,7 +204,10 @@ class AfterCheck:
 
     ratio: float | None = None
     finding: Finding | None = None
-    disagrees: bool = False
+
+    @property
+    def disagrees(self) -> bool:
+        return self.finding is not None and self.finding.code == FindingCode.PROCESSES_DISAGREE
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,7 @@ class Timing:
     timed again, and the check after them (None where it does not run)."""
 
     rounds: TimedRounds
-    findings: list[Finding]
+    findings: tuple[Finding, ...]
     first: Finding | None
     after: AfterCheck | None
 
@@ -238,7 +241,7 @@ def _timed(job: EvaluateJob, session: Session, reference: Any, init: list[Any], 
     check = _after(job, session, reference, make) if checked else None
     if check is not None and check.finding is not None:
         findings.append(check.finding)
-    return Timing(timed, findings, first, check)
+    return Timing(timed, tuple(findings), first, check)
 
 
 def _after(job: EvaluateJob, session: Session, reference: Any, make: Callable[[int], list[Any]]) -> AfterCheck:
@@ -258,7 +261,7 @@ def _after(job: EvaluateJob, session: Session, reference: Any, make: Callable[[i
     gap = checks.processes_disagree(found) if job.device in PROCESS_CHECKED else None
     session.bind("main", make(job.seed))
     return AfterCheck(round(ratio, 4) if ratio is not None else None,
-                      checks.after_warning(gap) if gap is not None else None, gap is not None)
+                      checks.after_warning(gap) if gap is not None else None)
 
 
 def _decided(job: EvaluateJob, draft: Draft, judged: Status, message: str = "") -> Evaluation:

@@ -16,6 +16,7 @@ from kbench.judge.timing import checks, sampling
 from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.rounds import SolutionRounds
 from kbench.judge.timing.timed_call import Observed, TimedCalls
+from kbench.judge.timing.timers import Timer
 from kbench.results.diagnostics import Divisor, MachineState, TimingProtocol, WitnessFigures
 from kbench.results.findings import Finding
 from kbench.results.records import Measurement, Regime
@@ -63,26 +64,37 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
     for _ in range(CALIBRATION_WARMUP):  # first calls initialise libraries, which waits for the GPU: not behind a gate
         session.call()
     before_rounds(session)
-    calls = TimedCalls(session, job.atol, job.rtol)
     timer = make_timer(job.device)
     eager_regime = timer.decide(lambda: reference(*inputs))
     modes = list(Regime) if job.device == "cuda" else [Regime.HOST]  # the CPU has the host's clock only
+    return _beside(job, session, reference, make, timer, eager_regime, modes, job.seed - 1, "a calibration call")
+
+
+def _beside(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]], timer: Timer,
+            eager_regime: Regime, modes: list[Regime], seed: int, label: str,
+            rounds: tuple[int, int] = (CALIBRATION_LEAST, CALIBRATION_ROUNDS[1]),
+            seconds: float = CALIBRATION_S) -> Calibration:
+    """Rounds of the reference bound in the candidate's process, through the protocol in `modes` by turns, each after
+    the judge's own eager call on the same fresh inputs (`timer`, in `eager_regime`): at least `rounds[0]` per mode,
+    more while `seconds` have not passed, at most `rounds[1]`; the first CALIBRATION_DISCARD dropped. A mode whose call
+    waits for the GPU while issued is dropped (no GPU regime on this problem)."""
+    calls = TimedCalls(session, job.atol, job.rtol)
     seen: dict[Regime, list[Observed]] = {m: [] for m in modes}
     eager: list[float] = []
     issue: list[float] = []
-    high = CALIBRATION_ROUNDS[1]
+    least, most = rounds
     start, index = _perf_counter(), 0
     try:
-        while not all(len(seen[m]) >= high for m in modes) and (
-                _perf_counter() - start < CALIBRATION_S or any(len(seen[m]) < CALIBRATION_LEAST for m in modes)):
-            values = make(job.seed - 1 - index)
+        while not all(len(seen[m]) >= most for m in modes) and (
+                _perf_counter() - start < seconds or any(len(seen[m]) < least for m in modes)):
+            values = make(seed - index)
             sampling.settle(job.device)
             held: list[Any] = []
             eager.append(timer.sample(lambda: held.append(reference(*values)))[0])  # noqa: B023 - called at once
             issue.append(timer.last_issue)
             mode = modes[index % len(modes)]
-            seen[mode].append(calls.sample(mode, values, held[0], "a calibration call"))
-            if seen[mode][-1].forced:  # the reference waits for the GPU while issued: no GPU regime on this problem
+            seen[mode].append(calls.sample(mode, values, held[0], label))
+            if seen[mode][-1].forced:  # the reference waits for the GPU while issued
                 modes.remove(mode)
                 seen[mode] = []
             index += 1
@@ -107,34 +119,19 @@ def after(job: Judging, session: Session, reference: Any, make: Callable[[int], 
     process (built there before the solution was imported, protocol.Calibrate.keep) timed through the protocol beside
     the judge's eager, AFTER_ROUNDS rounds. Its calls allocate what an honest copy's calls allocated, and the caching
     allocator hands them the blocks those calls freed: the same memory the solution's calls ran on, where the judge's
-    eager runs on its own. The figures come back as a calibration's (`eager`, `reference`), for
-    `checks.processes_disagree`."""
+    eager runs on its own. The rounds are a calibration's (`_beside`), in that one regime: its `eager` and `reference`
+    are what `checks.processes_disagree` compares."""
     values = make(job.seed - 2000)
     session.bind(protocol.REFERENCE, values, reference(*values))
     peak = session.peak_bytes  # the solution's: the reference's calls here are not its
     for _ in range(CALIBRATION_WARMUP):
         session.call()
     session.peak_bytes = peak
-    calls = TimedCalls(session, job.atol, job.rtol)
     regime = Regime.GPU if job.device == "cuda" else Regime.HOST  # the CPU has the host's clock only
     timer = make_timer(job.device)
     timer.use(regime)
-    eager: list[float] = []
-    theirs: list[float] = []
-    try:
-        for index in range(AFTER_ROUNDS):
-            values = make(job.seed - 2001 - index)
-            sampling.settle(job.device)
-            held: list[Any] = []
-            timed = timer.sample(lambda: held.append(reference(*values)))[0]  # noqa: B023 - called at once
-            seen = calls.sample(regime, values, held[0], "a call of the reference after the solution's")
-            if not seen.forced and timer.regime == regime:
-                eager.append(timed)
-                theirs.append(seen.timed)
-    finally:
-        calls.close()
-    keep = slice(CALIBRATION_DISCARD, None)
-    return Calibration(eager=tuple(eager[keep]), reference=tuple(theirs[keep]), eager_regime=regime)
+    return _beside(job, session, reference, make, timer, regime, [regime], job.seed - 2001,
+                   "a call of the reference after the solution's", (AFTER_ROUNDS, AFTER_ROUNDS), 0.0)
 
 
 def observed_calibration(seen: Mapping[Regime, Sequence[Observed]], eager: Sequence[float] = (),

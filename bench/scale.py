@@ -19,7 +19,8 @@ It prints, per run: the GPU model and how many were used, the evaluations and th
 per-phase medians of the honest rows and of the eager rows, where the honest copies read against the eager beside
 them (range, median, how many outside 1.00 +- 0.03, by timing regime), the verdicts, how many rows needed a fresh
 candidate process or ended `[processes_disagree]`; then each run's rate over the first run's (the 4-vs-1 ratio), and
-with `--rows`, one line per honest row (its GPU, the judge's eager, the candidate's time, the process check).
+with `--rows`, one line per honest row (its GPU, the judge's eager, the candidate's time, the process check, the
+memory draws each side kept).
 """
 
 from __future__ import annotations
@@ -263,8 +264,8 @@ def slot_figures(path: Path) -> dict[str, dict]:
 def _rows(folder: Path) -> None:
     doc = _load(_run_dir(folder / "results"))
     print(f"\n{folder.name}: problem | solution | GPU | status | vs eager | eager ms | solution ms | regime "
-          "| process ratios (before the import, after the rounds) | warnings "
-          "| top kernels (candidate's process, after timing)")
+          "| process ratios (before the import, after the rounds) | memory draws (kept: solution/eager of all, "
+          "spreads) | warnings | top kernels (candidate's process, after timing)")
     for r in sorted(doc["evaluations"], key=lambda r: (r["problem"], r["solution"])):
         if r["solution"] in REFERENCE_ROWS:
             continue
@@ -273,12 +274,15 @@ def _rows(folder: Path) -> None:
         check = (r.get("diagnostics") or {}).get("processes") or {}
         retried = check.get("after_retries") or 0
         processes = f"{check.get('ratios')} after {check.get('after')}" + (f" ({retried} fresh)" if retried else "")
+        drawn = ((r.get("diagnostics") or {}).get("protocol") or {}).get("placements") or {}
+        draws = (f"{drawn['solution_groups_kept']}/{drawn['eager_groups_kept']} of {drawn['groups']}, "
+                 f"{drawn['solution_spread']:.3f}/{drawn['eager_spread']:.3f}" if drawn else "-")
         codes = ",".join(sorted({w["code"] for w in r.get("warnings", [])}))
         top = "; ".join(f"{name[:60]} {us:.0f}us" for name, us in ((r.get("kernels") or {}).get("top") or [])[:2])
         print(f"{r['problem']} | {r['solution']} | {r.get('gpu')} | {r['status']} "
               f"| {_fmt(r.get('speedup_vs_eager') or (r.get('withheld') or {}).get('speedup_vs_eager'), '.3f')} "
               f"| {_fmt(eager and eager * 1e3, '.3f')} | {_fmt(own and own * 1e3, '.3f')} "
-              f"| {(r.get('timing') or {}).get('regime', '')} | {processes} | {codes} | {top}")
+              f"| {(r.get('timing') or {}).get('regime', '')} | {processes} | {draws} | {codes} | {top}")
 
 
 def main(argv: list[str]) -> None:

@@ -211,12 +211,12 @@ def test_a_launch_bound_model_is_named_so_and_its_honest_copy_is_not_faster(tmp_
     assert honest.speedup_vs_eager <= HONEST_SPEEDUP, honest.speedup_vs_eager
 
 
-def test_an_honest_copy_of_a_call_whose_speed_moves_with_its_memory_is_never_correct_off_one(tmp_path):
+def test_an_honest_copy_of_a_call_whose_speed_moves_with_its_memory_reads_one(tmp_path):
     """The `placed` fixture (KernelBench level 2's #77 shape) ran 4.9 or 6.4 ms by where its 212 MB intermediate lay,
-    and its honest copies read 0.77x or 1.30x `correct` on one H200 (2026-11-28): the check before the import saw the
-    two processes agree. The reference kept in the candidate's process, timed again after the solution's rounds on the
-    memory the solution's calls had used, sees it: each of four copies is `correct` within 1.00 +- 0.03 or `suspect`
-    with `[processes_disagree]`, never `correct` outside the band."""
+    and its honest copies read 0.77x or 1.30x `correct` on one H200 (2026-11-28). Both sides now draw their memory
+    every few rounds and are timed on their fastest draws (kbench.judge.timing.placement): each of four copies is
+    `correct` within 1.00 +- 0.03, with the draws in its figures, and the reference kept in the candidate's process
+    agrees with the judge's after the solution's rounds."""
     solutions = tmp_path / "solutions" / "placed"
     solutions.mkdir(parents=True)
     for i in range(4):
@@ -226,12 +226,11 @@ def test_an_honest_copy_of_a_call_whose_speed_moves_with_its_memory_is_never_cor
     rows = [e for e in store.evaluations if e.solution.startswith("honest")]
     assert len(rows) == 4
     for row in rows:
+        drawn = row.diagnostics.protocol.placements
+        assert drawn is not None and drawn.groups >= 8, row.diagnostics.protocol
         assert row.diagnostics.processes.after is not None, row.diagnostics.processes
-        if row.status == Status.CORRECT:
-            assert abs(row.speedup_vs_eager - 1) <= 0.03, (row.speedup_vs_eager, row.diagnostics.processes)
-        else:
-            assert row.status == Status.SUSPECT and FindingCode.PROCESSES_DISAGREE in row.flags, (row.status,
-                                                                                                 row.warnings)
+        assert row.status == Status.CORRECT, (row.status, row.warnings, drawn, row.diagnostics.processes)
+        assert abs(row.speedup_vs_eager - 1) <= 0.03, (row.speedup_vs_eager, drawn, row.diagnostics.processes)
 
 
 FIDELITY = ["convtranspose3d_softmax", "conv3d_logsumexp"]  # the two shortest tf32_igemm calls (0.36 and 0.98 ms)

@@ -75,6 +75,15 @@ def test_a_candidate_process_that_disagrees_is_replaced_before_the_solution_is_i
     assert check.ratios == (pytest.approx(1.3), pytest.approx(1.0))
 
 
+def test_a_row_that_draws_its_memory_records_the_calibrations_ratio_and_acts_later():
+    """One draw of memory per side says nothing where the call's speed moves with it (timing.placement): the check
+    after the solution's rounds compares each side's fastest draws instead."""
+    seen, calibrate_in, fresh = _scripted([1.3, 1.0])
+    session, _, check, finding = judge._calibrated(_job(), "first", fresh, calibrate_in, draws=True)
+    assert seen == ["first"] and session == "first" and finding is None
+    assert check.ratios == (pytest.approx(1.3),) and not check.disagrees
+
+
 def test_a_row_whose_every_candidate_process_disagrees_is_suspect():
     seen, calibrate_in, fresh = _scripted([1.3] * (judge.PROCESS_RETRIES + 1))
     _, _, _, finding = judge._calibrated(_job(), "first", fresh, calibrate_in)
@@ -240,6 +249,7 @@ def test_the_kept_references_calls_add_nothing_to_the_solutions_peak_memory(monk
 
     class FakeSession:
         peak_bytes = 123  # the solution's, from its own calls
+        draws = False  # a row that draws its memory takes AFTER_PLACED_ROUNDS instead (tests/test_placement.py)
 
         def bind(self, name, values, outputs=None):
             self.bound = name

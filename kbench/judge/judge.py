@@ -108,8 +108,10 @@ def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: An
                               judge_work="the reference's first call")
     phases.mark("setup")
     session.sandbox_plan = sandbox.plan_for(job.solution.path, env, device)  # in force before the solution is imported
-    # a call this big is timed again in the candidate's process after the solution's rounds (judge_timing.after)
-    session.keep_reference = device in AFTER_CHECKED and (ref_peak is None or ref_peak >= AFTER_MIN_BYTES)
+    # A call this big: both sides' memory is drawn anew every few rounds (kbench.judge.timing.placement), and the
+    # reference is timed again in the candidate's process after the solution's rounds (judge_timing.after)
+    big = device in AFTER_CHECKED and (ref_peak is None or ref_peak >= AFTER_MIN_BYTES)
+    session.keep_reference = session.draws = big
 
     def before_rounds(current: Session) -> None:  # the candidate's start is over; from here on things are timed
         phases.mark("calibration_start")
@@ -120,7 +122,7 @@ def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: An
     calibrate_in = partial(calibrate, job, reference=reference, init=init, make=make, inputs=probe_inputs,
                            outputs=probe, before_rounds=before_rounds)
     session, calibration, processes, disagree = _calibrated(
-        job, session, lambda current: _fresh_session(job, current, announce, started), calibrate_in)
+        job, session, lambda current: _fresh_session(job, current, announce, started), calibrate_in, big)
     phases.mark("calibration")
     copied = _loaded(job, env, session, reference, init, probe_inputs, probe, phases)
     del probe, probe_inputs
@@ -155,7 +157,7 @@ def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: An
         probe = reference(*probe_inputs)
         session, calibration, again, disagree = _calibrated(
             job, session, lambda current: _fresh_session(job, current, announce, started),
-            partial(calibrate_in, inputs=probe_inputs, outputs=probe))
+            partial(calibrate_in, inputs=probe_inputs, outputs=probe), big)
         processes = dataclasses.replace(again, ratios=processes.ratios + again.ratios,
                                         fresh_candidates=processes.fresh_candidates + again.fresh_candidates + 1)
         if disagree is not None:  # the fresh process disagrees before the import: the row is `suspect` for that
@@ -287,17 +289,20 @@ AFTER_RETRIES = 2
 
 
 def _calibrated(job: EvaluateJob, session: Session, fresh: Callable[[Session], Session],
-                calibrate_in: Callable[[Session], Calibration]
+                calibrate_in: Callable[[Session], Calibration], draws: bool = False
                 ) -> tuple[Session, Calibration, ProcessCheck, Finding | None]:
     """The calibration (`calibrate`), in a fresh candidate process (`fresh`) as long as the candidate's process runs
     the reference at another speed than the judge's, PROCESS_RETRIES times at most: the solution is imported into
     a process that agrees with the judge's, or its row is `suspect` with `[processes_disagree]` (the finding
-    returned). Nothing of the solution's has run in any of these processes yet."""
+    returned); with `draws` (a row whose memory both sides draw anew, timing.placement) the ratio is recorded only.
+    Nothing of the solution's has run in any of these processes yet."""
     calibration = calibrate_in(session)
     ratios = [checks.process_ratio(calibration)]
     # On CUDA in the host regime the speedup divides by a witness, a candidate's kind of process (divided_by_witness)
     witnessed = job.device == "cuda" and calibration.eager_regime == Regime.HOST
-    act = job.device in PROCESS_CHECKED and not witnessed
+    # Where both sides draw their memory anew (timing.placement), one draw each here says nothing: the check after the
+    # solution's rounds compares their fastest draws
+    act = job.device in PROCESS_CHECKED and not witnessed and not draws
     while act and checks.processes_disagree(calibration) is not None and len(ratios) <= PROCESS_RETRIES:
         session = fresh(session)
         calibration = calibrate_in(session)
@@ -316,7 +321,7 @@ def _fresh_session(job: EvaluateJob, old: Session, announce: Announce, started: 
     cand.announce(announce)
     pin_timing_core(job.device, cand)
     session = Session(cand, job.device, old.reserve)
-    session.sandbox_plan, session.keep_reference = old.sandbox_plan, old.keep_reference
+    session.sandbox_plan, session.keep_reference, session.draws = old.sandbox_plan, old.keep_reference, old.draws
     return session
 
 

@@ -68,6 +68,22 @@ class Divisor:
 
 
 @dataclass(frozen=True)
+class PlacementFigures:
+    """A row whose memory both sides drew anew every `rounds` rounds (kbench.judge.timing.placement): the groups
+    drawn, each side's groups kept in its headline, the spread of each side's group medians (slowest over fastest)
+    and each side's samples left out (seconds, in the order taken)."""
+
+    rounds: int = 0
+    groups: int = 0
+    solution_groups_kept: int = 0
+    eager_groups_kept: int = 0
+    solution_spread: float = 1.0
+    eager_spread: float = 1.0
+    solution_dropped: tuple[float, ...] = ()
+    eager_dropped: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
 class TimingProtocol:
     """The timing protocol's figures of a solution's rounds (docs/timing.md): rounds and outputs rechecked, the
     regime and what decided it, the seconds the protocol spent, the calibration's cost and what the judge's own
@@ -91,6 +107,7 @@ class TimingProtocol:
     witness: WitnessFigures | None = None
     divisor: Divisor | None = None
     retimed: str | None = None  # the finding that had the rounds timed again ("[code] message")
+    placements: PlacementFigures | None = None  # each side's memory drawn anew every few rounds (timing.placement)
 
 
 @dataclass(frozen=True)

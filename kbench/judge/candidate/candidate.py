@@ -29,6 +29,7 @@ from kbench.judge.checks import trust
 from kbench.judge.harness import apply_math_flags, construct, set_sizes
 from kbench.judge.timing import timers
 from kbench.judge.timing.gate import Gate, SignalPage
+from kbench.judge.timing.placement import MemoryDraw
 from kbench.judge.verdict import Verdict, short
 from kbench.results.records import Regime, Status
 from kbench.system import procstate, sandbox
@@ -90,6 +91,7 @@ class CommandServer:
         self.module: Any = None
         self.models: dict[str, Callable[..., Any]] = {}  # ModelNew by size name (or its backward.Gradients)
         self.kept: Callable[..., Any] | None = None  # the calibration's reference, kept (protocol.Calibrate.keep)
+        self.draw = MemoryDraw("cpu")  # where the next allocations lie (protocol.Place)
         self.model: Callable[..., Any] = lambda *args: None
         self.inputs: list[Any] = []
         self.outputs: list[Any] = []
@@ -164,6 +166,12 @@ class CommandServer:
         if cuda:
             reply["peak_bytes"] = max(_max_memory_allocated() - before, 0)
         return reply
+
+    def place(self, cmd: protocol.Place) -> protocol.ReplyFields:
+        """A new draw of the memory the calls run on, then one untimed call (protocol.Place)."""
+        self.draw.device = self.device
+        self.draw.draw(cmd.pages)
+        return self.call()
 
     def arm(self, cmd: protocol.Arm) -> protocol.ReplyFields:
         """Ready for a timed call (protocol.Arm): in the GPU regime, the call issued behind the closed gate now."""
@@ -302,7 +310,8 @@ def main(conn: Any, init_cuda: bool = False, forked: bool = False) -> None:
     handlers: dict[type, Callable[[Any], protocol.ReplyFields]] = {
         protocol.Calibrate: server.calibrate,
         protocol.Load: server.load, protocol.Build: server.build, protocol.Bind: server.bind,
-        protocol.Call: lambda c: server.call(), protocol.Arm: server.arm, protocol.Go: server.go,
+        protocol.Call: lambda c: server.call(), protocol.Place: server.place,
+        protocol.Arm: server.arm, protocol.Go: server.go,
         protocol.Report: lambda c: server.report(),
         protocol.Profile: server.profile, protocol.Finish: lambda c: server.finish(),
     }

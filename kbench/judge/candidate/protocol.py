@@ -90,6 +90,15 @@ class Call:
 
 
 @dataclass(frozen=True)
+class Place:
+    """A new draw of the memory the bound model's calls run on (kbench.judge.timing.placement), then one untimed call
+    on the bound inputs, so that what the call allocates lies on the new draw before the next timed call: on CUDA the
+    cached blocks handed back and a spacer of `pages` 2 MiB pages held until the next draw (the CPU: the call only)."""
+
+    pages: int = 0
+
+
+@dataclass(frozen=True)
 class Arm:
     """Get ready for one timed call (docs/timing.md). In the GPU regime (`Regime.GPU`): issue it now, behind the gate of
     the signal page closed on `value`, between the timing events, with a write of `value` to the page's DONE word

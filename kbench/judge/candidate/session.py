@@ -191,6 +191,7 @@ class Session:
         self.sandbox_plan: SandboxPlan | None = None  # sent with the calibration (None: namespaces only)
         self.sandbox = ""  # the sandbox the candidate reported before the solution was imported
         self.keep_reference = False  # the candidate keeps the calibration's reference (protocol.Calibrate.keep)
+        self.draws = False  # both sides' memory drawn anew every few rounds (kbench.judge.timing.placement)
 
     def _shared(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         if self.pool is not None:
@@ -292,6 +293,11 @@ class Session:
         if reply.peak_bytes is not None:
             self.peak_bytes = max(self.peak_bytes, reply.peak_bytes)
         return self.outputs()
+
+    def place(self, pages: int) -> None:
+        """A new draw of the candidate's memory and one untimed call on the bound inputs (protocol.Place); the call's
+        peak is not counted (the model bound may be the kept reference)."""
+        self.values = self.ask(protocol.Place(pages)).values
 
     def call_on(self, inputs: list[Any]) -> tuple[list[Any], bool]:
         """A correctness.CandidateCall: `inputs`' values into the shared buffers, one call; the outputs (the shared

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import random
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -12,12 +14,12 @@ from kbench.config.run_config import TimingPolicy
 from kbench.judge.candidate import protocol
 from kbench.judge.candidate.session import CandidateProcess, Session
 from kbench.judge.harness import guarded, make_timer, pin, timing_core
-from kbench.judge.timing import checks, sampling
+from kbench.judge.timing import checks, placement, sampling
 from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.rounds import SolutionRounds
 from kbench.judge.timing.timed_call import Observed, TimedCalls
 from kbench.judge.timing.timers import Timer
-from kbench.results.diagnostics import Divisor, MachineState, TimingProtocol, WitnessFigures
+from kbench.results.diagnostics import Divisor, MachineState, PlacementFigures, TimingProtocol, WitnessFigures
 from kbench.results.findings import Finding
 from kbench.results.records import Measurement, Regime
 from kbench.results.stats import median
@@ -73,12 +75,16 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
 def _beside(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]], timer: Timer,
             eager_regime: Regime, modes: list[Regime], seed: int, label: str,
             rounds: tuple[int, int] = (CALIBRATION_LEAST, CALIBRATION_ROUNDS[1]),
-            seconds: float = CALIBRATION_S) -> Calibration:
+            seconds: float = CALIBRATION_S, placed: bool = False) -> Calibration:
     """Rounds of the reference bound in the candidate's process, through the protocol in `modes` by turns, each after
     the judge's own eager call on the same fresh inputs (`timer`, in `eager_regime`): at least `rounds[0]` per mode,
-    more while `seconds` have not passed, at most `rounds[1]`; the first CALIBRATION_DISCARD dropped. A mode whose call
-    waits for the GPU while issued is dropped (no GPU regime on this problem)."""
+    more while `seconds` have not passed (or, `placed`, until each side kept enough), at most `rounds[1]`; the first
+    CALIBRATION_DISCARD dropped. A mode whose call
+    waits for the GPU while issued is dropped (no GPU regime on this problem). With `placed` (one mode), both sides'
+    memory is drawn anew every placement.GROUP_ROUNDS rounds (placement.MemoryDraw.both) and each side keeps its
+    fastest draws (placement.fastest_groups) instead of dropping the first rounds."""
     calls = TimedCalls(session, job.atol, job.rtol)
+    draw, rng = placement.MemoryDraw(job.device), random.Random(secrets.randbits(64))
     seen: dict[Regime, list[Observed]] = {m: [] for m in modes}
     eager: list[float] = []
     issue: list[float] = []
@@ -86,8 +92,11 @@ def _beside(job: Judging, session: Session, reference: Any, make: Callable[[int]
     start, index = _perf_counter(), 0
     try:
         while not all(len(seen[m]) >= most for m in modes) and (
-                _perf_counter() - start < seconds or any(len(seen[m]) < least for m in modes)):
+                _perf_counter() - start < seconds or any(len(seen[m]) < least for m in modes)
+                or (placed and bool(modes) and not placement.kept_enough(eager, [o.timed for o in seen[modes[0]]]))):
             values = make(seed - index)
+            if placed and index % placement.GROUP_ROUNDS == 0:
+                draw.both(session, rng, lambda: reference(*values))  # noqa: B023 - called at once
             sampling.settle(job.device)
             held: list[Any] = []
             eager.append(timer.sample(lambda: held.append(reference(*values)))[0])  # noqa: B023 - called at once
@@ -100,6 +109,11 @@ def _beside(job: Judging, session: Session, reference: Any, make: Callable[[int]
             index += 1
     finally:
         calls.close()
+        draw.close()
+    if placed and len(modes) == 1 and len(seen[modes[0]]) == len(eager):
+        mine, theirs = placement.fastest_groups(eager), placement.fastest_groups([o.timed for o in seen[modes[0]]])
+        return observed_calibration({modes[0]: [seen[modes[0]][i] for i in theirs]}, [eager[i] for i in mine],
+                                    [issue[i] for i in mine], eager_regime)
     keep = slice(CALIBRATION_DISCARD, None)
     kept = {regime: [o for o in calls[keep] if not o.forced] for regime, calls in seen.items()}
     return observed_calibration(kept, eager[keep], issue[keep], eager_regime)
@@ -112,6 +126,9 @@ def _beside(job: Judging, session: Session, reference: Any, make: Callable[[int]
 # one draw of that, which the check before the import cannot see.
 AFTER_MIN_BYTES = 32 << 20
 AFTER_ROUNDS = 12  # rounds of the check after the solution's (the first CALIBRATION_DISCARD dropped)
+# ... where both sides draw their memory anew every few rounds (timing.placement): as many draws as the solution's
+# rounds take at least, and more (three times as many at most) until each side kept placement.KEPT_LEAST samples
+AFTER_PLACED_ROUNDS = placement.GROUPS * placement.GROUP_ROUNDS
 
 
 def after(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]]) -> Calibration:
@@ -130,8 +147,9 @@ def after(job: Judging, session: Session, reference: Any, make: Callable[[int], 
     regime = Regime.GPU if job.device == "cuda" else Regime.HOST  # the CPU has the host's clock only
     timer = make_timer(job.device)
     timer.use(regime)
+    counts = (AFTER_PLACED_ROUNDS, 3 * AFTER_PLACED_ROUNDS) if session.draws else (AFTER_ROUNDS, AFTER_ROUNDS)
     return _beside(job, session, reference, make, timer, regime, [regime], job.seed - 2001,
-                   "a call of the reference after the solution's", (AFTER_ROUNDS, AFTER_ROUNDS), 0.0)
+                   "a call of the reference after the solution's", counts, 0.0, placed=session.draws)
 
 
 def observed_calibration(seen: Mapping[Regime, Sequence[Observed]], eager: Sequence[float] = (),
@@ -214,16 +232,21 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
             rounds.check(count - 1)
     finally:
         rounds.calls.close()
+        rounds.draw.close()
         if rounds.witness is not None:
             rounds.witness.close()
+    placements = None
+    if rounds.placed:  # each side's headline: its fastest draws of memory (timing.placement)
+        measured, placements = _fastest_draws(measured)
     protocol = TimingProtocol(
         rounds=count, rechecked=rounds.count, recheck_every_call=rounds.rechecks.every_call, primed=rounds.primed,
         regime=regime, regime_decision=rounds.decision, eager_regime=rounds.timer.regime,
         refresh_s=round(rounds.refresh_s, 4), recheck_s=round(rounds.check_s, 4),
-        calibration_p50_s=median(calibration.excess(regime)) if calibration.excess(regime) else None)
+        calibration_p50_s=median(calibration.excess(regime)) if calibration.excess(regime) else None,
+        placements=placements)
     if rounds.seen:
         protocol = dataclasses.replace(
-            protocol, verify_s=tuple(round(o.verify, 7) for o in rounds.seen[-len(measured["solution"].samples):]),
+            protocol, verify_s=tuple(round(o.verify, 7) for o in rounds.seen[-count:]),
             calibration_verify_p50_s=median(calibration.verify) if calibration.verify else None)
     if regime == Regime.GPU and rounds.seen:
         issue, gpu = rounds.judged(rounds.seen)
@@ -244,6 +267,16 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
             by="witness", calls=len(divisor.samples), witness_p50_s=divisor.median,
             judge_eager_p50_s=measured["eager"].median))
     return TimedRounds(measured["solution"], measured["eager"], protocol, machine_state, busy, witnessed, divisor)
+
+
+def _fastest_draws(measured: dict[str, Measurement]) -> tuple[dict[str, Measurement], PlacementFigures]:
+    """Each side's samples on its fastest draws of memory (placement.fastest_groups), and what the draws did."""
+    solution, eager = measured["solution"], measured["eager"]
+    keep_solution = placement.fastest_groups(solution.samples)
+    keep_eager = placement.fastest_groups(eager.samples)
+    found = placement.figures(solution.samples, eager.samples, keep_solution, keep_eager)
+    return ({"solution": placement.kept_only(solution, keep_solution),
+             "eager": placement.kept_only(eager, keep_eager)}, found)
 
 
 def divided_by_witness(seen: Sequence[Observed], calibration: Calibration, eager: Measurement,
@@ -290,7 +323,8 @@ def _measure(session: Session, device: str, policy: TimingPolicy, rounds: Soluti
     start, tree = _perf_counter(), escapes.tree_cpu(pid, group, own=own)
     found = guarded(device, "timing", lambda: sampling.measure_rounds(
         {"eager": rounds.eager, "solution": rounds.solution}, policy, before_round=rounds.before,
-        after_round=after, alternate=False), judge_work="timing (the judge's inputs, reference calls and rechecks)")
+        after_round=after, alternate=False, kept=rounds.kept()),
+        judge_work="timing (the judge's inputs, reference calls and rechecks)")
     end = escapes.tree_cpu(pid, group, own=own)
     return _Window(found, *escapes.escaped_cpu(tree, end), _perf_counter() - start, len(tree.gpu | end.gpu))
 

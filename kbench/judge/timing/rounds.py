@@ -16,7 +16,7 @@ from kbench.config.run_config import TimingPolicy
 from kbench.judge.candidate.session import Session
 from kbench.judge.checks import comparison, correctness
 from kbench.judge.harness import make_timer
-from kbench.judge.timing import sampling, timers
+from kbench.judge.timing import placement, sampling, timers
 from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.timed_call import Observed, TimedCalls
 from kbench.judge.verdict import Verdict, short
@@ -100,6 +100,10 @@ class SolutionRounds:
         self.rechecks = Rechecks(random.Random(secrets.randbits(64)), job.timing.min_samples)
         self.checked, self.count = -2, 0
         self.refresh_s = self.check_s = 0.0
+        # Each side's memory drawn anew every placement.GROUP_ROUNDS rounds (a call that allocates much)
+        self.placed = session.draws
+        self.draw = placement.MemoryDraw(job.device)
+        self.draw_rng = random.Random(secrets.randbits(64))
 
     def decide(self) -> str:
         """The solution's regime, from what the judge saw of REGIME_ROUNDS gated calls (on CUDA): the GPU regime when
@@ -126,9 +130,17 @@ class SolutionRounds:
         return self.regime
 
     def stopping_rule(self, policy: TimingPolicy) -> TimingPolicy:
-        """The rounds' stopping rule: the run's, with at least BOUND_ROUNDS rounds for a short GPU-regime call."""
+        """The rounds' stopping rule: the run's, with at least BOUND_ROUNDS rounds for a short GPU-regime call, and
+        at least placement.GROUPS draws of memory where the rounds draw it."""
         short = self.regime == Regime.GPU and (self.decision.gpu_s or 0.0) < BOUND_SHORT_S
-        return dataclasses.replace(policy, min_samples=max(policy.min_samples, BOUND_ROUNDS)) if short else policy
+        least = max(policy.min_samples, BOUND_ROUNDS if short else 0,
+                    placement.GROUPS * placement.GROUP_ROUNDS if self.placed else 0)
+        return dataclasses.replace(policy, min_samples=least)
+
+    def kept(self) -> Callable[[Any], Any] | None:
+        """Which samples of a side count (sampling.measure_rounds): its fastest draws of memory where the rounds draw
+        it (placement.fastest_groups), else all."""
+        return placement.fastest_groups if self.placed else None
 
     def judged(self, seen: list[Observed]) -> tuple[float, float]:
         """The calls' median issue and GPU times as the judge's own clock sees them (seconds)."""
@@ -142,8 +154,17 @@ class SolutionRounds:
         start = _perf_counter()
         self.inputs = self.ref = None  # the last round's go before this round's are made
         self.inputs = self.make(self.base + index + 1)
+        if self.placed and index >= 0 and index % placement.GROUP_ROUNDS == 0:
+            self.redraw()
         self.refresh_s += _perf_counter() - start
         sampling.settle(self.job.device)
+
+    def redraw(self) -> None:
+        """Both sides' memory drawn anew (kbench.judge.timing.placement), outside every timed interval: the judge's,
+        then one untimed eager call on this round's inputs; the candidate's, with one untimed call of the solution."""
+        inputs = self.inputs
+        assert inputs is not None
+        self.draw.both(self.session, self.draw_rng, lambda: self.reference(*inputs))
 
     def eager(self) -> sampling.Sampled:
         held: list[Any] = []

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from kbench.config.run_config import TimingPolicy
@@ -107,6 +108,7 @@ def measure_rounds(
     before_round: Callable[[int], object] = _no_hook,
     after_round: Callable[[int], object] = _no_hook,
     alternate: bool = True,
+    kept: Callable[[Sequence[float]], Sequence[int]] | None = None,
 ) -> dict[str, Measurement]:
     """Sample several callables in alternating rounds, so that drift (clocks, heat) hits all alike.
 
@@ -117,15 +119,20 @@ def measure_rounds(
         clock: the clock of the loop's own time budget, seconds (injected in tests).
         before_round, after_round: hooks called with the round's index (-1: before the warm-up).
         alternate: reverse the order on odd rounds.
+        kept: which of a sampler's samples count towards stopping, from their times in the order taken (each side's
+            fastest memory draws, kbench.judge.timing.placement.fastest_groups; the caller keeps the same ones in
+            its headline); None: all of them.
 
     Returns:
-        name -> Measurement: each sampler's samples in seconds, in the order taken, and why sampling stopped.
+        name -> Measurement: each sampler's samples in seconds, in the order taken (all of them, `kept` or not), and
+        why sampling stopped.
 
     Each round takes one sample of every sampler, in forward order on even rounds and reverse order on odd ones
     (`alternate=False`: forward order in every round, so each sampler always follows the same one). `before_round(i)`
     runs before round i (fresh inputs: round -1 before the warm-up) and `after_round(i)` after it (output checks); both
     lie outside every timed interval. Sampling stops when every sampler has converged (see `converged`) or when the
-    loop has run for `max_time_s`, whichever comes first, except that rounds go on past the cap up to `min_samples`
+    loop has run for `max_time_s`, whichever comes first (with `kept`: every sampler has `min_samples` samples and its
+    kept ones, at least half that many, have converged), except that rounds go on past the cap up to `min_samples`
     while that fits in MIN_SAMPLES_OVERRUN times the cap at the pace so far (`_room_for_min_samples`); at least one
     round always runs.
     """
@@ -142,13 +149,26 @@ def measure_rounds(
         after_round(rounds)
         rounds += 1
         elapsed = clock() - start
-        if all(converged([s.timed for s in taken[n]], elapsed, policy) for n in names):
+        if all(_converged(taken[n], elapsed, policy, kept) for n in names):
             reason = STOP_CONVERGED
             break
         if elapsed >= policy.max_time_s and not _room_for_min_samples(rounds, elapsed, policy):
             reason = STOP_MAX_TIME
             break
     return {n: _measurement(taken[n], reason) for n in names}
+
+
+def _kept(taken: list[Sampled], kept: Callable[[Sequence[float]], Sequence[int]] | None) -> list[Sampled]:
+    return taken if kept is None else [taken[i] for i in kept([s.timed for s in taken])]
+
+
+def _converged(taken: list[Sampled], elapsed: float, policy: TimingPolicy,
+               kept: Callable[[Sequence[float]], Sequence[int]] | None) -> bool:
+    if kept is None:
+        return converged([s.timed for s in taken], elapsed, policy)
+    chosen = [s.timed for s in _kept(taken, kept)]
+    return (len(taken) >= policy.min_samples and len(chosen) >= policy.min_samples // 2
+            and converged(chosen, elapsed, dataclasses.replace(policy, min_samples=0)))
 
 
 # At the cap, rounds go on up to `min_samples` when that fits in this many times `max_time_s` at the rounds' pace so far

@@ -1,0 +1,132 @@
+"""Memory draws: the same call, on memory the caching allocator placed elsewhere, can run at another speed.
+
+On one H200 (docs/benchmarks.md, 2026-11-28) KernelBench level 2's #77 ran the same cuDNN kernel in 4.9 or 6.4 ms
+in one process depending only on which physical memory its 212 MB intermediate had been given, and #61 in 3.2 or
+3.5 ms; each process, and each hand-back of the caching allocator's blocks, is one draw of that. A speedup divided by
+one draw on each side then carries whichever draws the judge's eager and the solution's calls happened to get.
+
+So for a call that allocates much (the rows `judge.AFTER_MIN_BYTES` names), both sides draw their memory anew every
+GROUP_ROUNDS rounds, outside every timed interval: the judge's process hands its cached blocks back and holds a spacer
+of a random number of 2 MiB pages in front of what its eager allocates next (`MemoryDraw`), the candidate's does the
+same for the model bound there (protocol.Place), and each side calls once untimed so that what the call allocates is
+allocated before its timed calls. Each side's samples in groups slower than its fastest group by more than
+SLOW_GROUP are then left out of its headline (`fastest_groups`), on both sides alike: each side is timed on the best
+memory it drew, in at least GROUPS draws, so neither's speed is a coin toss, and a solution gains nothing by placing
+its own memory well (the reference's draws find the fast placement too). A call whose speed does not depend on its
+memory keeps every group; the dropped samples stay in run.json (`diagnostics.PlacementFigures`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from kbench.judge.timing.timers import synchronize
+from kbench.results.diagnostics import PlacementFigures
+from kbench.results.records import Measurement
+from kbench.results.stats import median
+
+
+class Candidate(Protocol):
+    """The candidate's side of a draw (kbench.judge.candidate.session.Session.place)."""
+
+    def place(self, pages: int) -> None: ...
+
+GROUP_ROUNDS = 2  # rounds timed on one draw of each side's memory
+# Draws each side's rounds take at least: on #77 about half the draws were slow, so all 8 slow on one side is 1 in 256
+GROUPS = 8
+# A group whose median is this much above the side's fastest group's is left out: above the noise of a two-sample
+# median on one memory (below 1% on the level-2 rows), below the gaps the draws make (7% on #61, 30% on #77)
+SLOW_GROUP = 0.03
+# Samples each side keeps before a check's draws may stop (judge_timing.after): what the check between processes
+# needs (checks.PROCESS_MIN_SAMPLES), with room
+KEPT_LEAST = 8
+SPACER_PAGES = 256  # a spacer of 0-255 pages of 2 MiB: the next allocations start anywhere in half a GiB
+PAGE_BYTES = 2 << 20
+
+
+def spacer_pages(rng: random.Random) -> int:
+    return rng.randrange(SPACER_PAGES)
+
+
+class MemoryDraw:
+    """One process's draw of where its next allocations lie (CUDA; nothing on the CPU): the caching allocator's free
+    blocks handed back to the driver, then a spacer of `pages` 2 MiB pages held until the next draw."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.spacer: object = None
+
+    def draw(self, pages: int) -> None:
+        if self.device != "cuda":
+            return
+        import torch
+
+        self.spacer = None
+        torch.cuda.empty_cache()
+        if pages:
+            try:
+                self.spacer = torch.empty(pages * PAGE_BYTES, dtype=torch.uint8, device="cuda")
+            except torch.OutOfMemoryError:  # no room for a spacer: this draw is the allocator's own
+                self.spacer = None
+
+    def both(self, session: Candidate, rng: random.Random, eager: Callable[[], object]) -> None:
+        """Both sides' memory drawn anew, outside every timed interval: this (the judge's) process's, then one
+        untimed call of its eager (`eager`); the candidate's, with one untimed call of the model bound there."""
+        self.draw(spacer_pages(rng))
+        eager()
+        synchronize(self.device)
+        session.place(spacer_pages(rng))
+
+    def close(self) -> None:
+        self.spacer = None
+
+
+def fastest_groups(samples: Sequence[float], rounds: int = GROUP_ROUNDS,
+                   tolerance: float = SLOW_GROUP) -> tuple[int, ...]:
+    """The indices of `samples` (one side's, in the order taken, a draw every `rounds`) in groups whose median is at
+    most `tolerance` above the fastest complete group's. With no complete group, all of them."""
+    groups = [list(range(start, min(start + rounds, len(samples)))) for start in range(0, len(samples), rounds)]
+    complete = [median([samples[i] for i in g]) for g in groups if len(g) == rounds]
+    if not complete:
+        return tuple(range(len(samples)))
+    limit = min(complete) * (1.0 + tolerance)
+    return tuple(i for g in groups if median([samples[i] for i in g]) <= limit for i in g)
+
+
+def kept_enough(mine: Sequence[float], theirs: Sequence[float], rounds: int = GROUP_ROUNDS) -> bool:
+    """Whether two sides' samples, drawn together every `rounds`, end on a whole draw and each keeps KEPT_LEAST."""
+    return (len(mine) % rounds == 0 and len(fastest_groups(mine, rounds)) >= KEPT_LEAST
+            and len(fastest_groups(theirs, rounds)) >= KEPT_LEAST)
+
+
+def kept_only(measurement: Measurement, kept: Sequence[int]) -> Measurement:
+    """The measurement with only the samples at `kept` (every per-call series alike)."""
+    def pick(series: tuple[float, ...]) -> tuple[float, ...]:
+        return tuple(series[i] for i in kept) if len(series) == len(measurement.samples) else series
+
+    return dataclasses.replace(measurement, samples=pick(measurement.samples),
+                               host_samples=pick(measurement.host_samples),
+                               judge_samples=pick(measurement.judge_samples),
+                               issue_samples=pick(measurement.issue_samples))
+
+
+def figures(solution: Sequence[float], eager: Sequence[float], kept_solution: Sequence[int],
+            kept_eager: Sequence[int], rounds: int = GROUP_ROUNDS) -> PlacementFigures:
+    """What the draws did to a row's two sides: the groups drawn, each side's groups kept, the spread of each side's
+    group medians (slowest over fastest) and the samples left out, in the order taken."""
+    keep_solution, keep_eager = set(kept_solution), set(kept_eager)
+    return PlacementFigures(
+        rounds=rounds, groups=-(-len(solution) // rounds),
+        solution_groups_kept=len({i // rounds for i in keep_solution}),
+        eager_groups_kept=len({i // rounds for i in keep_eager}),
+        solution_spread=round(_spread(solution, rounds), 4), eager_spread=round(_spread(eager, rounds), 4),
+        solution_dropped=tuple(s for i, s in enumerate(solution) if i not in keep_solution),
+        eager_dropped=tuple(s for i, s in enumerate(eager) if i not in keep_eager))
+
+
+def _spread(samples: Sequence[float], rounds: int) -> float:
+    medians = [median(samples[start:start + rounds]) for start in range(0, len(samples), rounds)]
+    return max(medians) / min(medians) if medians and min(medians) > 0 else 1.0

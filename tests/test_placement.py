@@ -1,0 +1,182 @@
+"""Memory draws (kbench.judge.timing.placement): each side of a big call is timed on the fastest memory it drew.
+
+On one H200 the same cuDNN kernel ran in 4.9 or 6.4 ms depending only on which memory the caching allocator had given
+its intermediate; a speedup over one draw per side carried whichever draws the two sides got. Here, without a GPU:
+which samples a side keeps, that sampling stops on the kept ones, and real judge and candidate processes drawing
+every few rounds, with a reference whose speed moves in runs of calls.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kbench.config.run_config import TimingPolicy
+from kbench.judge import judge
+from kbench.judge.candidate import protocol
+from kbench.judge.timing import placement
+from kbench.judge.timing.placement import GROUP_ROUNDS, GROUPS, SLOW_GROUP, fastest_groups
+from kbench.judge.timing.sampling import Sampled, measure_rounds
+from kbench.results.findings import FindingCode
+from kbench.results.records import Measurement
+from kbench.wire.jobs import EvaluateJob, ProblemRef, SolutionRef
+from tests.conftest import FIXTURES
+
+FAST, SLOW = 4.9e-3, 6.4e-3
+
+
+def _groups(*speeds: float, rounds: int = GROUP_ROUNDS) -> list[float]:
+    """Samples of one side: `rounds` per draw, each draw at its speed (with a little noise of its own)."""
+    return [speed * (1 + 0.001 * (i % 3)) for speed in speeds for i in range(rounds)]
+
+
+def test_a_side_keeps_only_the_draws_near_its_fastest():
+    samples = _groups(SLOW, FAST, SLOW, SLOW, FAST, SLOW, FAST, SLOW)
+    kept = fastest_groups(samples)
+    assert [samples[i] for i in kept] == _groups(FAST, FAST, FAST)
+    assert kept == (2, 3, 8, 9, 12, 13)
+
+
+def test_a_call_whose_speed_does_not_move_keeps_every_sample():
+    samples = [5e-3 * (1 + 0.004 * ((i * 7) % 5)) for i in range(16)]  # within 1.6% of each other
+    assert fastest_groups(samples) == tuple(range(16))
+
+
+def test_a_group_just_inside_the_tolerance_stays_and_one_just_outside_goes():
+    inside, outside = FAST * (1 + SLOW_GROUP * 0.9), FAST * (1 + SLOW_GROUP * 1.1)
+    samples = [FAST, FAST, inside, inside, outside, outside]
+    assert fastest_groups(samples) == (0, 1, 2, 3)
+
+
+def test_an_unfinished_last_draw_is_judged_against_the_complete_ones_but_never_sets_the_pace():
+    # the lone last sample is faster than every complete group: it stays, and the complete groups are not measured
+    # against it (one sample is not a draw's speed)
+    samples = [FAST, FAST, SLOW, SLOW, FAST * 0.5]
+    assert fastest_groups(samples) == (0, 1, 4)
+    assert fastest_groups([SLOW]) == (0,)  # no complete group: all of them
+
+
+def test_a_check_draws_until_each_side_kept_enough_on_whole_draws():
+    fast_enough = _groups(*[FAST] * (placement.KEPT_LEAST // GROUP_ROUNDS))
+    half_slow = _groups(*[FAST, SLOW] * (placement.KEPT_LEAST // GROUP_ROUNDS))
+    assert placement.kept_enough(fast_enough, fast_enough)
+    assert not placement.kept_enough(fast_enough + [FAST], fast_enough + [FAST])  # a draw not finished
+    assert not placement.kept_enough(half_slow[:placement.KEPT_LEAST], fast_enough)  # half its draws left out
+    assert placement.kept_enough(half_slow, fast_enough)
+
+
+def test_kept_only_takes_every_per_call_series_alike():
+    m = Measurement((1.0, 2.0, 3.0), (1.1, 2.1, 3.1), "converged", (1.2, 2.2, 3.2), (0.1, 0.2, 0.3), "gpu")
+    kept = placement.kept_only(m, (0, 2))
+    assert kept == Measurement((1.0, 3.0), (1.1, 3.1), "converged", (1.2, 3.2), (0.1, 0.3), "gpu")
+
+
+def test_the_figures_say_what_each_side_kept_and_left_out():
+    solution = _groups(SLOW, FAST, FAST, SLOW)
+    eager = _groups(FAST, FAST, FAST, FAST)
+    found = placement.figures(solution, eager, fastest_groups(solution), fastest_groups(eager))
+    assert (found.groups, found.solution_groups_kept, found.eager_groups_kept) == (4, 2, 4)
+    assert found.solution_spread == pytest.approx(SLOW / FAST, rel=0.01) and found.eager_spread < 1.01
+    assert len(found.solution_dropped) == 2 * GROUP_ROUNDS and min(found.solution_dropped) >= SLOW
+    assert found.eager_dropped == ()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sampling_stops_on_the_kept_samples_and_returns_every_sample():
+    """Half the draws are 30% slower: over all samples the median's interval never narrows to 1%, so sampling
+    would run to its cap; over the kept ones it converges once the run's least rounds are in."""
+    clock = _Clock()
+    speeds = [FAST, SLOW] * 100
+
+    def sampler():
+        index = len(taken)
+        taken.append(index)
+        value = speeds[(index // GROUP_ROUNDS) % len(speeds)]
+        clock.now += value
+        return Sampled(value, value)
+
+    taken: list[int] = []
+    policy = TimingPolicy(warmup_calls=0, warmup_s=0.0, min_samples=GROUPS * GROUP_ROUNDS, min_time_s=0.0,
+                          max_time_s=5.0, rel_ci=0.01)
+    found = measure_rounds({"a": sampler}, policy, clock, kept=fastest_groups)["a"]
+    assert found.stop_reason == "converged" and len(found.samples) == GROUPS * GROUP_ROUNDS
+    assert sorted(set(found.samples)) == [FAST, SLOW]  # every sample comes back; the caller keeps the fast ones
+
+    clock.now, taken = 0.0, []
+    unfiltered = measure_rounds({"a": sampler}, policy, clock)["a"]
+    assert unfiltered.stop_reason == "max_time"
+
+
+def test_a_row_that_draws_needs_its_least_draws_before_it_stops():
+    from kbench.judge.timing.rounds import SolutionRounds
+
+    class Rounds:  # only what stopping_rule reads
+        placed = True
+        regime = "gpu"
+        decision = type("D", (), {"gpu_s": 5e-3})()
+
+    rule = SolutionRounds.stopping_rule(Rounds(), TimingPolicy())  # type: ignore[arg-type]
+    assert rule.min_samples == GROUPS * GROUP_ROUNDS
+    Rounds.placed = False
+    assert SolutionRounds.stopping_rule(Rounds(), TimingPolicy()).min_samples == TimingPolicy().min_samples  # type: ignore[arg-type]
+
+
+# ---- real processes, on the CPU ------------------------------------------------------------------------------------
+
+RUNS = FIXTURES / "process_speed" / "runs.py"
+RUNS_HONEST = FIXTURES / "process_speed_solutions" / "runs_honest.py"
+
+
+def _quiet(event, **fields):
+    pass
+
+
+@pytest.fixture
+def draws_on_the_cpu(monkeypatch):
+    """Rows draw their memory on the CPU too (on CUDA a call allocating AFTER_MIN_BYTES does), so real processes show
+    the draws' plumbing: the judge's own draw does nothing there, the candidate's makes its untimed call."""
+    monkeypatch.setattr(judge, "AFTER_CHECKED", ("cpu",))
+    sent: list[object] = []
+    real = judge.Session.place
+
+    def place(self, pages):
+        sent.append(protocol.Place(pages))
+        return real(self, pages)
+
+    monkeypatch.setattr(judge.Session, "place", place)
+    return sent
+
+
+def _job(solution, problem=RUNS) -> EvaluateJob:
+    return EvaluateJob(problem=ProblemRef("p", str(problem), {}), device="cpu", seed=1, trials=1, atol=1e-4,
+                       rtol=1e-4, solution=SolutionRef("s", str(solution)))
+
+
+def test_an_honest_copy_of_a_call_whose_speed_moves_in_runs_reads_one_on_its_fastest_draws(draws_on_the_cpu):
+    """The reference runs 2 ms a call, or 5 ms in every other run of five calls of its process: each side's speed
+    moves in runs, as a big call's did with its memory on the H200. Both sides draw every GROUP_ROUNDS rounds and keep
+    their fastest draws: the honest copy reads 1.00x on 2 ms calls, with what was left out in the figures."""
+    result = judge.judge_solution(_job(RUNS_HONEST), {}, _quiet)
+    drawn = result.diagnostics.protocol.placements
+    assert drawn is not None and drawn.groups >= GROUPS, result.diagnostics.protocol
+    assert len(draws_on_the_cpu) >= 2 * GROUPS  # the solution's rounds and the check after them, each draw a Place
+    assert max(result.timing.samples) < 3.5e-3 and max(result.eager_timing.samples) < 3.5e-3
+    assert drawn.solution_dropped and drawn.eager_dropped and max(drawn.solution_dropped) > 4e-3
+    assert drawn.solution_groups_kept < drawn.groups and drawn.solution_spread > 1.5
+    assert result.speedup_vs_eager == pytest.approx(1.0, abs=0.1), (result.status, result.warnings)
+    processes = result.diagnostics.processes
+    assert processes.after is not None and abs(processes.after - 1) < 0.1 and not processes.after_disagrees
+    assert FindingCode.PROCESSES_DISAGREE not in [w.code for w in result.warnings], result.warnings
+
+
+def test_a_row_that_does_not_draw_sends_no_place_and_records_no_figures(monkeypatch):
+    sent: list[int] = []
+    monkeypatch.setattr(judge.Session, "place", lambda self, pages: sent.append(pages))
+    result = judge.judge_solution(_job(RUNS_HONEST), {}, _quiet)
+    assert sent == [] and result.diagnostics.protocol.placements is None

@@ -82,7 +82,9 @@ class Location(TypedDict, total=False):
 
 
 class Locator:
-    """The candidate's side: each output's location, with the handles of allocations already described kept."""
+    """The candidate's side: each output's location, with the handles of allocations already described kept (by the
+    driver's buffer ID: an allocation handed back and made again at the same address, by a memory draw or by the
+    solution, has another handle, and a stale one would have the judge read the old allocation, or fail to map)."""
 
     def __init__(self) -> None:
         self._handles: dict[int, tuple[str, int]] = {}
@@ -94,13 +96,15 @@ class Locator:
             return {"copied": True}
         address = o.data_ptr()
         try:
-            start, size = driver.allocation_range(address)
-            if start not in self._handles or self._handles[start][1] != size:
-                self._handles[start] = (driver.ipc_handle(start).hex(), size)
+            start, size, buffer = driver.allocation_range(address)
+            if buffer not in self._handles:
+                if len(self._handles) >= MAX_OPEN:  # the judge keeps no more mapped: the oldest go
+                    del self._handles[next(iter(self._handles))]
+                self._handles[buffer] = (driver.ipc_handle(start).hex(), size)
         except driver.DriverError:
             buf.copy_(o)
             return {"copied": True}
-        handle, size = self._handles[start]
+        handle, size = self._handles[buffer]
         return {"handle": handle, "offset": address - start, "size": size, "stride": list(o.stride())}
 
 

@@ -22,6 +22,7 @@ CU_MEMHOSTREGISTER_PORTABLE = 0x01
 CU_MEMHOSTREGISTER_DEVICEMAP = 0x02
 CU_STREAM_WAIT_VALUE_GEQ = 0x0  # (int32)(*addr - value) >= 0: a counter that may wrap
 CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1
+CU_POINTER_ATTRIBUTE_BUFFER_ID = 7
 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11
 CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12
 IPC_HANDLE_BYTES = 64
@@ -122,12 +123,14 @@ def write_value(stream: int, device_address: int, value: int) -> None:
     _call("cuStreamWriteValue32_v2", ctypes.c_void_p(stream), device_address, value & 0xFFFFFFFF, 0)
 
 
-def allocation_range(device_address: int) -> tuple[int, int]:
-    """The start and size of the driver allocation holding `device_address`."""
-    start, size = ctypes.c_uint64(), ctypes.c_size_t()
+def allocation_range(device_address: int) -> tuple[int, int, int]:
+    """The start, size and buffer ID of the driver allocation holding `device_address` (the ID is the driver's own,
+    unique in the process's lifetime: an allocation freed and made again at the same address gets another)."""
+    start, size, buffer = ctypes.c_uint64(), ctypes.c_size_t(), ctypes.c_uint64()
     _call("cuPointerGetAttribute", ctypes.byref(start), CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, device_address)
     _call("cuPointerGetAttribute", ctypes.byref(size), CU_POINTER_ATTRIBUTE_RANGE_SIZE, device_address)
-    return start.value, size.value
+    _call("cuPointerGetAttribute", ctypes.byref(buffer), CU_POINTER_ATTRIBUTE_BUFFER_ID, device_address)
+    return start.value, size.value, buffer.value
 
 
 def ipc_handle(allocation_start: int) -> bytes:

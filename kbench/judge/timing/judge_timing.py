@@ -96,7 +96,7 @@ def _beside(job: Judging, session: Session, reference: Any, make: Callable[[int]
                 or (placed and bool(modes) and not placement.kept_enough(eager, [o.timed for o in seen[modes[0]]]))):
             values = make(seed - index)
             if placed and index % placement.GROUP_ROUNDS == 0:
-                draw.both(session, rng, lambda: reference(*values))  # noqa: B023 - called at once
+                draw.both(calls, rng, lambda: reference(*values))  # noqa: B023 - called at once
             sampling.settle(job.device)
             held: list[Any] = []
             eager.append(timer.sample(lambda: held.append(reference(*values)))[0])  # noqa: B023 - called at once

@@ -30,7 +30,7 @@ from kbench.results.stats import median
 
 
 class Candidate(Protocol):
-    """The candidate's side of a draw (kbench.judge.candidate.session.Session.place)."""
+    """The candidate's side of a draw (kbench.judge.timing.timed_call.TimedCalls.place)."""
 
     def place(self, pages: int) -> None: ...
 
@@ -72,13 +72,13 @@ class MemoryDraw:
             except torch.OutOfMemoryError:  # no room for a spacer: this draw is the allocator's own
                 self.spacer = None
 
-    def both(self, session: Candidate, rng: random.Random, eager: Callable[[], object]) -> None:
+    def both(self, candidate: Candidate, rng: random.Random, eager: Callable[[], object]) -> None:
         """Both sides' memory drawn anew, outside every timed interval: this (the judge's) process's, then one
         untimed call of its eager (`eager`); the candidate's, with one untimed call of the model bound there."""
         self.draw(spacer_pages(rng))
         eager()
         synchronize(self.device)
-        session.place(spacer_pages(rng))
+        candidate.place(spacer_pages(rng))
 
     def close(self) -> None:
         self.spacer = None

@@ -164,7 +164,7 @@ class SolutionRounds:
         then one untimed eager call on this round's inputs; the candidate's, with one untimed call of the solution."""
         inputs = self.inputs
         assert inputs is not None
-        self.draw.both(self.session, self.draw_rng, lambda: self.reference(*inputs))
+        self.draw.both(self.calls, self.draw_rng, lambda: self.reference(*inputs))
 
     def eager(self) -> sampling.Sampled:
         held: list[Any] = []

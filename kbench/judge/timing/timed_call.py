@@ -178,6 +178,14 @@ class TimedCalls:
             self._generator.manual_seed(secrets.randbits(62))
         return self._generator
 
+    def place(self, pages: int) -> None:
+        """A new draw of the candidate's memory (Session.place), once the judge has unmapped every output of the
+        candidate's it had mapped: the allocations the draw hands back are then freed, not kept alive by the judge's
+        mappings (and read there as a later call's outputs)."""
+        self.outputs = []
+        self.views.close()
+        self.session.place(pages)
+
     def close(self) -> None:
         self.outputs = []
         self.views.close()

@@ -32,7 +32,7 @@ from kbench.judge.harness import (
     timed_findings,
     with_peak,
 )
-from kbench.judge.timing import checks, timers
+from kbench.judge.timing import checks, placement, timers
 from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.flags import host_only_again, mismatch_check, retime_mismatch
 from kbench.judge.timing.judge_timing import (
@@ -240,19 +240,22 @@ def _timed(job: EvaluateJob, session: Session, reference: Any, init: list[Any], 
                                          if w is not None]
     checked = session.keep_reference and (
         device != "cuda" or timed.solution.regime == calibration.eager_regime == Regime.GPU)
-    check = _after(job, session, reference, make) if checked else None
+    drawn = timed.protocol.placements
+    moved = drawn is not None and drawn.draws > placement.PROBE_GROUPS  # a side's speed moved with its memory
+    check = _after(job, session, reference, make, moved) if checked else None
     if check is not None and check.finding is not None:
         findings.append(check.finding)
     return Timing(timed, tuple(findings), first, check)
 
 
-def _after(job: EvaluateJob, session: Session, reference: Any, make: Callable[[int], list[Any]]) -> AfterCheck:
+def _after(job: EvaluateJob, session: Session, reference: Any, make: Callable[[int], list[Any]],
+           placed: bool = False) -> AfterCheck:
     """The reference kept in the candidate's process, timed there after the solution's rounds beside the judge's eager
     (judge_timing.after): `[processes_disagree]` when the two disagree, as before the import. The solution's model is
     bound again for the checks that follow. What the candidate's process does wrong meanwhile is its verdict, as
     anywhere; a failure of the judge's own side (out of memory, say) skips the check with `[check_skipped]`."""
     try:
-        found = after(job, session, reference, make)
+        found = after(job, session, reference, make, placed)
     except Verdict:
         raise
     except Exception as exc:  # noqa: BLE001 - the judge's own check: the row stands without it

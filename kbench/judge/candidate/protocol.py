@@ -93,7 +93,8 @@ class Call:
 class Place:
     """A new draw of the memory the bound model's calls run on (kbench.judge.timing.placement), then one untimed call
     on the bound inputs, so that what the call allocates lies on the new draw before the next timed call: on CUDA the
-    cached blocks handed back and a spacer of `pages` 2 MiB pages held until the next draw (the CPU: the call only)."""
+    cached blocks handed back and a spacer of `pages` 2 MiB pages held until the next draw (the CPU: the call only).
+    Answer as a timed call does: the outputs' locations (the judge maps them now, untimed)."""
 
     pages: int = 0
 

@@ -294,10 +294,11 @@ class Session:
             self.peak_bytes = max(self.peak_bytes, reply.peak_bytes)
         return self.outputs()
 
-    def place(self, pages: int) -> None:
-        """A new draw of the candidate's memory and one untimed call on the bound inputs (protocol.Place); the call's
-        peak is not counted (the model bound may be the kept reference)."""
-        self.values = self.ask(protocol.Place(pages)).values
+    def place(self, pages: int) -> protocol.Reply:
+        """A new draw of the candidate's memory and one untimed call on the bound inputs (protocol.Place): the reply
+        locates its outputs (kbench.judge.timing.timed_call.TimedCalls.place maps them); the call's peak is not
+        counted (the model bound may be the kept reference)."""
+        return self.ask(protocol.Place(pages))
 
     def call_on(self, inputs: list[Any]) -> tuple[list[Any], bool]:
         """A correctness.CandidateCall: `inputs`' values into the shared buffers, one call; the outputs (the shared

@@ -131,13 +131,15 @@ AFTER_ROUNDS = 12  # rounds of the check after the solution's (the first CALIBRA
 AFTER_PLACED_ROUNDS = placement.GROUPS * placement.GROUP_ROUNDS
 
 
-def after(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]]) -> Calibration:
+def after(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
+          placed: bool = False) -> Calibration:
     """After the solution's rounds, in the GPU regime (the host's on the CPU): the reference kept in the candidate's
     process (built there before the solution was imported, protocol.Calibrate.keep) timed through the protocol beside
     the judge's eager, AFTER_ROUNDS rounds. Its calls allocate what an honest copy's calls allocated, and the caching
     allocator hands them the blocks those calls freed: the same memory the solution's calls ran on, where the judge's
     eager runs on its own. The rounds are a calibration's (`_beside`), in that one regime: its `eager` and `reference`
-    are what `checks.processes_disagree` compares."""
+    are what `checks.processes_disagree` compares. With `placed` (the solution's rounds found a side's speed moving
+    with its memory, timing.placement), both sides draw their memory as those rounds did."""
     values = make(job.seed - 2000)
     session.bind(protocol.REFERENCE, values, reference(*values))
     peak = session.peak_bytes  # the solution's: the reference's calls here are not its
@@ -147,9 +149,9 @@ def after(job: Judging, session: Session, reference: Any, make: Callable[[int], 
     regime = Regime.GPU if job.device == "cuda" else Regime.HOST  # the CPU has the host's clock only
     timer = make_timer(job.device)
     timer.use(regime)
-    counts = (AFTER_PLACED_ROUNDS, 3 * AFTER_PLACED_ROUNDS) if session.draws else (AFTER_ROUNDS, AFTER_ROUNDS)
+    counts = (AFTER_PLACED_ROUNDS, 3 * AFTER_PLACED_ROUNDS) if placed else (AFTER_ROUNDS, AFTER_ROUNDS)
     return _beside(job, session, reference, make, timer, regime, [regime], job.seed - 2001,
-                   "a call of the reference after the solution's", counts, 0.0, placed=session.draws)
+                   "a call of the reference after the solution's", counts, 0.0, placed=placed)
 
 
 def observed_calibration(seen: Mapping[Regime, Sequence[Observed]], eager: Sequence[float] = (),
@@ -237,7 +239,7 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
             rounds.witness.close()
     placements = None
     if rounds.placed:  # each side's headline: its fastest draws of memory (timing.placement)
-        measured, placements = _fastest_draws(measured)
+        measured, placements = _fastest_draws(measured, rounds.draws)
     protocol = TimingProtocol(
         rounds=count, rechecked=rounds.count, recheck_every_call=rounds.rechecks.every_call, primed=rounds.primed,
         regime=regime, regime_decision=rounds.decision, eager_regime=rounds.timer.regime,
@@ -269,12 +271,12 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
     return TimedRounds(measured["solution"], measured["eager"], protocol, machine_state, busy, witnessed, divisor)
 
 
-def _fastest_draws(measured: dict[str, Measurement]) -> tuple[dict[str, Measurement], PlacementFigures]:
+def _fastest_draws(measured: dict[str, Measurement], draws: int) -> tuple[dict[str, Measurement], PlacementFigures]:
     """Each side's samples on its fastest draws of memory (placement.fastest_groups), and what the draws did."""
     solution, eager = measured["solution"], measured["eager"]
     keep_solution = placement.fastest_groups(solution.samples)
     keep_eager = placement.fastest_groups(eager.samples)
-    found = placement.figures(solution.samples, eager.samples, keep_solution, keep_eager)
+    found = placement.figures(solution.samples, eager.samples, keep_solution, keep_eager, draws)
     return ({"solution": placement.kept_only(solution, keep_solution),
              "eager": placement.kept_only(eager, keep_eager)}, found)
 
@@ -323,7 +325,7 @@ def _measure(session: Session, device: str, policy: TimingPolicy, rounds: Soluti
     start, tree = _perf_counter(), escapes.tree_cpu(pid, group, own=own)
     found = guarded(device, "timing", lambda: sampling.measure_rounds(
         {"eager": rounds.eager, "solution": rounds.solution}, policy, before_round=rounds.before,
-        after_round=after, alternate=False, kept=rounds.kept()),
+        after_round=after, alternate=False, kept=rounds.kept(), more=rounds.more),
         judge_work="timing (the judge's inputs, reference calls and rechecks)")
     end = escapes.tree_cpu(pid, group, own=own)
     return _Window(found, *escapes.escaped_cpu(tree, end), _perf_counter() - start, len(tree.gpu | end.gpu))

@@ -9,8 +9,8 @@ So for a call that allocates much (the rows `judge.AFTER_MIN_BYTES` names), both
 GROUP_ROUNDS rounds, outside every timed interval: the judge's process hands its cached blocks back and holds a spacer
 of a random number of 2 MiB pages in front of what its eager allocates next (`MemoryDraw`), the candidate's does the
 same for the model bound there (protocol.Place), and each side calls once untimed so that what the call allocates is
-allocated before its timed calls. Each side's samples in groups slower than its fastest group by more than
-SLOW_GROUP are then left out of its headline (`fastest_groups`), on both sides alike: each side is timed on the best
+allocated before its timed calls. Each side's samples in groups above a step of more than SLOW_GROUP between its
+group medians are then left out of its headline (`fastest_groups`), on both sides alike: each side is timed on the best
 memory it drew, in at least GROUPS draws, so neither's speed is a coin toss, and a solution gains nothing by placing
 its own memory well (the reference's draws find the fast placement too). A call whose speed does not depend on its
 memory keeps every group; the dropped samples stay in run.json (`diagnostics.PlacementFigures`).
@@ -35,11 +35,16 @@ class Candidate(Protocol):
     def place(self, pages: int) -> None: ...
 
 GROUP_ROUNDS = 2  # rounds timed on one draw of each side's memory
-# Draws each side's rounds take at least: on #77 about half the draws were slow, so all 8 slow on one side is 1 in 256
+# Draws each side's rounds take where a side's speed moved between the first PROBE_GROUPS: on #77 about half the
+# draws were slow, so all 8 slow on one side is 1 in 256. Where neither side's moved in PROBE_GROUPS draws the rounds
+# draw no more (on one H200, 94 of level 2's 96 rows that draw: a few tens of milliseconds each, not eight draws)
 GROUPS = 8
-# A group whose median is this much above the side's fastest group's is left out: above the noise of a two-sample
+PROBE_GROUPS = 4
+# A step this large between a side's group medians (in order) separates two speeds: above the noise of a two-sample
 # median on one memory (below 1% on the level-2 rows), below the gaps the draws make (7% on #61, 30% on #77)
 SLOW_GROUP = 0.03
+# ... or this many times the spread of the samples within one draw (their median), where a call is that noisy
+NOISE_STEPS = 4
 # Samples each side keeps before a check's draws may stop (judge_timing.after): what the check between processes
 # needs (checks.PROCESS_MIN_SAMPLES), with room
 KEPT_LEAST = 8
@@ -86,14 +91,32 @@ class MemoryDraw:
 
 def fastest_groups(samples: Sequence[float], rounds: int = GROUP_ROUNDS,
                    tolerance: float = SLOW_GROUP) -> tuple[int, ...]:
-    """The indices of `samples` (one side's, in the order taken, a draw every `rounds`) in groups whose median is at
-    most `tolerance` above the fastest complete group's. With no complete group, all of them."""
+    """The indices of `samples` (one side's, in the order taken, a draw every `rounds`) in its fastest draws: the
+    complete groups' medians in order from the fastest, up to the first step between two of them larger than `step`
+    (the next speed); a last, unfinished group at most that far above the slowest kept. The step is `tolerance`, or
+    NOISE_STEPS times the spread of samples within one draw where the call is that noisy: a call whose speed does
+    not move keeps every group however noisy it is, one that runs at two speeds keeps the faster's. With no complete
+    group, all of them."""
     groups = [list(range(start, min(start + rounds, len(samples)))) for start in range(0, len(samples), rounds)]
-    complete = [median([samples[i] for i in g]) for g in groups if len(g) == rounds]
+    complete = [[samples[i] for i in g] for g in groups if len(g) == rounds]
     if not complete:
         return tuple(range(len(samples)))
-    limit = min(complete) * (1.0 + tolerance)
-    return tuple(i for g in groups if median([samples[i] for i in g]) <= limit for i in g)
+    within = median([(max(g) - min(g)) / min(g) if min(g) > 0 else 0.0 for g in complete])
+    step = max(tolerance, NOISE_STEPS * within)
+    ordered = sorted(median(g) for g in complete)
+    limit = ordered[0]
+    for value in ordered[1:]:
+        if value > limit * (1.0 + step):
+            break
+        limit = value
+    return tuple(i for g in groups
+                 if median([samples[i] for i in g]) <= (limit if len(g) == rounds else limit * (1.0 + step))
+                 for i in g)
+
+
+def moved(mine: Sequence[float], theirs: Sequence[float], rounds: int = GROUP_ROUNDS) -> bool:
+    """Whether either side's speed moved between its draws: a draw of it left out of its fastest."""
+    return (len(fastest_groups(mine, rounds)) < len(mine) or len(fastest_groups(theirs, rounds)) < len(theirs))
 
 
 def kept_enough(mine: Sequence[float], theirs: Sequence[float], rounds: int = GROUP_ROUNDS) -> bool:
@@ -114,12 +137,13 @@ def kept_only(measurement: Measurement, kept: Sequence[int]) -> Measurement:
 
 
 def figures(solution: Sequence[float], eager: Sequence[float], kept_solution: Sequence[int],
-            kept_eager: Sequence[int], rounds: int = GROUP_ROUNDS) -> PlacementFigures:
-    """What the draws did to a row's two sides: the groups drawn, each side's groups kept, the spread of each side's
-    group medians (slowest over fastest) and the samples left out, in the order taken."""
+            kept_eager: Sequence[int], draws: int, rounds: int = GROUP_ROUNDS) -> PlacementFigures:
+    """What the draws did to a row's two sides: the draws made, the groups of `rounds` samples, each side's groups
+    kept, the spread of each side's group medians (slowest over fastest) and the samples left out, in the order
+    taken."""
     keep_solution, keep_eager = set(kept_solution), set(kept_eager)
     return PlacementFigures(
-        rounds=rounds, groups=-(-len(solution) // rounds),
+        rounds=rounds, draws=draws, groups=-(-len(solution) // rounds),
         solution_groups_kept=len({i // rounds for i in keep_solution}),
         eager_groups_kept=len({i // rounds for i in keep_eager}),
         solution_spread=round(_spread(solution, rounds), 4), eager_spread=round(_spread(eager, rounds), 4),

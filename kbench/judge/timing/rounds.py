@@ -100,12 +100,23 @@ class SolutionRounds:
         self.rechecks = Rechecks(random.Random(secrets.randbits(64)), job.timing.min_samples)
         self.checked, self.count = -2, 0
         self.refresh_s = self.check_s = 0.0
-        # Each side's memory drawn anew every placement.GROUP_ROUNDS rounds (a call that allocates much)
-        self.placed = session.draws
+        # Each side's memory drawn anew every placement.GROUP_ROUNDS rounds (a call that allocates much): PROBE_GROUPS
+        # draws, and GROUPS where a side's speed moved between them (`drawing` stays set)
+        # (on CUDA GPU-regime rows only: not beside a witness, whose calls draw nothing, nor a launch-bound reference)
+        self.placed = self.drawing = session.draws and not self.primed and witness is None
+        self.draws = 0
         self.draw = placement.MemoryDraw(job.device)
         self.draw_rng = random.Random(secrets.randbits(64))
+        self.times: dict[str, list[float]] = {"eager": [], "solution": []}  # the rounds' samples, each side's
 
     def decide(self) -> str:
+        """The solution's regime (`_decide`). On CUDA a host-regime row draws no memory: its time is the host's."""
+        regime = self._decide()
+        if regime != Regime.GPU and self.job.device == "cuda":
+            self.placed = self.drawing = False
+        return regime
+
+    def _decide(self) -> str:
         """The solution's regime, from what the judge saw of REGIME_ROUNDS gated calls (on CUDA): the GPU regime when
         the call's issue time as the judge's clock sees it (the Arm request less the protocol's part) is below its
         GPU time as the judge's window sees it (less the protocol's part); the host regime for a launch-bound call or
@@ -130,17 +141,20 @@ class SolutionRounds:
         return self.regime
 
     def stopping_rule(self, policy: TimingPolicy) -> TimingPolicy:
-        """The rounds' stopping rule: the run's, with at least BOUND_ROUNDS rounds for a short GPU-regime call, and
-        at least placement.GROUPS draws of memory where the rounds draw it."""
+        """The rounds' stopping rule: the run's, with at least BOUND_ROUNDS rounds for a short GPU-regime call."""
         short = self.regime == Regime.GPU and (self.decision.gpu_s or 0.0) < BOUND_SHORT_S
-        least = max(policy.min_samples, BOUND_ROUNDS if short else 0,
-                    placement.GROUPS * placement.GROUP_ROUNDS if self.placed else 0)
-        return dataclasses.replace(policy, min_samples=least)
+        return dataclasses.replace(policy, min_samples=max(policy.min_samples, BOUND_ROUNDS)) if short else policy
 
     def kept(self) -> Callable[[Any], Any] | None:
         """Which samples of a side count (sampling.measure_rounds): its fastest draws of memory where the rounds draw
         it (placement.fastest_groups), else all."""
         return placement.fastest_groups if self.placed else None
+
+    def more(self, rounds: int) -> bool:
+        """Whether rounds must go on for the draws (sampling.measure_rounds): PROBE_GROUPS of them, and GROUPS where
+        a side's speed moved between the first."""
+        wanted = placement.GROUPS if self.drawing else placement.PROBE_GROUPS if self.placed else 0
+        return rounds < wanted * placement.GROUP_ROUNDS
 
     def judged(self, seen: list[Observed]) -> tuple[float, float]:
         """The calls' median issue and GPU times as the judge's own clock sees them (seconds)."""
@@ -154,8 +168,12 @@ class SolutionRounds:
         start = _perf_counter()
         self.inputs = self.ref = None  # the last round's go before this round's are made
         self.inputs = self.make(self.base + index + 1)
-        if self.placed and index >= 0 and index % placement.GROUP_ROUNDS == 0:
-            self.redraw()
+        if self.drawing and index >= 0 and index % placement.GROUP_ROUNDS == 0:
+            if index == placement.PROBE_GROUPS * placement.GROUP_ROUNDS and not placement.moved(
+                    self.times["solution"], self.times["eager"]):
+                self.drawing = False  # neither side's speed moved with its memory: no more draws
+            else:
+                self.redraw()
         self.refresh_s += _perf_counter() - start
         sampling.settle(self.job.device)
 
@@ -165,6 +183,7 @@ class SolutionRounds:
         inputs = self.inputs
         assert inputs is not None
         self.draw.both(self.calls, self.draw_rng, lambda: self.reference(*inputs))
+        self.draws += 1
 
     def eager(self) -> sampling.Sampled:
         held: list[Any] = []
@@ -177,6 +196,8 @@ class SolutionRounds:
             timers.synchronize(self.job.device)
         timed, wall = self.timer.sample(lambda: held.append(self.reference(*inputs)))
         self.ref, self.eager_s = held[0], timed
+        if self.round >= 0:
+            self.times["eager"].append(timed)
         return sampling.Sampled(timed, wall, None, self.timer.last_issue, self.timer.regime)
 
     def solution(self) -> sampling.Sampled:
@@ -192,6 +213,8 @@ class SolutionRounds:
             self.regime = Regime.HOST
             seen = self.calls.sample(Regime.HOST, self.inputs, self.ref, label)
         self.seen.append(seen)
+        if self.round >= 0:
+            self.times["solution"].append(seen.timed)
         if not witness_first:
             self._witness()
         self.rechecks.round_s = self.eager_s + seen.window

@@ -109,6 +109,7 @@ def measure_rounds(
     after_round: Callable[[int], object] = _no_hook,
     alternate: bool = True,
     kept: Callable[[Sequence[float]], Sequence[int]] | None = None,
+    more: Callable[[int], bool] = lambda rounds: False,
 ) -> dict[str, Measurement]:
     """Sample several callables in alternating rounds, so that drift (clocks, heat) hits all alike.
 
@@ -122,6 +123,8 @@ def measure_rounds(
         kept: which of a sampler's samples count towards stopping, from their times in the order taken (each side's
             fastest memory draws, kbench.judge.timing.placement.fastest_groups; the caller keeps the same ones in
             its headline); None: all of them.
+        more: whether, after this many rounds, rounds must go on whatever the samples say (draws of memory a row
+            still needs, kbench.judge.timing.rounds.SolutionRounds.more).
 
     Returns:
         name -> Measurement: each sampler's samples in seconds, in the order taken (all of them, `kept` or not), and
@@ -149,7 +152,7 @@ def measure_rounds(
         after_round(rounds)
         rounds += 1
         elapsed = clock() - start
-        if all(_converged(taken[n], elapsed, policy, kept) for n in names):
+        if all(_converged(taken[n], elapsed, policy, kept) for n in names) and not more(rounds):
             reason = STOP_CONVERGED
             break
         if elapsed >= policy.max_time_s and not _room_for_min_samples(rounds, elapsed, policy):

@@ -181,10 +181,11 @@ class TimedCalls:
     def place(self, pages: int) -> None:
         """A new draw of the candidate's memory (Session.place), once the judge has unmapped every output of the
         candidate's it had mapped: the allocations the draw hands back are then freed, not kept alive by the judge's
-        mappings (and read there as a later call's outputs)."""
+        mappings (and read there as a later call's outputs). The draw's untimed call's outputs are mapped now: a
+        timed call's outputs on the same allocations are then read without mapping them inside its window."""
         self.outputs = []
         self.views.close()
-        self.session.place(pages)
+        self.outputs = self._views(self.session.place(pages), "a call after a memory draw")
 
     def close(self) -> None:
         self.outputs = []

@@ -211,3 +211,39 @@ def test_a_row_that_does_not_draw_sends_no_place_and_records_no_figures(monkeypa
     monkeypatch.setattr(judge.Session, "place", lambda self, pages: sent.append(pages))
     result = judge.judge_solution(_job(RUNS_HONEST), {}, _quiet)
     assert sent == [] and result.diagnostics.protocol.placements is None
+
+
+# ---- the judge's own eager, in the rounds and after them ------------------------------------------------------------
+
+
+def test_the_judges_eager_slow_on_all_its_draws_in_the_rounds_is_caught_after_them():
+    from kbench.judge.timing import checks
+    from kbench.judge.timing.checks import Calibration
+
+    fast_after = Calibration(eager=tuple(_groups(FAST, FAST, FAST, FAST)))
+    slow_rounds = Measurement(tuple(_groups(SLOW, SLOW, SLOW, SLOW)))
+    steady_rounds = Measurement(tuple(_groups(FAST, FAST, FAST, FAST)))
+    assert checks.draws_disagree(slow_rounds, fast_after) == pytest.approx(SLOW / FAST, rel=0.01)
+    assert checks.draws_disagree(steady_rounds, fast_after) is None
+    assert checks.draws_disagree(Measurement((SLOW,) * 3), fast_after) is None  # too few to tell
+
+
+def test_the_check_after_the_rounds_sends_a_row_whose_eager_missed_its_fast_memory_round_again(monkeypatch):
+    """`judge._after` with the rounds' eager (a side moved): an eager slow in all its draws there, against the same
+    eager fast in the check's draws, is `[processes_disagree]`, which has the solution timed again in a fresh
+    process (the retry loop of judge._steps)."""
+    from kbench.judge.timing.checks import Calibration
+
+    monkeypatch.setattr(judge, "PROCESS_CHECKED", ("cpu",))
+    same = tuple(_groups(FAST, FAST, FAST, FAST))
+    monkeypatch.setattr(judge, "after", lambda *args: Calibration(eager=same, reference=same))
+
+    class Bound:
+        def bind(self, name, values, outputs=None):
+            pass
+
+    job = _job(RUNS_HONEST)
+    slow = Measurement(tuple(_groups(SLOW, SLOW, SLOW, SLOW)))
+    found = judge._after(job, Bound(), lambda x: x, lambda seed: [seed], slow)  # type: ignore[arg-type]
+    assert found.disagrees and "the judge's eager on the fastest memory it drew ran" in found.finding.message
+    assert not judge._after(job, Bound(), lambda x: x, lambda seed: [seed], None).disagrees  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from kbench.results.diagnostics import Diagnostics, Divisor, ProcessCheck, TimingProtocol
+from kbench.results.diagnostics import Diagnostics, Divisor, PlacementFigures, ProcessCheck, TimingProtocol
 from kbench.results.findings import Finding, FindingCode, from_legacy
 from kbench.reports import leaderboard
 from kbench.reports.leaderboard import fast_p, ranked, summarize
@@ -212,6 +212,15 @@ def test_rows_spread_over_gpus_say_where_each_ran_and_the_process_check_is_summe
         "candidate's process after the solution's rounds, 1 agreeing only in a fresh candidate process, 2 apart from "
         "the judge's in every process tried: suspect, no speedup")
     assert "gpu" not in to_terminal(results_frame(alone))
+    # the big calls whose memory both sides drew: how many, and how many ran at another speed on other memory
+    steady = PlacementFigures(rounds=2, draws=4, groups=6, solution_groups_kept=6, eager_groups_kept=6)
+    moved = PlacementFigures(rounds=2, draws=8, groups=9, solution_groups_kept=4, eager_groups_kept=9)
+    drew = [dataclasses.replace(placed(n, "0", [1.0]), diagnostics=Diagnostics(
+                processes=ProcessCheck((1.0,), 0), protocol=TimingProtocol(placements=figures)))
+            for n, figures in (("i", steady), ("j", moved), ("k", None))]
+    assert provenance({"environment": {}}, drew).processes.endswith(
+        "; 2 big call(s) drew their memory anew every few rounds, 1 of them at another speed on other memory: timed "
+        "on each side's fastest draws")
 
 
 def test_a_row_of_a_spread_run_records_its_gpus_model_from_the_probe():
@@ -411,6 +420,11 @@ def test_a_problem_whose_rows_ran_on_several_gpus_says_where_each_ran():
     where = f"Rows ran on 2 GPUs: GPU 1 ({h100}): fast, copy; GPU 3 ({h100}): eager."
     text = markdown(DOC, rows)
     assert where in " ".join(text.split("## a")[1].split()) and "Rows ran on" not in text.split("## b")[1]
+    # and each row's GPU as a column of the problem's table, there only
+    table_a = [line for line in text.split("## a")[1].split("## b")[0].splitlines() if line.startswith("|")]
+    cells = {line.split("|")[2].strip(): line.split("|")[4].strip() for line in table_a[2:]}
+    assert table_a[0].split("|")[4].strip() == "gpu" and cells == {"fast": "1", "copy": "1", EAGER: "3"}
+    assert "| gpu" not in text.split("## b")[1]
     stored = report_html(DOC, rows)
     page = stored + embedded_sections(stored)
     assert page.count('class="muted gpus"') == 1 and where in page

@@ -42,6 +42,7 @@ def test_an_accuracy_check_that_cannot_run_is_skipped_with_a_warning():
 
 
 def test_the_float64_oracle_is_skipped_when_its_estimate_exceeds_the_free_memory(monkeypatch):
+    torch.manual_seed(0)  # a float32 product over 1024 terms errs by about 1e-6 against float64: fixed inputs
     model = nn.Linear(1024, 1024)
     inputs = [torch.rand(256, 1024)]
     out = model(*inputs)
@@ -54,7 +55,7 @@ def test_the_float64_oracle_is_skipped_when_its_estimate_exceeds_the_free_memory
     monkeypatch.setattr(trust, "free_bytes", lambda device: int(need / trust.FP64_HEADROOM) + 1)
     result = Draft()
     trust.accuracy(model, inputs, out, out, "cpu", False, result)
-    assert result.warnings == [] and result.row.accuracy.solution == result.row.accuracy.reference < 1e-6
+    assert result.warnings == [] and result.row.accuracy.solution == result.row.accuracy.reference < 1e-5
 
 
 def test_accuracy_and_determinism_of_an_honest_candidate():

@@ -48,7 +48,7 @@ from kbench.judge.verdict import Verdict, decide
 from kbench.results.diagnostics import Diagnostics, ProcessCheck
 from kbench.results.figures import PeakMemory
 from kbench.results.findings import Finding, FindingCode
-from kbench.results.records import Evaluation, Regime, Speedups, Status
+from kbench.results.records import Evaluation, Measurement, Regime, Speedups, Status
 from kbench.system import escapes, sandbox
 from kbench.wire.jobs import EvaluateJob
 
@@ -242,20 +242,22 @@ def _timed(job: EvaluateJob, session: Session, reference: Any, init: list[Any], 
         device != "cuda" or timed.solution.regime == calibration.eager_regime == Regime.GPU)
     drawn = timed.protocol.placements
     moved = drawn is not None and drawn.draws > placement.PROBE_GROUPS  # a side's speed moved with its memory
-    check = _after(job, session, reference, make, moved) if checked else None
+    check = _after(job, session, reference, make, timed.eager if moved else None) if checked else None
     if check is not None and check.finding is not None:
         findings.append(check.finding)
     return Timing(timed, tuple(findings), first, check)
 
 
 def _after(job: EvaluateJob, session: Session, reference: Any, make: Callable[[int], list[Any]],
-           placed: bool = False) -> AfterCheck:
+           drawn: Measurement | None = None) -> AfterCheck:
     """The reference kept in the candidate's process, timed there after the solution's rounds beside the judge's eager
-    (judge_timing.after): `[processes_disagree]` when the two disagree, as before the import. The solution's model is
+    (judge_timing.after): `[processes_disagree]` when the two disagree, as before the import. With `drawn`, the judge's
+    eager of the solution's rounds where those rounds found a side's speed moving with its memory: the check draws
+    memory as they did, and its eager must agree with `drawn` too (checks.draws_disagree). The solution's model is
     bound again for the checks that follow. What the candidate's process does wrong meanwhile is its verdict, as
     anywhere; a failure of the judge's own side (out of memory, say) skips the check with `[check_skipped]`."""
     try:
-        found = after(job, session, reference, make, placed)
+        found = after(job, session, reference, make, drawn is not None)
     except Verdict:
         raise
     except Exception as exc:  # noqa: BLE001 - the judge's own check: the row stands without it
@@ -264,9 +266,11 @@ def _after(job: EvaluateJob, session: Session, reference: Any, make: Callable[[i
         return AfterCheck(finding=skipped)
     ratio = checks.process_ratio(found)
     gap = checks.processes_disagree(found) if job.device in PROCESS_CHECKED else None
+    own = checks.draws_disagree(drawn, found) if drawn is not None and job.device in PROCESS_CHECKED else None
     session.bind("main", make(job.seed))
-    return AfterCheck(round(ratio, 4) if ratio is not None else None,
-                      checks.after_warning(gap) if gap is not None else None)
+    finding = (checks.after_warning(gap) if gap is not None else
+               checks.draws_warning(own) if own is not None else None)
+    return AfterCheck(round(ratio, 4) if ratio is not None else None, finding)
 
 
 def _decided(job: EvaluateJob, draft: Draft, judged: Status, message: str = "") -> Evaluation:

@@ -260,7 +260,7 @@ def _spread(evaluations: Sequence[Evaluation]) -> str:
 def _processes(evaluations: Sequence[Evaluation]) -> str:
     """What the check of the judge's and the candidates' processes found and did, over the solution rows: the
     reference timed in both before the solution was imported, and again in the candidate's after the solution's rounds
-    for a big call (docs/timing.md)."""
+    for a big call; and the big calls whose memory both sides drew anew (docs/timing.md)."""
     checked = [e for e in evaluations if e.solution not in (EAGER, COMPILED) and e.diagnostics.processes is not None]
     if not checked:
         return "not recorded (a run from before the check, or no solution timed)"
@@ -273,6 +273,8 @@ def _processes(evaluations: Sequence[Evaluation]) -> str:
     disagree = sum(1 for e in checked if (c := e.diagnostics.processes) is not None and (
         c.disagrees or (FindingCode.PROCESSES_DISAGREE in e.flags and c.after is None)))
     witness = sum(1 for e in checked if (p := e.diagnostics.protocol) and p.divisor and p.divisor.by == "witness")
+    drawn = [d for e in checked if (p := e.diagnostics.protocol) and (d := p.placements) is not None]
+    moved = sum(1 for d in drawn if d.solution_groups_kept < d.groups or d.eager_groups_kept < d.groups)
     parts = [f"{len(checked) - fresh} of {len(checked)} row(s) agreed in their first candidate process"]
     if fresh:
         parts.append(f"{fresh - disagree} went into a fresh candidate process and agreed there")
@@ -283,6 +285,10 @@ def _processes(evaluations: Sequence[Evaluation]) -> str:
                      + (f", {after_again} agreeing only in a fresh candidate process" if after_again else "")
                      + (f", {after_apart} apart from the judge's in every process tried: suspect, no speedup"
                         if after_apart else ", all in agreement" if not after_again else ""))
+    if drawn:
+        parts.append(f"{len(drawn)} big call(s) drew their memory anew every few rounds"
+                     + (f", {moved} of them at another speed on other memory: timed on each side's fastest draws"
+                        if moved else ", none at another speed on other memory"))
     if witness:
         parts.append(f"{witness} host-regime row(s) divided by a witness process, not the judge's eager")
     return "; ".join(parts)

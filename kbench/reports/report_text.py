@@ -131,6 +131,9 @@ def problem_table(evaluations: Sequence[Evaluation], problem: str, compile_run: 
     headers = ["#", "solution", "status", "median ms", "vs eager", "eager ms", "vs compile", "max err", "notes"]
     if not compile_run:  # every cell would say "not measured": the suite's table and the box say it once
         headers, table = headers[:6] + headers[7:], [r[:6] + r[7:] for r in table]
+    if len({e.gpu for e in rows if e.gpu is not None}) > 1:  # each row's GPU, where the problem's rows ran on several
+        headers = [*headers[:3], "gpu", *headers[3:]]
+        table = [[*r[:3], "" if e.gpu is None else str(e.gpu), *r[3:]] for r, e in zip(table, rows)]
     lines = [tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)]
     own = weakening(best) if best is not None else []
     if weakened and own and not set(own) <= folded:  # else "Notes on many rows" says it

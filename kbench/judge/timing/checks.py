@@ -235,6 +235,28 @@ def after_warning(ratio: float) -> Finding:
                    "judge's: the speedup would carry where each process's memory lay")
 
 
+def draws_disagree(rounds_eager: Measurement, calibration: Calibration) -> float | None:
+    """Where the solution's rounds found a side's speed moving with its memory (kbench.judge.timing.placement): the
+    judge's eager on its fastest draws in those rounds over the same in the check after them, when outside
+    1 +- PROCESS_TOLERANCE and significant (Mann-Whitney p < PROCESS_P); None when they agree. Both are the judge's own:
+    apart, one of them drew no fast memory in all its draws, and the speedup may divide by that."""
+    after = calibration.eager
+    if len(rounds_eager.samples) < PROCESS_MIN_SAMPLES or len(after) < PROCESS_MIN_SAMPLES or median(after) <= 0:
+        return None
+    ratio = rounds_eager.median / median(after)
+    if abs(ratio - 1.0) <= PROCESS_TOLERANCE or mann_whitney_u(rounds_eager.samples, after)[1] >= PROCESS_P:
+        return None
+    return ratio
+
+
+def draws_warning(ratio: float) -> Finding:
+    """`[processes_disagree]` for the judge's own eager on its fastest draws, in the solution's rounds and after them
+    (`draws_disagree`)."""
+    return Finding(FindingCode.PROCESSES_DISAGREE, f"the judge's eager on the fastest memory it drew ran {ratio:.3f}x "
+                   "as long in the solution's rounds as after them: one of the two drew no fast memory, and the "
+                   "speedup would carry it")
+
+
 # Two halves of a timing's samples (in the order they were taken) this far apart, and significantly: the level moved.
 LEVEL_MOVED_RATIO = 1.10
 LEVEL_MOVED_P = 0.01

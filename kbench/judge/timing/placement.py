@@ -35,10 +35,10 @@ class Candidate(Protocol):
     def place(self, pages: int) -> None: ...
 
 GROUP_ROUNDS = 2  # rounds timed on one draw of each side's memory
-# Draws each side's rounds take where a side's speed moved between the first PROBE_GROUPS: on #77 about half the
-# draws were slow, so all 8 slow on one side is 1 in 256. Where neither side's moved in PROBE_GROUPS draws the rounds
-# draw no more (on one H200, 94 of level 2's 96 rows that draw: a few tens of milliseconds each, not eight draws)
-GROUPS = 8
+# Draws each side's rounds take where a side's speed moved between the first PROBE_GROUPS: on #77 half to 70% of the
+# draws were slow (one H200), so all 12 slow on one side is 1 in 4,096 to 1 in 70. Where neither side's moved in
+# PROBE_GROUPS draws the rounds draw no more (on one H200, all of level 2's rows that draw but #77 and #61)
+GROUPS = 12
 PROBE_GROUPS = 4
 # A step this large between a side's group medians (in order) separates two speeds: above the noise of a two-sample
 # median on one memory (below 1% on the level-2 rows), below the gaps the draws make (7% on #61, 30% on #77)

@@ -456,6 +456,17 @@ def test_rows_timed_in_the_host_regime_or_divided_by_a_witness_are_counted_in_th
     first = " ".join(markdown(DOC, apart).split("## Suite")[0].split())
     assert ("measured, 1 row(s): the eager timed beside them differs from their problem's eager row by more than 3%"
             in first and "d/beside_slower" in first and "d/close" not in first)
+    # a row whose speed moved with its memory: timed on each side's fastest draws, the rest left out
+    from kbench.results.diagnostics import PlacementFigures
+
+    def drew(row, kept):
+        figures = PlacementFigures(rounds=2, draws=12, groups=12, solution_groups_kept=kept, eager_groups_kept=12)
+        return dataclasses.replace(row, diagnostics=Diagnostics(protocol=TimingProtocol(placements=figures)))
+
+    placed = [_row("e", EAGER, 2.0, 2.0), drew(_row("e", "moved", 2.0, 2.0), 5), drew(_row("e", "steady", 2.0, 2.0), 12)]
+    first = " ".join(markdown(DOC, placed).split("## Suite")[0].split())
+    assert "measured, 1 row(s): ran at another speed on other memory" in first
+    assert "e/moved" in first and "e/steady" not in first
 
 
 def test_the_html_colours_a_win_and_a_slowdown_apart_and_leaves_noise_plain():

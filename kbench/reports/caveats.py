@@ -171,7 +171,8 @@ def measurement_notes(evaluations: Sequence[Evaluation]) -> tuple[tuple[str, tup
     rows timed in the host regime on a GPU (launch-bound calls: honest copies there read up to 3% fast, against 1.000
     in the GPU regime, docs/benchmarks.md), rows divided by a witness process rather than the judge's eager, and rows
     whose eager beside them differs from their problem's eager row beyond the noise band (the same reference ran at
-    two speeds: the 0.77x honest copy of KernelBench level 2's #77 on four GPUs, 2026-11-27). (Where
+    two speeds: the 0.77x honest copy of KernelBench level 2's #77 on four GPUs, 2026-11-27), and rows whose speed
+    moved with where their memory lay (timed on each side's fastest draws, kbench.judge.timing.placement). (Where
     a run's rows ran is in its provenance, GPU by GPU, and under each problem whose rows ran on several: each speedup
     divides by the eager of its own rounds, on its own GPU, so that weakens none.)"""
     correct = sorted((e for e in evaluations if e.solution not in (EAGER, COMPILED) and e.status == Status.CORRECT
@@ -185,6 +186,11 @@ def measurement_notes(evaluations: Sequence[Evaluation]) -> tuple[tuple[str, tup
     if witness:
         out.append(("divided by the reference timed in a witness process, not by the judge's eager beside them",
                     witness))
+    moved = tuple(e for e in correct if (p := e.diagnostics.protocol) and (d := p.placements) is not None
+                  and (d.solution_groups_kept < d.groups or d.eager_groups_kept < d.groups))
+    if moved:
+        out.append(("ran at another speed on other memory: each side timed on the fastest memory it drew, the rest "
+                    "left out (the eager row is one draw, and may read the slower speed)", moved))
     eager_rows = {e.problem: e.timing.median for e in evaluations if e.solution == EAGER and e.timing is not None}
     apart = tuple(e for e in correct if e.eager_timing is not None and e.problem in eager_rows
                   and abs(e.eager_timing.median / eager_rows[e.problem] - 1) > NOISE_BAND)

@@ -11,9 +11,10 @@ of a random number of 2 MiB pages in front of what its eager allocates next (`Me
 same for the model bound there (protocol.Place), and each side calls once untimed so that what the call allocates is
 allocated before its timed calls. Each side's samples in groups above a step of more than SLOW_GROUP between its
 group medians are then left out of its headline (`fastest_groups`), on both sides alike: each side is timed on the best
-memory it drew, in at least GROUPS draws, so neither's speed is a coin toss, and a solution gains nothing by placing
-its own memory well (the reference's draws find the fast placement too). A call whose speed does not depend on its
-memory keeps every group; the dropped samples stay in run.json (`diagnostics.PlacementFigures`).
+memory it drew, in PROBE_GROUPS draws, or GROUPS where a side's speed moved between those, so neither's speed is a
+coin toss, and a solution gains nothing by placing its own memory well (the reference's draws find the fast placement
+too). A call whose speed does not depend on its memory keeps every group; the dropped samples stay in run.json
+(`diagnostics.PlacementFigures`).
 """
 
 from __future__ import annotations
@@ -27,12 +28,6 @@ from kbench.judge.timing.timers import synchronize
 from kbench.results.diagnostics import PlacementFigures
 from kbench.results.records import Measurement
 from kbench.results.stats import median
-
-
-class Candidate(Protocol):
-    """The candidate's side of a draw (kbench.judge.timing.timed_call.TimedCalls.place)."""
-
-    def place(self, pages: int) -> None: ...
 
 GROUP_ROUNDS = 2  # rounds timed on one draw of each side's memory
 # Draws each side's rounds take where a side's speed moved between the first PROBE_GROUPS: on #77 half to 70% of the
@@ -50,6 +45,12 @@ NOISE_STEPS = 4
 KEPT_LEAST = 8
 SPACER_PAGES = 256  # a spacer of 0-255 pages of 2 MiB: the next allocations start anywhere in half a GiB
 PAGE_BYTES = 2 << 20
+
+
+class Candidate(Protocol):
+    """The candidate's side of a draw (kbench.judge.timing.timed_call.TimedCalls.place)."""
+
+    def place(self, pages: int) -> None: ...
 
 
 def spacer_pages(rng: random.Random) -> int:

@@ -8,9 +8,13 @@
 #   bash bench/device_checks.sh sample    # the KernelBench sample with honest copies, then its table (about 4 minutes)
 #   bash bench/device_checks.sh four      # all four shipped problems, every solution (about 4 minutes), then the
 #                                         # SASS of every extension it built, in $OUT/sass.tgz (cuobjdump)
+#   bash bench/device_checks.sh level2    # KernelBench level 2's 100 honest copies (bench/scale.py): every visible
+#                                         # GPU, then GPU 0 alone, then the tables (about 5 minutes a run on one
+#                                         # H200; its work folder, results/scale-level2, is ignored by git, so a
+#                                         # second call on a machine still warm goes on where the first stopped)
 #   bash bench/device_checks.sh all       # tests and sample (more than one 10-minute device call: run them apart)
 #
-# `sample` needs a KernelBench checkout's KernelBench/ folder at .kb/KernelBench (carry .kb): fetch
+# `sample` and `level2` need a KernelBench checkout's KernelBench/ folder at .kb/KernelBench (carry .kb): fetch
 # github:ScalingIntelligence/KernelBench and `git archive HEAD KernelBench | tar -x -C .kb`.
 set -u
 OUT=${OUT:-device-logs}
@@ -49,6 +53,17 @@ if [ "$what" = four ]; then
   rm -rf "$OUT/four-cache"
   ls "$OUT/sass"
   tar -czf "$OUT/sass.tgz" -C "$OUT" sass && rm -r "$OUT/sass"  # one file: the device returns few files per call
+fi
+if [ "$what" = level2 ]; then
+  if [ ! -d .kb/KernelBench/level2 ]; then
+    echo "no KernelBench at .kb/KernelBench: see the header of this script" >&2
+    exit 2
+  fi
+  all=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
+  timeout 560 python3 bench/scale.py .kb/KernelBench results/scale-level2 --gpus "$all" --gpus 0 --rows \
+    --budget 540 > "$OUT/level2.log" 2>&1
+  grep "^| gpus" "$OUT/level2.log"
+  grep "^L2_" "$OUT/level2.log" | grep -v "| correct | 1\.00[0-9] \|| correct | 0\.99[0-9] " | cut -c1-300
 fi
 if [ "$what" = sample ] || [ "$what" = all ]; then
   if [ ! -d .kb/KernelBench/level1 ]; then

@@ -162,6 +162,7 @@ def figures(folder: Path) -> dict:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
     fresh = [((r.get("diagnostics") or {}).get("processes") or {}).get("fresh_candidates", 0) for r in honest]
     codes = [w["code"] for r in honest for w in r.get("warnings", [])]
+    drawn = [d for r in honest if (d := ((r.get("diagnostics") or {}).get("protocol") or {}).get("placements"))]
     return {
         "label": folder.name, "gpu": gpu.get("name", "none"), "gpus": len(state["gpus"].split(",")),
         "gpus_used": sorted({r.get("gpu") for r in rows} - {None}),
@@ -178,6 +179,9 @@ def figures(folder: Path) -> dict:
         "regimes": {k: (len(v), statistics.median(v)) for k, v in sorted(by_regime.items())},
         "statuses": statuses, "fresh_candidates": sum(1 for f in fresh if f), "disagree": codes.count(
             "processes_disagree"),
+        # rows that drew their memory (kbench.judge.timing.placement), and those that left a draw out of a side
+        "drawn": (len(drawn), sum(1 for d in drawn if d["solution_groups_kept"] < d["groups"]
+                                  or d["eager_groups_kept"] < d["groups"])),
     }
 
 
@@ -189,8 +193,8 @@ def table(work: Path, rows: bool) -> None:
     found = [figures(f) for f in folders]
     print("| run | GPU | GPUs | evaluations | wall s | per hour | vs first | honest s | eager s | calibration | load "
           "| trials | timing | trust_fp64 | honest copies (min / median / max) | outside +-3% | by regime | verdicts "
-          "| fresh candidate | disagree |")
-    print("|" + "---|" * 20)
+          "| fresh candidate | disagree | memory draws (rows / moved) |")
+    print("|" + "---|" * 21)
     base = found[0]["per_hour"]
     for f in found:
         ratio = f["per_hour"] / base if f["per_hour"] and base else None
@@ -201,7 +205,8 @@ def table(work: Path, rows: bool) -> None:
         print(f"| {f['label']} | {f['gpu']} | {f['gpus']} | {f['evaluations']} | {f['wall_s']:.0f} | {f['per_hour']} "
               f"| {_fmt(ratio)} | {_fmt(f['honest_s'])} | {_fmt(f['eager_s'])} | {_fmt(ph['calibration'])} "
               f"| {_fmt(ph['load'])} | {_fmt(ph['trials'])} | {_fmt(ph['timing'])} | {_fmt(ph['trust_fp64'])} "
-              f"| {spread} | {f['outside']} | {regimes} | {verdicts} | {f['fresh_candidates']} | {f['disagree']} |")
+              f"| {spread} | {f['outside']} | {regimes} | {verdicts} | {f['fresh_candidates']} | {f['disagree']} "
+              f"| {'{} / {}'.format(*f.get('drawn', (0, 0)))} |")
     print("\nPer-phase medians, seconds (honest rows, then eager rows; rest: outside the child's phases)")
     print("| run | " + " | ".join(PHASES) + " | rest | eager: " + " | ".join(EAGER_PHASES) + " | rest |")
     print("|" + "---|" * (len(PHASES) + len(EAGER_PHASES) + 3))

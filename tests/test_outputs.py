@@ -92,3 +92,46 @@ def test_a_reply_with_output_locations_that_are_not_plain_json_is_refused():
     assert good.outputs == ({"copied": True}, None)
     with pytest.raises(ProtocolError):
         protocol.decode(b'{"status": "ok", "outputs": {"copied": true}}')
+
+
+def test_an_allocation_handed_back_and_made_again_at_the_same_address_gets_a_handle_of_its_own(monkeypatch):
+    """After a memory draw (or a solution's own torch.cuda.empty_cache) the caching allocator may make an allocation
+    again at the address and size of one it handed back: the handle of the old one would have the judge read the old
+    allocation, which its mapping keeps alive (12 level-2 rows `incorrect` or unmappable on the H200, 2026-11-28). The
+    driver's buffer ID tells them apart."""
+    from types import SimpleNamespace
+
+    from kbench.judge.candidate import outputs
+
+    class CudaLike:  # what Locator.locate reads of a CUDA output
+        device = SimpleNamespace(type="cuda")
+        dtype = torch.float32
+
+        def __init__(self, address):
+            self.address = address
+
+        def numel(self):
+            return 16
+
+        def data_ptr(self):
+            return self.address
+
+        def stride(self):
+            return (1,)
+
+    live = {"buffer": 7}
+    handed: list[int] = []
+    monkeypatch.setattr(outputs.driver, "allocation_range", lambda address: (0x1000, 4096, live["buffer"]))
+
+    def handle(start):
+        handed.append(live["buffer"])
+        return bytes([live["buffer"]]) * outputs.driver.IPC_HANDLE_BYTES
+
+    monkeypatch.setattr(outputs.driver, "ipc_handle", handle)
+    locator = Locator()
+    first = locator.locate(CudaLike(0x1010), torch.empty(16))
+    again = locator.locate(CudaLike(0x1010), torch.empty(16))
+    live["buffer"] = 8  # handed back and made again: the same start and size, another allocation
+    remade = locator.locate(CudaLike(0x1010), torch.empty(16))
+    assert first == again and handed == [7, 8] and remade["handle"] != first["handle"]
+    assert remade["offset"] == first["offset"] == 0x10 and remade["size"] == 4096

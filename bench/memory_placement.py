@@ -5,13 +5,15 @@ taking turns on the GPU as the judge and the candidate do.
     python bench/memory_placement.py PROBLEM.py [--draws 60] [--turns 30] [--pool-gib 16]
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python bench/memory_placement.py PROBLEM.py
 
-A draw hands every free cached block back to the driver (torch.cuda.empty_cache) and holds a spacer of a random
-number of 2 MiB pages (0-255) in front of what the call allocates next; the call is then timed (events, L2 flushed
-before it) twice. In one process each line is: the draw, the spacer's pages, the two times in ms and the data pointer
-of the call's first output. With `--pool-gib N` each process first takes one segment of N GiB from the driver and
+A draw is the judge's own (kbench.judge.timing.placement.MemoryDraw): every free cached block handed back to the
+driver (torch.cuda.empty_cache) and a spacer of a random number of 2 MiB pages (0-255) held in front of what the call
+allocates next; the call is then timed (events, L2 flushed before it) twice. In one process each line is: the draw,
+the spacer's pages, the two times in ms and the data pointer of the call's first output (the first time includes
+what the draw's hand-back makes the call allocate again; only with `--pool-gib` is nothing allocated anew).
+With `--pool-gib N` each process first takes one segment of N GiB from the driver and
 keeps it: a draw then only moves the spacer inside that segment (nothing is handed back), so the call's memory lies
-at another offset of one allocation. In two processes each process's times are printed in turn order with the count above
-`--split` ms. On one H200 (2026-11-28) KernelBench level 2's #77 ran its cuDNN kernel in 4.5-5.0 ms or 5.9-6.4 ms,
+at another offset of one allocation. In two processes each process's times are printed in turn order with the count
+above `--split` ms. On one H200 (2026-11-28) KernelBench level 2's #77 ran its cuDNN kernel in 4.5-5.0 ms or 5.9-6.4 ms,
 about half the draws each way, with its output at one of two addresses whatever its speed: where the memory lay
 physically decided it. Needs a GPU.
 """
@@ -26,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-SPACER_PAGES = 256
+from kbench.judge.timing import placement  # the judge's own draw, which this bench measures
 
 
 def _built(path: str, pool_gib: int = 0):
@@ -59,16 +61,19 @@ class Draws:
         self.pool = pool_gib > 0
         self.model, self.inputs, self.flush = _built(path, pool_gib)
         self.rng = random.Random(seed)
-        self.spacer = None
+        self.spacer = None  # --pool-gib: a spacer inside the kept segment
+        self.memory = placement.MemoryDraw("cuda")  # else: the judge's draw (kbench.judge.timing.placement)
         self.model(*self.inputs)
         torch.cuda.synchronize()
 
     def draw(self) -> int:
-        pages = self.rng.randrange(SPACER_PAGES)
-        self.spacer = None
+        pages = placement.spacer_pages(self.rng)
         if not self.pool:
-            self.torch.cuda.empty_cache()
-        self.spacer = self.torch.empty(pages << 21, dtype=self.torch.int8, device="cuda") if pages else None
+            self.memory.draw(pages)
+            return pages
+        self.spacer = None  # nothing handed back: the spacer moves inside the kept segment
+        self.spacer = self.torch.empty(pages * placement.PAGE_BYTES, dtype=self.torch.int8, device="cuda") if pages \
+            else None
         return pages
 
     def timed(self) -> tuple[float, int]:

@@ -249,7 +249,6 @@ def test_the_kept_references_calls_add_nothing_to_the_solutions_peak_memory(monk
 
     class FakeSession:
         peak_bytes = 123  # the solution's, from its own calls
-        draws = False  # a row that draws its memory takes AFTER_PLACED_ROUNDS instead (tests/test_placement.py)
 
         def bind(self, name, values, outputs=None):
             self.bound = name

@@ -110,8 +110,7 @@ def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: An
     session.sandbox_plan = sandbox.plan_for(job.solution.path, env, device)  # in force before the solution is imported
     # A call this big: both sides' memory is drawn anew every few rounds (kbench.judge.timing.placement), and the
     # reference is timed again in the candidate's process after the solution's rounds (judge_timing.after)
-    big = device in AFTER_CHECKED and (ref_peak is None or ref_peak >= AFTER_MIN_BYTES)
-    session.keep_reference = session.draws = big
+    big = session.big_call = device in AFTER_CHECKED and (ref_peak is None or ref_peak >= AFTER_MIN_BYTES)
 
     def before_rounds(current: Session) -> None:  # the candidate's start is over; from here on things are timed
         phases.mark("calibration_start")
@@ -238,10 +237,9 @@ def _timed(job: EvaluateJob, session: Session, reference: Any, init: list[Any], 
     findings = found + timed.findings + [w for w in (checks.level_moved_warning(timed.solution, "the solution"),
                                                      checks.level_moved_warning(timed.eager, "the eager reference"))
                                          if w is not None]
-    checked = session.keep_reference and (
+    checked = session.big_call and (
         device != "cuda" or timed.solution.regime == calibration.eager_regime == Regime.GPU)
-    drawn = timed.protocol.placements
-    moved = drawn is not None and drawn.draws > placement.PROBE_GROUPS  # a side's speed moved with its memory
+    moved = placement.drew_on(timed.protocol.placements)  # a side's speed moved with its memory
     check = _after(job, session, reference, make, timed.eager if moved else None) if checked else None
     if check is not None and check.finding is not None:
         findings.append(check.finding)
@@ -328,7 +326,7 @@ def _fresh_session(job: EvaluateJob, old: Session, announce: Announce, started: 
     cand.announce(announce)
     pin_timing_core(job.device, cand)
     session = Session(cand, job.device, old.reserve)
-    session.sandbox_plan, session.keep_reference, session.draws = old.sandbox_plan, old.keep_reference, old.draws
+    session.sandbox_plan, session.big_call = old.sandbox_plan, old.big_call
     return session
 
 

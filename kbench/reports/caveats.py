@@ -186,8 +186,7 @@ def measurement_notes(evaluations: Sequence[Evaluation]) -> tuple[tuple[str, tup
     if witness:
         out.append(("divided by the reference timed in a witness process, not by the judge's eager beside them",
                     witness))
-    moved = tuple(e for e in correct if (p := e.diagnostics.protocol) and (d := p.placements) is not None
-                  and (d.solution_groups_kept < d.groups or d.eager_groups_kept < d.groups))
+    moved = tuple(e for e in correct if (p := e.diagnostics.protocol) and p.placements and p.placements.left_out)
     if moved:
         out.append(("ran at another speed on other memory: each side timed on the fastest memory it drew, the rest "
                     "left out (the eager row is one draw, and may read the slower speed)", moved))
@@ -280,7 +279,7 @@ def _processes(evaluations: Sequence[Evaluation]) -> str:
         c.disagrees or (FindingCode.PROCESSES_DISAGREE in e.flags and c.after is None)))
     witness = sum(1 for e in checked if (p := e.diagnostics.protocol) and p.divisor and p.divisor.by == "witness")
     drawn = [d for e in checked if (p := e.diagnostics.protocol) and (d := p.placements) is not None]
-    moved = sum(1 for d in drawn if d.solution_groups_kept < d.groups or d.eager_groups_kept < d.groups)
+    moved = sum(1 for d in drawn if d.left_out)
     parts = [f"{len(checked) - fresh} of {len(checked)} row(s) agreed in their first candidate process"]
     if fresh:
         parts.append(f"{fresh - disagree} went into a fresh candidate process and agreed there")

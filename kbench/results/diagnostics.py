@@ -84,6 +84,11 @@ class PlacementFigures:
     solution_dropped: tuple[float, ...] = ()
     eager_dropped: tuple[float, ...] = ()
 
+    @property
+    def left_out(self) -> bool:
+        """Whether either side's speed moved with its memory: a draw of it left out of its headline."""
+        return self.solution_groups_kept < self.groups or self.eager_groups_kept < self.groups
+
 
 @dataclass(frozen=True)
 class TimingProtocol:

@@ -91,7 +91,7 @@ class CommandServer:
         self.module: Any = None
         self.models: dict[str, Callable[..., Any]] = {}  # ModelNew by size name (or its backward.Gradients)
         self.kept: Callable[..., Any] | None = None  # the calibration's reference, kept (protocol.Calibrate.keep)
-        self.draw = MemoryDraw("cpu")  # where the next allocations lie (protocol.Place)
+        self.draw = MemoryDraw(self.device)  # where the next allocations lie (protocol.Place; made again by calibrate)
         self.model: Callable[..., Any] = lambda *args: None
         self.inputs: list[Any] = []
         self.outputs: list[Any] = []
@@ -102,6 +102,7 @@ class CommandServer:
     def calibrate(self, cmd: protocol.Calibrate) -> protocol.ReplyFields:
         """Still kbench's own process: the reference, built here, is what the judge's calibration samples time."""
         self.device = cmd.device
+        self.draw = MemoryDraw(cmd.device)
         apply_math_flags(MathFlags(**cmd.math))
         torch.set_grad_enabled(False)
         self.expected = procstate.snapshot()
@@ -150,18 +151,11 @@ class CommandServer:
 
     def call(self) -> protocol.ReplyFields:
         """One untimed call; on CUDA with the peak of memory it allocated beyond what was allocated before it."""
-        self._before_call()
         cuda = self.device == "cuda"
         if cuda:
             before = _memory_allocated()
             _reset_peak()
-        try:
-            out = self.model(*self.inputs)
-            _synchronize(self.device)
-        except Verdict:  # a verdict of kbench's own (judge.backward): what the gradients lack
-            raise
-        except BaseException as exc:
-            raise Verdict(Status.RUNTIME_ERROR, f"the solution raised {short(exc)}") from exc
+        out = self._untimed()
         reply: protocol.ReplyFields = {"status": "ok", "values": self._deliver(out)}
         if cuda:
             reply["peak_bytes"] = max(_max_memory_allocated() - before, 0)
@@ -171,16 +165,8 @@ class CommandServer:
         """A new draw of the memory the calls run on, then one untimed call whose outputs are described where they
         lie, as a timed call's are, so that the judge maps their allocations now, outside any timed call
         (protocol.Place)."""
-        self.draw.device = self.device
         self.draw.draw(cmd.pages)
-        self._before_call()
-        try:
-            out = self.model(*self.inputs)
-            _synchronize(self.device)
-        except Verdict:
-            raise
-        except BaseException as exc:
-            raise Verdict(Status.RUNTIME_ERROR, f"the solution raised {short(exc)}") from exc
+        out = self._untimed()
         values, where = self._locate(out)
         _synchronize(self.device)
         self.armed = (None, None, out, 0.0)  # alive until the next call, as a timed call's outputs are
@@ -274,6 +260,18 @@ class CommandServer:
     def _before_call(self) -> None:
         self.calls += 1
         self._restore("the import" if self.calls == 1 else f"call {self.calls - 1}")
+
+    def _untimed(self) -> Any:
+        """The bound model called once on the bound inputs, synchronized: its outputs."""
+        self._before_call()
+        try:
+            out = self.model(*self.inputs)
+            _synchronize(self.device)
+        except Verdict:  # a verdict of kbench's own (judge.backward): what the gradients lack
+            raise
+        except BaseException as exc:
+            raise Verdict(Status.RUNTIME_ERROR, f"the solution raised {short(exc)}") from exc
+        return out
 
     def _deliver(self, out: Any) -> list[Any]:
         """Copy each output into the judge's buffer (an untimed call); plain numbers go back in the reply."""

@@ -190,8 +190,9 @@ class Session:
         self.page_tensor = gate.shared_page_tensor() if device == "cuda" else None
         self.sandbox_plan: SandboxPlan | None = None  # sent with the calibration (None: namespaces only)
         self.sandbox = ""  # the sandbox the candidate reported before the solution was imported
-        self.keep_reference = False  # the candidate keeps the calibration's reference (protocol.Calibrate.keep)
-        self.draws = False  # both sides' memory drawn anew every few rounds (kbench.judge.timing.placement)
+        # The reference allocates judge.AFTER_MIN_BYTES or more in a call: the candidate keeps the calibration's
+        # reference (protocol.Calibrate.keep) and both sides draw their memory anew (kbench.judge.timing.placement)
+        self.big_call = False
 
     def _shared(self, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         if self.pool is not None:
@@ -224,7 +225,7 @@ class Session:
                                             job.problem.overrides, init, self._shared_state(reference), self.inputs,
                                             self.buffers[self.name], self.precision, self.page_tensor,
                                             self.sandbox_plan, backward.gradient_names(reference),
-                                            self.keep_reference))
+                                            self.big_call))
         self.sandbox = reply.sandbox
 
     def load(self, path: str, env: dict[str, str]) -> None:

@@ -120,6 +120,11 @@ def moved(mine: Sequence[float], theirs: Sequence[float], rounds: int = GROUP_RO
     return (len(fastest_groups(mine, rounds)) < len(mine) or len(fastest_groups(theirs, rounds)) < len(theirs))
 
 
+def drew_on(found: PlacementFigures | None) -> bool:
+    """Whether a row's rounds went on drawing past PROBE_GROUPS: a side's speed moved between the first draws."""
+    return found is not None and found.draws > PROBE_GROUPS
+
+
 def kept_enough(mine: Sequence[float], theirs: Sequence[float], rounds: int = GROUP_ROUNDS) -> bool:
     """Whether two sides' samples, drawn together every `rounds`, end on a whole draw and each keeps KEPT_LEAST."""
     return (len(mine) % rounds == 0 and len(fastest_groups(mine, rounds)) >= KEPT_LEAST

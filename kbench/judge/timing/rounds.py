@@ -103,7 +103,7 @@ class SolutionRounds:
         # Each side's memory drawn anew every placement.GROUP_ROUNDS rounds (a call that allocates much): PROBE_GROUPS
         # draws, and GROUPS where a side's speed moved between them (`drawing` stays set)
         # (on CUDA GPU-regime rows only: not beside a witness, whose calls draw nothing, nor a launch-bound reference)
-        self.placed = self.drawing = session.draws and not self.primed and witness is None
+        self.placed = self.drawing = session.big_call and not self.primed and witness is None
         self.draws = 0
         self.draw = placement.MemoryDraw(job.device)
         self.draw_rng = random.Random(secrets.randbits(64))

@@ -11,6 +11,8 @@ from kbench.results.findings import FindingCode
 from kbench.results.findings import SUSPECT as SUSPECT_CODES
 from kbench.commands.execute import execute
 from kbench.problems.discovery import select
+from kbench.judge.timing import placement
+from kbench.judge.timing.checks import STOP_MAX_TIME
 from kbench.config.run_config import RunConfig, TimingPolicy
 from kbench.results.records import COMPILED, EAGER, Status
 from tests.conftest import FIXTURES, ROOT
@@ -172,7 +174,12 @@ MAY_BE_SUSPECT = {"busy_thread", "busy_python_thread", "launches_from_thread"}  
 # Side-stream work is not behind the gate of a GPU-regime call: it may run on the last round's inputs before the
 # release, and then the judge's check finds the outputs wrong (`incorrect`, seen on the H100 on 2026-11-26), or on this
 # round's, and then the judge's clock finds the time too low (`suspect`). Never `correct`.
-EITHER_CAUGHT = {"side_stream": {Status.SUSPECT, Status.INCORRECT}}
+EITHER_CAUGHT = {"side_stream": {Status.SUSPECT, Status.INCORRECT},
+                 # The timed fixture's call is big enough (kbench.judge.judge.AFTER_MIN_BYTES) that the candidate's
+                 # process keeps the reference it built before the import, for the check after the rounds: the gc scan
+                 # finds that full-size model and calls it with the small size's inputs (`runtime_error`, seen on an
+                 # H200 on 2026-11-28), or finds none (`incorrect`). At the full size it would be an honest copy.
+                 "reads_gc_models": {Status.INCORRECT, Status.RUNTIME_ERROR}}
 
 
 def test_attack_classes_on_cuda(tmp_path):
@@ -227,7 +234,11 @@ def test_an_honest_copy_of_a_call_whose_speed_moves_with_its_memory_reads_one(tm
     assert len(rows) == 4
     for row in rows:
         drawn = row.diagnostics.protocol.placements
-        assert drawn is not None and drawn.groups >= 8, row.diagnostics.protocol
+        # PROBE_GROUPS draws at least; GROUPS only where a side's speed moved in those (placement.drew_on): 7 and 10
+        # groups on #77's rows of level 2 on two H200s (2026-11-28), where this asked for 8 and failed
+        assert drawn is not None and drawn.groups >= placement.PROBE_GROUPS, row.diagnostics.protocol
+        assert (not placement.drew_on(drawn) or drawn.draws >= placement.GROUPS
+                or row.timing.stop_reason == STOP_MAX_TIME), drawn
         assert row.diagnostics.processes.after is not None, row.diagnostics.processes
         assert row.status == Status.CORRECT, (row.status, row.warnings, drawn, row.diagnostics.processes)
         assert abs(row.speedup_vs_eager - 1) <= 0.03, (row.speedup_vs_eager, drawn, row.diagnostics.processes)

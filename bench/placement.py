@@ -10,8 +10,8 @@ plain process per variant:
     free                nothing pinned
     pin_first           the process pinned to the timing core (the last allowed core) before CUDA starts
     pin_main_after_cuda CUDA started first, then only the main thread pinned (a candidate's placement before
-                        kbench.judge.harness.pin reached every thread)
-    pin_all_after_cuda  CUDA started first, then every thread pinned (harness.pin)
+                        kbench.system.cores.pin reached every thread)
+    pin_all_after_cuda  CUDA started first, then every thread pinned (system.cores.pin)
     pin_all_after_warm  the warm-up run unpinned, then every thread pinned (autograd's device thread started)
     init_on_C           the CUDA context made with the main thread on core C, then every thread pinned to the timing
                         core (C in 0, the middle core, the one before the timing core, the timing core)
@@ -49,7 +49,7 @@ def child(variant: str) -> dict[str, object]:
     import torch
 
     from bench.fidelity import _model
-    from kbench.judge.harness import pin
+    from kbench.system.cores import pin
     from kbench.judge.timing.timers import CudaEventTimer
 
     everywhere, core = set(_cores()), _cores()[-1]

@@ -69,7 +69,9 @@ def test_executor_choices_are_checked():
     with pytest.raises(UsageError, match="--address goes with --executor ray"):
         make_executor("local", "cpu", 0, "ray://head:10001", None)
     local = make_executor("local", "cuda", 2, None, None)
-    assert local.pins and local.slots == ("0", "1") and local.env({}, "1") == {"CUDA_VISIBLE_DEVICES": "1"}
+    env = local.env({}, "1")
+    assert local.pins and local.slots == ("0", "1") and env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert local.cores is not None and env["KBENCH_TIMING_CORE"] == str(local.cores.core("1"))  # system.cores
 
 
 

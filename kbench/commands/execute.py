@@ -25,7 +25,7 @@ from kbench.reports.tables import write_tables
 from kbench.results.header import Environment, GpuInfo, ProblemRecord, RunHeader, Selection
 from kbench.results.records import EAGER, Evaluation, ProblemSpec, SolutionSpec, Status
 from kbench.results.storage import RunStore
-from kbench.system import toolkit
+from kbench.system import cores, toolkit
 from kbench.system.environment import git_info, host_info
 
 
@@ -59,7 +59,8 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
         _settle_lost(plan, store, problems, retry_crashed, progress)
     machine = gpu["name"] if device == "cuda" and gpu else env["cpu"]
     progress(Note(f"run {store.run_id}: {len(problems)} problem(s) on {device} ({machine}), size {size}"))
-    _evaluate(plan, problems, solutions, broken, store, progress)
+    with cores.untimed_here(plan.executor.cores):  # this process, too, off the timing cores while the run times
+        _evaluate(plan, problems, solutions, broken, store, progress)
     store.finish("complete")
     write_tables(store)
     return store

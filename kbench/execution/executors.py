@@ -8,18 +8,21 @@ from kbench.execution.executor import Executor
 from kbench.execution.pool import gpu_slots, visible_devices
 from kbench.execution.ray_executor import ray_executor
 from kbench.execution.zygote import Zygote
+from kbench.system import cores
 
 EXECUTORS = ("local", "ray")
 
 
 def local_executor(device: str, gpu_count: int, zygote: Zygote | None = None) -> Executor:
     """Children on this machine, forked by one zygote and placed on their slot's GPU; on CUDA each slot keeps its
-    next child started ahead (warm_starts.WarmStarts)."""
+    next child started ahead (warm_starts.WarmStarts), and has a core of its own for its timed calls, kept free of
+    the run's other work (kbench.system.cores)."""
     slots = tuple(gpu_slots(device, gpu_count, visible_devices()))
     warm = warm_starts.WarmStarts(ahead=device == "cuda")
     if zygote is not None:  # started before the probe with the environment every child shares: warm by now
         warm.adopt(zygote, zygote.env)
-    return Executor("local", slots, warm, pins=True, close=warm.close)
+    return Executor("local", slots, warm, pins=True, close=warm.close,
+                    cores=cores.run_plan(slots) if device == "cuda" else None)
 
 
 def make_executor(name: str, device: str, gpu_count: int, address: str | None, parallel: int | None,

@@ -31,7 +31,7 @@ from kbench.judge.verdict import Verdict, short
 from kbench.results import codec
 from kbench.results.codec import ProtocolError, decode, to_wire
 from kbench.results.records import Evaluation
-from kbench.system import machine
+from kbench.system import cores, machine
 from kbench.system.environment import describe_torch
 from kbench.system.lifetime import remove_temp_dir
 from kbench.system.toolkit import BUILT_MARKER
@@ -131,6 +131,7 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
     judge's reserve (kbench.judge.candidate.session.Reserve: a witness, or a fresh candidate), which makes its CUDA
     context only if it is used. Without `candidate` (a reference's job is likely), a forked worker that gets a
     solution's job after all forks both then, unless it made its CUDA context already."""
+    cores.enter_untimed()  # off the run's timing cores until this job's turn pins it there (kbench.system.cores)
     held = Held()
     if (forked or warm) and candidate:
         held.start_candidates(init_cuda=warm, forked=forked)

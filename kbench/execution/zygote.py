@@ -9,9 +9,9 @@ each worker, and its candidate, makes its own after the fork). Each worker is it
 a worker started with `subprocess` is, and the zygote reports how each one ended, so the parent sees the same
 outcomes.
 
-Nothing of a job reaches the zygote: it learns descriptors, two flags and the GPU the worker is placed on (a value
-of PLACEMENT_ENV, set in the worker before CUDA starts there), never a job, a token or a path. So one zygote, warmed
-once, serves every GPU of a run.
+Nothing of a job reaches the zygote: it learns descriptors, two flags and where the worker is placed (PLACEMENT_ENV:
+its GPU, set in the worker before CUDA starts there, and its slot's cores), never a job, a token or a path. So one
+zygote, warmed once, serves every GPU of a run.
 """
 
 from __future__ import annotations
@@ -30,15 +30,16 @@ import time
 from typing import Any
 
 from kbench.results import codec
-from kbench.system import escapes
+from kbench.system import cores, escapes
 from kbench.system.lifetime import die_with_parent
 from kbench.wire import jobs
 
 START_TIMEOUT_S = 120.0  # the zygote's imports; a fork request waits this long for its first answer
 CLOSE_REAP_S = 10.0  # at the end of a run, the zygote waits this long for its last children to end and reaps them
-# Variables that place a worker (its GPU): they differ between a run's slots, so a worker gets them with its fork, and
-# sets them before it makes a CUDA context; everything else a zygote's workers share.
-PLACEMENT_ENV = ("CUDA_VISIBLE_DEVICES",)
+# Variables that place a worker (its GPU, its cores: kbench.system.cores): they differ between a run's slots, so a
+# worker gets them with its fork, and sets them before it makes a CUDA context; everything else a zygote's workers
+# share.
+PLACEMENT_ENV = ("CUDA_VISIBLE_DEVICES", *cores.PLAN_ENV)  # the slot's GPU, its timing core and untimed cores
 
 
 class ZygoteError(RuntimeError):

@@ -5,9 +5,8 @@ Nothing here imports a solution. Functions a solution could replace are bound wh
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -126,48 +125,6 @@ def input_maker(problem: ModuleType, device: str, precision: str = "fp32") -> Ca
         return [_to(x, device, precision) for x in problem.get_inputs()]
 
     return make
-
-
-def timing_core(cores: Sequence[int] | None = None, visible: str | None = None) -> int | None:
-    """The CPU core on which a GPU slot's timed calls are issued: the judge's, its candidate's and the reference's
-    process time there, one after another, never at once. On the H100 machine an honest copy of a launch-bound model
-    measured anywhere from 0.86x to 1.32x of eager when judge and candidate ran on cores of their own choosing (its
-    time is the host's, and the host's speed differed between cores and moments); on one core, a difference
-    between cores cannot pass for a speedup. The last allowed core for the first GPU, the one before it for the
-    second, and so on. None where affinity cannot be read."""
-    if cores is None:
-        try:
-            cores = sorted(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            return None
-    if not cores:
-        return None
-    slot = (visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "")).split(",")[0].strip()
-    index = int(slot) if slot.isdigit() else 0
-    return sorted(cores)[-(1 + index % len(cores))]
-
-
-def pin(pid: int, core: int | None) -> bool:
-    """Run every thread of process `pid` (0: this process) on `core` only; False where that is not possible.
-
-    Every thread, not only the main one: a process pinned after CUDA started (a candidate or worker warmed up ahead of
-    its job) has the driver's threads, and may have autograd's device thread, which a pin of the main thread alone
-    would leave on every core, so the judge's and the candidate's threads would sit differently depending on which
-    was warmed up first. Threads started later inherit the pin of the thread that starts them."""
-    if core is None:
-        return False
-    try:
-        tasks = [int(t) for t in os.listdir(f"/proc/{pid or os.getpid()}/task")]
-    except (OSError, ValueError):
-        tasks = [pid]
-    pinned = False
-    for task in tasks:
-        try:
-            os.sched_setaffinity(task, {core})
-        except (AttributeError, OSError):  # a thread that ended meanwhile, or no affinity on this system
-            continue
-        pinned = True
-    return pinned
 
 
 def make_timer(device: str) -> sampling.Timer:

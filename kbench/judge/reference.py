@@ -28,9 +28,7 @@ from kbench.judge.harness import (
     job_reference,
     load_problem,
     make_timer,
-    pin,
     timed_findings,
-    timing_core,
     with_peak,
 )
 from kbench.judge.timing import checks, sampling, timers
@@ -40,6 +38,7 @@ from kbench.results.figures import Floor, PeakMemory
 from kbench.results.findings import Finding
 from kbench.results.records import COMPILED, EAGER, CompileInfo, Evaluation, Measurement, Speedups, Status
 from kbench.system import machine
+from kbench.system.cores import pin, timing_core
 from kbench.wire.jobs import OK, CheckJob, CheckResult, Judging, ReferenceJob, ReferenceResult
 
 _perf_counter = time.perf_counter
@@ -66,7 +65,7 @@ def time_reference(job: ReferenceJob, announce: Announce, wait_turn: Callable[[]
             phases.mark("compile")
         wait_turn()
         phases.mark("waiting")
-        if device == "cuda":  # the core a solution's judge times from (harness.timing_core)
+        if device == "cuda":  # the core a solution's judge times from (system.cores.timing_core)
             pin(0, timing_core())
         measured = _time_models(job, reference, make, models, result)
         phases.mark("timing")

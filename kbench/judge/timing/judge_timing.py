@@ -13,7 +13,7 @@ from typing import Any
 from kbench.config.run_config import TimingPolicy
 from kbench.judge.candidate import protocol
 from kbench.judge.candidate.session import CandidateProcess, Session
-from kbench.judge.harness import guarded, make_timer, pin, timing_core
+from kbench.judge.harness import guarded, make_timer
 from kbench.judge.timing import checks, placement, sampling
 from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.rounds import SolutionRounds
@@ -24,6 +24,7 @@ from kbench.results.findings import Finding
 from kbench.results.records import Measurement, Regime
 from kbench.results.stats import median
 from kbench.system import escapes, machine
+from kbench.system.cores import pin, timing_core
 from kbench.wire.jobs import Judging
 
 _perf_counter = time.perf_counter
@@ -45,7 +46,7 @@ CALIBRATION_LEAST = checks.PROCESS_MIN_SAMPLES + CALIBRATION_DISCARD
 
 
 def pin_timing_core(device: str, cand: CandidateProcess, judge: bool = False) -> None:
-    """On CUDA the judge and its candidate issue their timed calls from one core (harness.timing_core)."""
+    """On CUDA the judge and its candidate issue their timed calls from one core (system.cores.timing_core)."""
     if device == "cuda":
         core = timing_core()
         if judge:

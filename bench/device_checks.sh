@@ -12,7 +12,20 @@
 #                                         # GPU, then GPU 0 alone, then the tables (about 5 minutes a run on one
 #                                         # H200; its work folder, results/scale-level2, is ignored by git, so a
 #                                         # second call on a machine still warm goes on where the first stopped)
+#   bash bench/device_checks.sh cores     # level 2's honest copies on every visible GPU with the timing cores kept free
+#                                         # (the default), then with KBENCH_SHARE_TIMING_CORES=1 (kbench.system.cores),
+#                                         # then GPU 0 alone: what keeping them free buys (results/scale-cores)
+#   bash bench/device_checks.sh ray       # level 2's honest copies on every visible GPU with --executor ray, then the
+#                                         # local executor on the same GPUs (work folder results/scale-ray; resumable
+#                                         # like level2): the verdicts and the rates side by side
 #   bash bench/device_checks.sh all       # tests and sample (more than one 10-minute device call: run them apart)
+#
+# `ray` needs Ray for Python 3.12 in .kb/ray312 (the device has none and its wheel is larger than a call may carry):
+#   pip download --no-deps --python-version 3.12 --platform manylinux2014_x86_64 --only-binary=:all: ray -d /tmp/w
+#   python -m zipfile -e /tmp/w/ray-*.whl ray-site && rm -rf ray-site/ray/{jars,rllib,data,serve,train,tune,llm}
+#   tar -cf - ray-site | xz -6 > .kb/ray312/ray-site.tar.xz      # about 30 MB
+#   pip download --python-version 3.12 --platform manylinux2014_x86_64 --only-binary=:all: click filelock \
+#       jsonschema "msgpack<2,>=1" "packaging>=24.2" protobuf pyyaml requests -d .kb/ray312
 #
 # `sample` and `level2` need a KernelBench checkout's KernelBench/ folder at .kb/KernelBench (carry .kb): fetch
 # github:ScalingIntelligence/KernelBench and `git archive HEAD KernelBench | tar -x -C .kb`.
@@ -64,6 +77,41 @@ if [ "$what" = level2 ]; then
     --budget 540 > "$OUT/level2.log" 2>&1
   grep "^| gpus" "$OUT/level2.log"
   grep "^L2_" "$OUT/level2.log" | grep -v "| correct | 1\.00[0-9] \|| correct | 0\.99[0-9] " | cut -c1-300
+fi
+if [ "$what" = cores ]; then
+  if [ ! -d .kb/KernelBench/level2 ]; then
+    echo "no KernelBench at .kb/KernelBench: see the header of this script" >&2
+    exit 2
+  fi
+  all=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
+  lscpu > "$OUT/lscpu.txt" 2>&1
+  cat /sys/devices/system/cpu/cpu*/topology/thread_siblings_list 2>/dev/null | sort -u | head -3 | tee -a "$OUT/gpu.txt"
+  timeout 200 python3 bench/scale.py .kb/KernelBench results/scale-cores --gpus "$all" --label kept --rows \
+    --budget 190 > "$OUT/cores-kept.log" 2>&1
+  KBENCH_SHARE_TIMING_CORES=1 timeout 200 python3 bench/scale.py .kb/KernelBench results/scale-cores --gpus "$all" \
+    --label shared --rows --budget 190 > "$OUT/cores-shared.log" 2>&1
+  timeout 150 python3 bench/scale.py .kb/KernelBench results/scale-cores --gpus 0 --label kept --rows --budget 140 \
+    > "$OUT/cores-one.log" 2>&1
+  grep -A12 "^| run | GPU" "$OUT/cores-one.log" | head -30
+  grep -h "^L2_" "$OUT"/cores-*.log | grep -v "| correct | 1\.00[0-9] \|| correct | 0\.99[0-9] " | cut -c1-300
+fi
+if [ "$what" = ray ]; then
+  if [ ! -f .kb/ray312/ray-site.tar.xz ] || [ ! -d .kb/KernelBench/level2 ]; then
+    echo "ray needs .kb/ray312 and .kb/KernelBench: see the header of this script" >&2
+    exit 2
+  fi
+  python3 -m pip install -q --no-index --find-links .kb/ray312 --target /tmp/kbench-ray click filelock jsonschema \
+    msgpack packaging protobuf pyyaml requests > "$OUT/pip-ray.log" 2>&1 || { echo "Ray's dependencies did not install" >&2; exit 2; }
+  tar -xJf .kb/ray312/ray-site.tar.xz -C /tmp
+  export PYTHONPATH=$PYTHONPATH:/tmp/ray-site:/tmp/kbench-ray
+  python3 -c "import ray; print('ray', ray.__version__)" | tee -a "$OUT/gpu.txt"
+  all=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
+  timeout 300 python3 bench/scale.py .kb/KernelBench results/scale-ray --gpus "$all" --label ray --rows --budget 280 \
+    -- --executor ray > "$OUT/ray.log" 2>&1
+  timeout 250 python3 bench/scale.py .kb/KernelBench results/scale-ray --gpus "$all" --label local --rows --budget 230 \
+    > "$OUT/local.log" 2>&1
+  grep "^| gpus\|^| ray\|^| local" "$OUT/ray.log" "$OUT/local.log" | head -8
+  grep -h "^L2_" "$OUT/ray.log" | grep -v "| correct | 1\.00[0-9] \|| correct | 0\.99[0-9] " | cut -c1-300
 fi
 if [ "$what" = sample ] || [ "$what" = all ]; then
   if [ ! -d .kb/KernelBench/level1 ]; then

@@ -169,3 +169,36 @@ def test_a_pin_reaches_every_thread_of_the_process_and_threads_started_after_it(
     finally:
         child.kill()
         child.wait()
+
+
+def _allowed_list(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def test_a_worker_forked_for_a_slot_places_itself_on_its_untimed_cores():
+    """The plan travels with a fork's placement (kbench.execution.zygote.PLACEMENT_ENV): one zygote serves every slot,
+    and each worker it forks goes where its own slot's plan says before it does anything else; a worker forked with
+    no plan stays where the zygote is."""
+    import time
+
+    from kbench.execution import child, isolation, zygote
+
+    allowed = sorted(os.sched_getaffinity(0))
+    env = isolation.worker_path_env()
+    owner = zygote.Zygote(child.zygote_env_of(env))
+    planned = child.JobChild({**env, UNTIMED_CORES_ENV: str(allowed[0]), TIMING_CORE_ENV: str(allowed[-1])},
+                             zygote=owner)
+    plain = child.JobChild(env, zygote=owner)
+    try:
+        deadline = time.monotonic() + 20
+        while _allowed_list(planned.proc.pid) != str(allowed[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _allowed_list(planned.proc.pid) == str(allowed[0])
+        assert parse_cpulist(_allowed_list(plain.proc.pid)) == set(allowed)
+    finally:
+        planned.discard()
+        plain.discard()
+        owner.close()

@@ -1,10 +1,14 @@
 #!/bin/bash
 # The GPU checks to run on the device before GPU work is called done, logging under $OUT (or ./device-logs).
 #
-#   bash bench/device_checks.sh tests     # pytest -m cuda tests/test_gpu.py (about 10 minutes on the H100: too
-#                                         # long for one device call; run tests-a and tests-b as two calls)
+#   bash bench/device_checks.sh tests     # every cuda test of tests/test_gpu.py (more than one 10-minute device
+#                                         # call: run tests-a, tests-b and tests-c as three calls)
 #   bash bench/device_checks.sh tests-a   # the full-size, attack-class, precision, noise and kernel DSL tests
-#   bash bench/device_checks.sh tests-b   # the rest
+#   bash bench/device_checks.sh tests-b   # the rest but the shaves and the backward tests
+#   bash bench/device_checks.sh tests-c   # the shaves and the backward tests
+#                                         # Each test runs in a pytest of its own, a line each as it ends (its last
+#                                         # line, its E lines), within BUDGET seconds (default 540): what the budget
+#                                         # leaves out is listed as not run, so a cut call loses no result.
 #   bash bench/device_checks.sh sample    # the KernelBench sample with honest copies, then its table (about 4 minutes)
 #   bash bench/device_checks.sh four      # all four shipped problems, every solution (about 4 minutes), then the
 #                                         # SASS of every extension it built, in $OUT/sass.tgz (cuobjdump)
@@ -44,15 +48,28 @@ fi
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$OUT/gpu.txt"
 part_a="full_size or attack_classes or bf16 or noise or kernel_dsl"
+part_c="shave or backward"
 case "$what" in
-  tests|all) select=() ;;
-  tests-a) select=(-k "$part_a") ;;
-  tests-b) select=(-k "not ($part_a)") ;;
+  tests|all) select="" ;;
+  tests-a) select="$part_a" ;;
+  tests-b) select="not ($part_a) and not ($part_c)" ;;
+  tests-c) select="$part_c" ;;
 esac
 if [ "${what#tests}" != "$what" ] || [ "$what" = all ]; then
-  timeout 560 python3 -m pytest -m cuda tests/test_gpu.py "${select[@]}" -q -rA --durations=10 -p no:cacheprovider \
-    > "$OUT/gpu_tests$what.log" 2>&1
-  tail -25 "$OUT/gpu_tests$what.log"
+  deadline=$(( $(date +%s) + ${BUDGET:-540} ))
+  export KBENCH_TEST_CACHE=${KBENCH_TEST_CACHE:-/tmp/kbench-test-cache}  # each solution compiles once for all
+  mkdir -p "$KBENCH_TEST_CACHE"
+  python3 -m pytest -m cuda tests/test_gpu.py ${select:+-k "$select"} --collect-only -q -p no:cacheprovider 2>/dev/null \
+    | grep "::" > "$OUT/tests$what.ids"
+  while read -r id; do
+    left=$(( deadline - $(date +%s) ))
+    if [ "$left" -lt 30 ]; then echo "NOT RUN (budget): $id"; continue; fi
+    log="$OUT/$(echo "${id#tests/test_gpu.py::}" | tr -c 'A-Za-z0-9_.-' '_').log"
+    timeout "$left" python3 -m pytest -m cuda "$id" -q -rA -p no:cacheprovider > "$log" 2>&1 < /dev/null
+    rc=$?
+    echo "$(tail -1 "$log") :: $id (rc $rc)"
+    grep -E "^E " "$log" | head -6
+  done < "$OUT/tests$what.ids" | tee "$OUT/gpu_tests$what.txt"
 fi
 if [ "$what" = four ]; then
   cache="$OUT/four-cache/extensions"  # Triton's cache and the ceilings go beside it: all removed below

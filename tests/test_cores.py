@@ -78,6 +78,8 @@ def test_the_plan_keeps_each_timing_core_and_its_sibling_free_of_the_rest():
     assert plan.kept == {31, 15, 30, 14}
     assert plan.untimed == set(range(32)) - {31, 15, 30, 14}
     assert plan.env("1") == {TIMING_CORE_ENV: "30", UNTIMED_CORES_ENV: "0-13,16-29"}
+    assert plan.describe() == ("timed calls issued from GPU 0: core 31, GPU 1: core 30; cores 14-15,30-31 kept free of "
+                               "the run's other work, which runs on 0-13,16-29")
     one = plan_cores([None], set(range(16)), visible="", siblings_of=_pairs_of_neighbours)  # one GPU: slot None
     assert one.core(None) == 15 and one.kept == {14, 15} and one.untimed == set(range(14))
     third = plan_cores([None], set(range(16)), visible="3", siblings_of=_alone)  # CUDA_VISIBLE_DEVICES=3
@@ -89,6 +91,8 @@ def test_a_small_machine_or_the_switch_keeps_no_core_free_but_still_pins():
     assert len({0, 1, 2, 3} - {3, 2}) < MIN_UNTIMED
     assert small.kept == frozenset() and small.untimed == {0, 1, 2, 3} and small.core("1") == 2
     assert small.env("0") == {TIMING_CORE_ENV: "3"}  # no untimed cores named: workers stay where they are
+    assert small.describe() == ("timed calls issued from GPU 0: core 3, GPU 1: core 2; no core kept free of the run's "
+                                "other work")
     shared = plan_cores(["0"], set(range(32)), siblings_of=_halves(32), share=True)
     assert shared.kept == frozenset() and shared.core("0") == 31
     assert cores.run_plan(["0"], {cores.SHARE_ENV: "1"}).kept == frozenset()

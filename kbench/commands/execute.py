@@ -59,6 +59,8 @@ def execute(config: RunConfig, problems: Sequence[ProblemSpec], solutions: dict[
         _settle_lost(plan, store, problems, retry_crashed, progress)
     machine = gpu["name"] if device == "cuda" and gpu else env["cpu"]
     progress(Note(f"run {store.run_id}: {len(problems)} problem(s) on {device} ({machine}), size {size}"))
+    if plan.executor.cores is not None:
+        progress(Note(plan.executor.cores.describe()))
     with cores.untimed_here(plan.executor.cores):  # this process, too, off the timing cores while the run times
         _evaluate(plan, problems, solutions, broken, store, progress)
     store.finish("complete")

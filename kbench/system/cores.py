@@ -50,6 +50,14 @@ class CorePlan:
     def core(self, slot: Slot) -> int:
         return dict(self.timing)[slot]
 
+    def describe(self) -> str:
+        """One line for the run's start: each slot's timing core, and where everything else runs."""
+        each = ", ".join(f"{f'GPU {slot}' if slot is not None else 'the GPU'}: core {core}" for slot, core in self.timing)
+        if not self.kept:
+            return f"timed calls issued from {each}; no core kept free of the run's other work"
+        return (f"timed calls issued from {each}; cores {format_cpulist(self.kept)} kept free of the run's other work, "
+                f"which runs on {format_cpulist(self.untimed)}")
+
     def env(self, slot: Slot) -> dict[str, str]:
         """The variables a slot's workers are started with (kbench.execution.executor.Executor.env)."""
         found = {TIMING_CORE_ENV: str(self.core(slot))}

@@ -52,11 +52,12 @@ class CorePlan:
 
     def describe(self) -> str:
         """One line for the run's start: each slot's timing core, and where everything else runs."""
-        each = ", ".join(f"{f'GPU {slot}' if slot is not None else 'the GPU'}: core {core}" for slot, core in self.timing)
+        each = ", ".join(f"{'the GPU' if slot is None else f'GPU {slot}'}: core {core}" for slot, core in self.timing)
         if not self.kept:
             return f"timed calls issued from {each}; no core kept free of the run's other work"
-        return (f"timed calls issued from {each}; cores {format_cpulist(self.kept)} kept free of the run's other work, "
-                f"which runs on {format_cpulist(self.untimed)}")
+        kept = f"core{'s' if len(self.kept) > 1 else ''} {format_cpulist(self.kept)}"
+        return f"timed calls issued from {each}; {kept} kept free of the run's other work, which runs on " + \
+            format_cpulist(self.untimed)
 
     def env(self, slot: Slot) -> dict[str, str]:
         """The variables a slot's workers are started with (kbench.execution.executor.Executor.env)."""

@@ -37,14 +37,13 @@ Rule = Callable[[Sequence[float]], Sequence[int]]
 
 def band(samples: Sequence[float], rounds: int = placement.GROUP_ROUNDS,
          tolerance: float = placement.SLOW_GROUP) -> tuple[int, ...]:
-    """The indices of `samples` in groups whose median is within the step (as fastest_groups sets it) of the fastest
-    group's."""
-    groups = [list(range(start, min(start + rounds, len(samples)))) for start in range(0, len(samples), rounds)]
-    complete = [[samples[i] for i in g] for g in groups if len(g) == rounds]
+    """The indices of `samples` in groups whose median is within the step (placement.draw_groups, as the judge's rule
+    sets it) of the fastest complete group's."""
+    groups, step = placement.draw_groups(samples, rounds, tolerance)
+    complete = [median([samples[i] for i in g]) for g in groups if len(g) == rounds]
     if not complete:
         return tuple(range(len(samples)))
-    within = median([(max(g) - min(g)) / min(g) if min(g) > 0 else 0.0 for g in complete])
-    limit = min(median(g) for g in complete) * (1.0 + max(tolerance, placement.NOISE_STEPS * within))
+    limit = min(complete) * (1.0 + step)
     return tuple(i for g in groups if median([samples[i] for i in g]) <= limit for i in g)
 
 

@@ -99,8 +99,8 @@ def siblings(core: int, root: Path = CPU_ROOT) -> frozenset[int]:
 
 def timing_order(allowed: Iterable[int], siblings_of: Siblings = siblings) -> list[int]:
     """The cores the GPU slots' timed calls take, the first GPU's first: from the last allowed core down, skipping the
-    siblings of those taken, so that no two slots share a physical core (where the allowed cores run out of physical
-    cores the rest follow, as before)."""
+    siblings of those taken, so that no two slots share a physical core (with more GPUs than physical cores, the
+    slots past the last share from the start again: `pick`)."""
     order: list[int] = []
     taken: set[int] = set()
     for core in sorted(allowed, reverse=True):
@@ -136,25 +136,26 @@ def timing_core(cores: Sequence[int] | None = None, visible: str | None = None,
         if found is None:
             return None
         cores = sorted(found)
-    order = timing_order(cores, siblings_of)
-    if not order:
-        return None
-    index = slot_index(visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES", ""))
-    return order[index % len(order)]
+    return pick(timing_order(cores, siblings_of),
+                visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+
+
+def pick(order: Sequence[int], visible: str) -> int | None:
+    """The core of `timing_order` for the slot whose CUDA_VISIBLE_DEVICES is `visible` (by its first GPU index)."""
+    return order[slot_index(visible) % len(order)] if order else None
 
 
 def plan_cores(slots: Sequence[Slot], allowed: Collection[int], visible: str = "", siblings_of: Siblings = siblings,
                share: bool = False) -> CorePlan:
     """Each slot's timing core (a slot None is the GPU `visible` names first) and the cores left for the rest: all the
     allowed ones but the timing cores and their siblings, unless that leaves fewer than MIN_UNTIMED, or `share`."""
-    timing = tuple((slot, timing_core(sorted(allowed), slot if slot is not None else visible, siblings_of))
-                   for slot in slots)
-    chosen = {core for _, core in timing if core is not None}
-    kept = frozenset(c for core in chosen for c in siblings_of(core) | {core} if c in allowed)
+    order = timing_order(allowed, siblings_of)
+    timing = tuple((slot, core) for slot in slots
+                   if (core := pick(order, slot if slot is not None else visible)) is not None)
+    kept = frozenset(c for _, core in timing for c in siblings_of(core) | {core} if c in allowed)
     if share or len(set(allowed) - kept) < MIN_UNTIMED:
         kept = frozenset()
-    return CorePlan(timing=tuple((slot, core) for slot, core in timing if core is not None),
-                    untimed=frozenset(allowed) - kept, kept=kept)
+    return CorePlan(timing=timing, untimed=frozenset(allowed) - kept, kept=kept)
 
 
 def run_plan(slots: Sequence[Slot], environ: Mapping[str, str] = os.environ) -> CorePlan | None:

@@ -94,16 +94,13 @@ def fastest_groups(samples: Sequence[float], rounds: int = GROUP_ROUNDS,
                    tolerance: float = SLOW_GROUP) -> tuple[int, ...]:
     """The indices of `samples` (one side's, in the order taken, a draw every `rounds`) in its fastest draws: the
     complete groups' medians in order from the fastest, up to the first step between two of them larger than `step`
-    (the next speed); a last, unfinished group at most that far above the slowest kept. The step is `tolerance`, or
-    NOISE_STEPS times the spread of samples within one draw where the call is that noisy: a call whose speed does
-    not move keeps every group however noisy it is, one that runs at two speeds keeps the faster's. With no complete
-    group, all of them."""
-    groups = [list(range(start, min(start + rounds, len(samples)))) for start in range(0, len(samples), rounds)]
+    (the next speed; `draw_groups` sets it from `tolerance` and the call's noise); a last, unfinished group at most
+    that far above the slowest kept. A call whose speed does not move keeps every group however noisy it is, one that
+    runs at two speeds keeps the faster's. With no complete group, all of them."""
+    groups, step = draw_groups(samples, rounds, tolerance)
     complete = [[samples[i] for i in g] for g in groups if len(g) == rounds]
     if not complete:
         return tuple(range(len(samples)))
-    within = median([(max(g) - min(g)) / min(g) if min(g) > 0 else 0.0 for g in complete])
-    step = max(tolerance, NOISE_STEPS * within)
     ordered = sorted(median(g) for g in complete)
     limit = ordered[0]
     for value in ordered[1:]:
@@ -113,6 +110,17 @@ def fastest_groups(samples: Sequence[float], rounds: int = GROUP_ROUNDS,
     return tuple(i for g in groups
                  if median([samples[i] for i in g]) <= (limit if len(g) == rounds else limit * (1.0 + step))
                  for i in g)
+
+
+def draw_groups(samples: Sequence[float], rounds: int = GROUP_ROUNDS,
+                tolerance: float = SLOW_GROUP) -> tuple[list[list[int]], float]:
+    """`samples` (one side's, in the order taken) as the indices of each draw's group (a last one may be unfinished),
+    and the step between two group medians that separates two speeds: `tolerance`, or NOISE_STEPS times the spread of
+    the samples within one draw (their median over the complete groups) where the call is that noisy."""
+    groups = [list(range(start, min(start + rounds, len(samples)))) for start in range(0, len(samples), rounds)]
+    complete = [[samples[i] for i in g] for g in groups if len(g) == rounds]
+    within = median([(max(g) - min(g)) / min(g) if min(g) > 0 else 0.0 for g in complete]) if complete else 0.0
+    return groups, max(tolerance, NOISE_STEPS * within)
 
 
 def moved(mine: Sequence[float], theirs: Sequence[float], rounds: int = GROUP_ROUNDS) -> bool:

@@ -65,7 +65,7 @@ if [ "${what#tests}" != "$what" ] || [ "$what" = all ]; then
     left=$(( deadline - $(date +%s) ))
     if [ "$left" -lt 30 ]; then echo "NOT RUN (budget): $id"; continue; fi
     log="$OUT/$(echo "${id#tests/test_gpu.py::}" | tr -c 'A-Za-z0-9_.-' '_').log"
-    timeout "$left" python3 -m pytest -m cuda "$id" -q -rA -p no:cacheprovider > "$log" 2>&1 < /dev/null
+    timeout "$left" python3 -m pytest -m cuda "$id" -q -vv -rA -p no:cacheprovider > "$log" 2>&1 < /dev/null
     rc=$?
     echo "$(tail -1 "$log") :: $id (rc $rc)"
     grep -E "^E " "$log" | head -6

@@ -240,7 +240,8 @@ def test_an_honest_copy_of_a_call_whose_speed_moves_with_its_memory_reads_one(tm
         assert (not placement.drew_on(drawn) or drawn.draws >= placement.GROUPS
                 or row.timing.stop_reason == STOP_MAX_TIME), drawn
         assert row.diagnostics.processes.after is not None, row.diagnostics.processes
-        assert row.status == Status.CORRECT, (row.status, row.warnings, drawn, row.diagnostics.processes)
+        assert row.status == Status.CORRECT, (row.status, [str(w) for w in row.warnings], drawn,
+                                               row.diagnostics.processes)
         assert abs(row.speedup_vs_eager - 1) <= 0.03, (row.speedup_vs_eager, drawn, row.diagnostics.processes)
 
 

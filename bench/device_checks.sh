@@ -27,6 +27,7 @@
 # `ray` needs Ray for Python 3.12 in .kb/ray312 (the device has none and its wheel is larger than a call may carry):
 #   pip download --no-deps --python-version 3.12 --platform manylinux2014_x86_64 --only-binary=:all: ray -d /tmp/w
 #   python -m zipfile -e /tmp/w/ray-*.whl ray-site && rm -rf ray-site/ray/{jars,rllib,data,serve,train,tune,llm}
+#   (zipfile keeps no execute bits: this script sets them on Ray's binaries after unpacking)
 #   tar -cf - ray-site | xz -6 > .kb/ray312/ray-site.tar.xz      # about 30 MB
 #   pip download --python-version 3.12 --platform manylinux2014_x86_64 --only-binary=:all: click filelock \
 #       jsonschema "msgpack<2,>=1" "packaging>=24.2" protobuf pyyaml requests -d .kb/ray312
@@ -120,6 +121,8 @@ if [ "$what" = ray ]; then
   python3 -m pip install -q --no-index --find-links .kb/ray312 --target /tmp/kbench-ray click filelock jsonschema \
     msgpack packaging protobuf pyyaml requests > "$OUT/pip-ray.log" 2>&1 || { echo "Ray's dependencies did not install" >&2; exit 2; }
   tar -xJf .kb/ray312/ray-site.tar.xz -C /tmp
+  # Python's zipfile drops the execute bits of Ray's binaries (gcs_server, raylet: "Permission denied", 2026-11-28)
+  find /tmp/ray-site/ray/core /tmp/ray-site/ray/_private -type f ! -name "*.py" ! -name "*.pyc" -exec chmod +x {} +
   export PYTHONPATH=$PYTHONPATH:/tmp/ray-site:/tmp/kbench-ray
   python3 -c "import ray; print('ray', ray.__version__)" | tee -a "$OUT/gpu.txt"
   all=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)

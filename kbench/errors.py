@@ -31,5 +31,9 @@ class ProfileError(KbenchError):
     """Nsight Compute (ncu) failed, or its output is not what kbench profile reads."""
 
 
+class ClusterError(KbenchError):
+    """The Ray cluster of `--executor ray` could not be started or reached."""
+
+
 class ImportFailure(KbenchError):
     """An LLM response holds no importable ModelNew: no code, cut off, or not valid Python."""

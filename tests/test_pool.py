@@ -1,5 +1,6 @@
 """Spreading evaluations over GPUs: one per GPU at a time, pinned, all done (scheduler tested without GPUs)."""
 
+import sys
 import threading
 import time
 
@@ -168,3 +169,24 @@ def test_a_turn_the_launcher_ends_later_holds_the_next_job_until_then():
 
     run_on_slots([0, 1], [None], work, lambda item, result: None, early=True)
     assert at["turn 1"] >= at["exited 0"] > at["result 0"] + 0.2
+
+
+@pytest.mark.parametrize(("address", "said"), [(None, "a local Ray cluster did not start"),
+                                               ("ray://head:10001", "the Ray cluster at ray://head:10001")])
+def test_a_ray_cluster_that_does_not_start_is_one_line_not_a_traceback(monkeypatch, address, said):
+    """On the GPU machine a Ray unpacked without its execute bits raised PermissionError from deep in ray.init, and
+    `kbench run --executor ray` ended with Ray's traceback (2026-11-28): now one ClusterError line says what failed."""
+    import types
+
+    from kbench.errors import ClusterError, KbenchError
+    from kbench.execution.executors import make_executor
+
+    def init(**kwargs):
+        raise PermissionError("[Errno 13] Permission denied: '/tmp/ray-site/ray/core/src/ray/gcs/gcs_server'\nmore")
+
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(init=init, remote=None))
+    with pytest.raises(ClusterError) as caught:
+        make_executor("ray", "cpu", 0, address, None)
+    message = str(caught.value)
+    assert said in message and "PermissionError: [Errno 13]" in message and "\n" not in message
+    assert isinstance(caught.value, KbenchError)

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypedDict
 
-from kbench.errors import UsageError
+from kbench.errors import ClusterError, UsageError
 from kbench.execution import isolation
 from kbench.execution.child import ChildOutcome
 from kbench.execution.executor import Executor
@@ -115,7 +115,12 @@ class RayLauncher:
         import ray  # optional (the ray extra) and heavy: only --executor ray imports it
 
         self._ray = ray
-        ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+        try:
+            ray.init(address=address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+        except Exception as exc:  # noqa: BLE001 - Ray's own start: a binary it cannot run, a head it cannot reach
+            where = f"the Ray cluster at {address} could not be reached" if address else \
+                "a local Ray cluster did not start"
+            raise ClusterError(f"--executor ray: {where} ({_first_line(exc)})") from None
         # a job's start, the running one's finish and describe/close may be under way at once: a threaded actor
         remote: Any = ray.remote  # its typed overloads know no actor options (max_concurrency)
         one = remote(max_restarts=0, max_concurrency=4, **({"num_gpus": 1} if device == "cuda" else {"num_cpus": 1}))
@@ -161,6 +166,11 @@ class RayLauncher:
         for actor in self.slots:
             self._ray.kill(actor)
         self.slots = []
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def ray_executor(device: str, address: str | None, parallel: int | None) -> Executor:

@@ -94,6 +94,7 @@ if [ "$what" = level2 ]; then
   timeout 560 python3 bench/scale.py .kb/KernelBench results/scale-level2 --gpus "$all" --gpus 0 --rows \
     --budget 540 > "$OUT/level2.log" 2>&1
   grep "^| gpus" "$OUT/level2.log"
+  grep -A6 "timing phase went" "$OUT/level2.log"
   grep "^L2_" "$OUT/level2.log" | grep -v "| correct | 1\.00[0-9] \|| correct | 0\.99[0-9] " | cut -c1-300
 fi
 if [ "$what" = cores ]; then
@@ -111,6 +112,7 @@ if [ "$what" = cores ]; then
   timeout 150 python3 bench/scale.py .kb/KernelBench results/scale-cores --gpus 0 --label kept --rows --budget 140 \
     > "$OUT/cores-one.log" 2>&1
   grep -A12 "^| run | GPU" "$OUT/cores-one.log" | head -30
+  grep -A7 "timing phase went" "$OUT/cores-one.log"
   grep -h "^L2_" "$OUT"/cores-*.log | grep -v "| correct | 1\.00[0-9] \|| correct | 0\.99[0-9] " | cut -c1-300
 fi
 if [ "$what" = ray ]; then

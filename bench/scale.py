@@ -40,10 +40,12 @@ ROOT = Path(__file__).resolve().parent.parent
 HONEST = ('\n\nDEVICES = ("cuda", "cpu")\n\n\nclass ModelNew(Model):\n'
           '    """An honest solution: the reference itself."""\n')
 BAND = 0.03  # an honest copy reads within 1.00 +- BAND (issue: suites at scale)
-PHASES = ("setup", "calibration_start", "calibration", "load", "build", "trials", "other_sizes", "timing", "trust_determinism",
-          "trust_profile", "trust_fp64")
+PHASES = ("setup", "calibration_start", "calibration", "load", "build", "trials", "other_sizes", "timing",
+          "trust_determinism", "trust_profile", "trust_fp64")
 EAGER_PHASES = ("setup", "timing", "degenerate_check", "noise_check", "floor")
 REFERENCE_ROWS = ("eager", "torch.compile")
+# diagnostics.protocol.spent (kbench.results.diagnostics.TimingSpend), and the samples' own time beside it
+SPENT = ("decide_s", "warmup_s", "draws_s", "settle_s", "eager_s", "solution_s", "switch_s", "witness_s")
 
 
 # With --probe-kernels, each honest copy declares a CUDA kernel it never builds: kbench's kernel profile then runs in
@@ -182,7 +184,38 @@ def figures(folder: Path) -> dict:
         # rows that drew their memory (kbench.judge.timing.placement), and those that left a draw out of a side
         "drawn": (len(drawn), sum(1 for d in drawn if d["solution_groups_kept"] < d["groups"]
                                   or d["eager_groups_kept"] < d["groups"])),
+        # of the rows that drew on: those whose every group left out was left out on both sides (slow rounds), and
+        # those with a group left out of one side only (that side's memory)
+        "drew_on": _drew_on(drawn),
+        "spent": _spent(ran),
     }
+
+
+def _drew_on(drawn: list[dict]) -> tuple[int, int, int] | None:
+    """Rows that drew past the first draws, those whose left-out groups were the same on both sides, those with a
+    group left out of one side only; None where the run file records no groups' places (before 2026-11-28)."""
+    sys.path.insert(0, str(ROOT))
+    from kbench.judge.timing.placement import PROBE_GROUPS
+
+    on = [d for d in drawn if d.get("draws", 0) > PROBE_GROUPS]
+    if not on or any("solution_dropped_groups" not in d for d in on):
+        return None
+    both = [d for d in on if set(d["solution_dropped_groups"]) == set(d["eager_dropped_groups"])]
+    one = [d for d in on if set(d["solution_dropped_groups"]) ^ set(d["eager_dropped_groups"])]
+    return len(on), len(both), len(one)
+
+
+def _spent(ran: list[dict]) -> dict[str, float | None] | None:
+    """Median seconds of each part of the timing phase (diagnostics.protocol.spent) and of the samples' own time
+    (both sides' timed samples, all rounds kept or not); None where the run file has no such record."""
+    spent = [(r, sp) for r in ran if (sp := ((r.get("diagnostics") or {}).get("protocol") or {}).get("spent"))]
+    if not spent:
+        return None
+    found: dict[str, float | None] = {k: _median([sp[k] for _, sp in spent]) for k in SPENT}
+    found["samples_s"] = _median([sum(r["timing"]["samples"]) + sum(r["eager_timing"]["samples"])
+                                  for r, _ in spent if r.get("timing") and r.get("eager_timing")])
+    found["timing"] = _median([r["phases"].get("timing", 0.0) for r, _ in spent])
+    return found
 
 
 def table(work: Path, rows: bool) -> None:
@@ -212,8 +245,22 @@ def table(work: Path, rows: bool) -> None:
     print("|" + "---|" * (len(PHASES) + len(EAGER_PHASES) + 3))
     for f in found:
         print(f"| {f['label']} | " + " | ".join(_fmt(f["phases"][p], ".3f") for p in PHASES)
-              + f" | {_fmt(f['honest_rest'], '.3f')} | " + " | ".join(_fmt(f["eager_phases"][p], ".3f")
-                                                         for p in EAGER_PHASES) + f" | {_fmt(f['eager_rest'], '.3f')} |")
+              + f" | {_fmt(f['honest_rest'], '.3f')} | "
+              + " | ".join(_fmt(f["eager_phases"][p], ".3f") for p in EAGER_PHASES)
+              + f" | {_fmt(f['eager_rest'], '.3f')} |")
+    spent = [f for f in found if f.get("spent")]
+    if spent:
+        print("\nWhere the timing phase went (honest rows, medians, seconds; diagnostics.protocol.spent): samples: "
+              "both sides' timed samples (the kept ones); switch: thawing and freezing the candidate, within its "
+              "calls; drew on: rows that drew past the first draws / whose left-out groups were the same on both "
+              "sides / with a group left out of one side only")
+        print("| run | timing | " + " | ".join(k.removesuffix("_s") for k in SPENT) + " | samples | drew on |")
+        print("|" + "---|" * (len(SPENT) + 4))
+        for f in spent:
+            sp = f["spent"]
+            on = " / ".join(str(n) for n in f["drew_on"]) if f.get("drew_on") else "-"
+            print(f"| {f['label']} | {_fmt(sp['timing'], '.3f')} | " + " | ".join(_fmt(sp[k], ".3f") for k in SPENT)
+                  + f" | {_fmt(sp['samples_s'], '.3f')} | {on} |")
     lanes = [(f.name, slot_figures(f / "timeline.jsonl")) for f in folders if (f / "timeline.jsonl").exists()]
     if lanes:
         print("\nWhere each GPU's wall went between turns (medians over jobs, seconds; kbench.execution.timeline):"

@@ -85,6 +85,7 @@ def test_the_figures_say_what_each_side_kept_and_left_out():
     assert found.solution_spread == pytest.approx(SLOW / FAST, rel=0.01) and found.eager_spread < 1.01
     assert len(found.solution_dropped) == 2 * GROUP_ROUNDS and min(found.solution_dropped) >= SLOW
     assert found.eager_dropped == ()
+    assert found.solution_dropped_groups == (0, 3) and found.eager_dropped_groups == ()  # by their place in the rounds
 
 
 class _Clock:
@@ -180,6 +181,13 @@ def test_an_honest_copy_of_a_call_whose_speed_moves_in_runs_reads_one_on_its_fas
     assert max(result.timing.samples) < 3.5e-3 and max(result.eager_timing.samples) < 3.5e-3
     assert drawn.solution_dropped and drawn.eager_dropped and max(drawn.solution_dropped) > 4e-3
     assert drawn.solution_groups_kept < drawn.groups and drawn.solution_spread > 1.5
+    assert len(drawn.solution_dropped_groups) == drawn.groups - drawn.solution_groups_kept
+    spent = result.diagnostics.protocol.spent  # where the timing's seconds went, beyond the samples' own
+    assert spent is not None and min(spent.draws_s, spent.warmup_s, spent.eager_s, spent.switch_s) > 0, spent
+    assert sum(result.timing.judge_samples) <= spent.solution_s  # the judge's windows lie inside its calls' time
+    assert spent.switch_s < spent.solution_s + spent.warmup_s + spent.decide_s
+    parts = spent.decide_s + spent.warmup_s + spent.draws_s + spent.settle_s + spent.eager_s + spent.solution_s
+    assert parts <= result.phases["timing"], (spent, result.phases)
     assert result.speedup_vs_eager == pytest.approx(1.0, abs=0.1), (result.status, result.warnings)
     processes = result.diagnostics.processes
     assert processes.after is not None and abs(processes.after - 1) < 0.1 and not processes.after_disagrees

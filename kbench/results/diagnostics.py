@@ -83,11 +83,32 @@ class PlacementFigures:
     eager_spread: float = 1.0
     solution_dropped: tuple[float, ...] = ()
     eager_dropped: tuple[float, ...] = ()
+    # the groups left out of each side's headline, by their place in the rounds (0: the first draw's): a group left
+    # out on both sides is a stretch of slow rounds (the machine's), one on a single side that side's memory
+    solution_dropped_groups: tuple[int, ...] = ()
+    eager_dropped_groups: tuple[int, ...] = ()
 
     @property
     def left_out(self) -> bool:
         """Whether either side's speed moved with its memory: a draw of it left out of its headline."""
         return self.solution_groups_kept < self.groups or self.eager_groups_kept < self.groups
+
+
+@dataclass(frozen=True)
+class TimingSpend:
+    """Where the judge's seconds of a solution's timing went, outside the samples' own time: deciding the regime,
+    the warm-up calls, the memory draws (a part of `TimingProtocol.refresh_s`), the settle after each round's
+    inputs, the judge's eager calls, the solution's timed calls as the judge's clock saw them from the Arm request to
+    the report (`switch_s` of them: thawing and freezing the candidate), and the witness's calls."""
+
+    decide_s: float = 0.0
+    warmup_s: float = 0.0
+    draws_s: float = 0.0
+    settle_s: float = 0.0
+    eager_s: float = 0.0
+    solution_s: float = 0.0
+    switch_s: float = 0.0
+    witness_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +136,7 @@ class TimingProtocol:
     divisor: Divisor | None = None
     retimed: str | None = None  # the finding that had the rounds timed again ("[code] message")
     placements: PlacementFigures | None = None  # each side's memory drawn anew every few rounds (timing.placement)
+    spent: TimingSpend | None = None  # where the timing's seconds went (the samples' own and the rest)
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,14 @@ def figures(solution: Sequence[float], eager: Sequence[float], kept_solution: Se
         eager_groups_kept=len({i // rounds for i in keep_eager}),
         solution_spread=round(_spread(solution, rounds), 4), eager_spread=round(_spread(eager, rounds), 4),
         solution_dropped=tuple(s for i, s in enumerate(solution) if i not in keep_solution),
-        eager_dropped=tuple(s for i, s in enumerate(eager) if i not in keep_eager))
+        eager_dropped=tuple(s for i, s in enumerate(eager) if i not in keep_eager),
+        solution_dropped_groups=_dropped_groups(len(solution), keep_solution, rounds),
+        eager_dropped_groups=_dropped_groups(len(eager), keep_eager, rounds))
+
+
+def _dropped_groups(count: int, kept: set[int], rounds: int) -> tuple[int, ...]:
+    """The groups of `rounds` samples (by place) with a sample left out of `kept`."""
+    return tuple(sorted({i // rounds for i in range(count) if i not in kept}))
 
 
 def _spread(samples: Sequence[float], rounds: int) -> float:

@@ -20,7 +20,7 @@ from kbench.judge.timing import placement, sampling, timers
 from kbench.judge.timing.checks import Calibration
 from kbench.judge.timing.timed_call import Observed, TimedCalls
 from kbench.judge.verdict import Verdict, short
-from kbench.results.diagnostics import RegimeDecision
+from kbench.results.diagnostics import RegimeDecision, TimingSpend
 from kbench.results.records import Regime, Status
 from kbench.results.stats import median
 from kbench.wire.jobs import Judging
@@ -100,6 +100,7 @@ class SolutionRounds:
         self.rechecks = Rechecks(random.Random(secrets.randbits(64)), job.timing.min_samples)
         self.checked, self.count = -2, 0
         self.refresh_s = self.check_s = 0.0
+        self.spent = {f.name: 0.0 for f in dataclasses.fields(TimingSpend)}  # `spend`: where the seconds went
         # Each side's memory drawn anew every placement.GROUP_ROUNDS rounds (a call that allocates much): PROBE_GROUPS
         # draws, and GROUPS where a side's speed moved between them (`drawing` stays set)
         # (on CUDA GPU-regime rows only: not beside a witness, whose calls draw nothing, nor a launch-bound reference)
@@ -111,7 +112,9 @@ class SolutionRounds:
 
     def decide(self) -> str:
         """The solution's regime (`_decide`). On CUDA a host-regime row draws no memory: its time is the host's."""
+        start = _perf_counter()
         regime = self._decide()
+        self.spent["decide_s"] += _perf_counter() - start
         if regime != Regime.GPU and self.job.device == "cuda":
             self.placed = self.drawing = False
         return regime
@@ -173,9 +176,13 @@ class SolutionRounds:
                     self.times["solution"], self.times["eager"]):
                 self.drawing = False  # neither side's speed moved with its memory: no more draws
             else:
+                drawn = _perf_counter()
                 self.redraw()
-        self.refresh_s += _perf_counter() - start
+                self.spent["draws_s"] += _perf_counter() - drawn
+        settled = _perf_counter()
+        self.refresh_s += settled - start
         sampling.settle(self.job.device)
+        self.spent["settle_s"] += _perf_counter() - settled
 
     def redraw(self) -> None:
         """Both sides' memory drawn anew (kbench.judge.timing.placement), outside every timed interval: the judge's,
@@ -185,7 +192,24 @@ class SolutionRounds:
         self.draw.both(self.calls, self.draw_rng, lambda: self.reference(*inputs))
         self.draws += 1
 
+    def spend(self) -> TimingSpend:
+        """Where the timing's seconds went so far (the switches: thawing and freezing the candidate around each of
+        its calls, those of the regime's decision and the warm-up too)."""
+        spent = {**self.spent, "switch_s": self.calls.switch_s}
+        return TimingSpend(**{name: round(value, 4) for name, value in spent.items()})
+
+    def _spent(self, name: str, start: float) -> None:
+        """The seconds since `start` to `name`'s account, or to the warm-up's before the first round."""
+        self.spent[name if self.round >= 0 else "warmup_s"] += _perf_counter() - start
+
     def eager(self) -> sampling.Sampled:
+        start = _perf_counter()
+        try:
+            return self._eager()
+        finally:
+            self._spent("eager_s", start)
+
+    def _eager(self) -> sampling.Sampled:
         held: list[Any] = []
         inputs = self.inputs
         assert inputs is not None
@@ -208,10 +232,12 @@ class SolutionRounds:
             self.session.call()  # untimed, on the last round's inputs: this round's reach the buffers at release
         assert self.inputs is not None
         label = f"timed call {self.round + 1}" if self.round >= 0 else "a warm-up call"
+        start = _perf_counter()
         seen = self.calls.sample(self.regime, self.inputs, self.ref, label)
         if seen.forced:  # the call waited for the GPU while issued: timed in the host regime from now on
             self.regime = Regime.HOST
             seen = self.calls.sample(Regime.HOST, self.inputs, self.ref, label)
+        self._spent("solution_s", start)
         self.seen.append(seen)
         if self.round >= 0:
             self.times["solution"].append(seen.timed)
@@ -225,6 +251,7 @@ class SolutionRounds:
         A witness that fails is the harness's problem: it stops, and the reason is kept."""
         if self.witness is None or self.witness_failure or self.round < 0 or self.inputs is None:
             return
+        start = _perf_counter()
         try:
             if self.primed:
                 self.witness.session.call()
@@ -232,6 +259,8 @@ class SolutionRounds:
         except Exception as exc:  # noqa: BLE001 - the reference in a process of the judge's: not the solution's fault
             self.witness_failure = short(exc)
             return
+        finally:
+            self.spent["witness_s"] += _perf_counter() - start
         if not seen.forced:
             self.witnessed.append(seen)
 

@@ -71,6 +71,7 @@ class TimedCalls:
         # The candidate's gate, as the judge counts its values: they go on from the page's (timing.gate.Gate).
         self.gate = Gate(self.page) if self.page is not None else None
         self._flush: torch.Tensor | None = None
+        self.switch_s = 0.0  # the judge's seconds thawing and freezing the candidate around its calls
         self._generator: torch.Generator | None = None
 
     def sample(self, regime: Regime, values: list[Any], expected: Any, label: str = "a timed call") -> Observed:
@@ -83,7 +84,9 @@ class TimedCalls:
             session.bind(session.name, values)
         value = self.gate.next_value() if self.gate is not None else 0
         chosen = self._spots(expected)  # drawn in the judge's own memory before the call: the candidate cannot see them
+        thawing = _perf_counter()
         cand.thaw()
+        self.switch_s += _perf_counter() - thawing
         try:
             sent = _perf_counter()
             cand.send(protocol.Arm(regime, value))
@@ -107,7 +110,9 @@ class TimedCalls:
                 cand.send(protocol.Report())
                 reply = _answer(cand.receive())
         finally:
+            freezing = _perf_counter()
             cand.freeze()
+            self.switch_s += _perf_counter() - freezing
         return Observed(reply.timed_s, window, arm, reply.issue_s, regime, done=done)
 
     def _forced(self, value: int, arm: float) -> Observed:

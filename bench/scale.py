@@ -215,6 +215,13 @@ def _spent(ran: list[dict]) -> dict[str, float | None] | None:
     found["samples_s"] = _median([sum(r["timing"]["samples"]) + sum(r["eager_timing"]["samples"])
                                   for r, _ in spent if r.get("timing") and r.get("eager_timing")])
     found["timing"] = _median([r["phases"].get("timing", 0.0) for r, _ in spent])
+    protocols = [r["diagnostics"]["protocol"] for r, _ in spent]
+    found["inputs_s"] = _median([p.get("refresh_s", 0.0) - sp["draws_s"] for p, (_, sp) in zip(protocols, spent)])
+    found["recheck_s"] = _median([p.get("recheck_s", 0.0) for p in protocols])
+    # the rest of the phase: the machine's watch and the escaped-CPU count around the rounds, the stopping rule
+    found["other_s"] = _median([r["phases"].get("timing", 0.0) - p.get("refresh_s", 0.0) - p.get("recheck_s", 0.0)
+                                - sum(sp[k] for k in SPENT if k not in ("draws_s", "switch_s"))
+                                for p, (r, sp) in zip(protocols, spent)])
     return found
 
 
@@ -252,14 +259,16 @@ def table(work: Path, rows: bool) -> None:
     if spent:
         print("\nWhere the timing phase went (honest rows, medians, seconds; diagnostics.protocol.spent): samples: "
               "both sides' timed samples (the kept ones); switch: thawing and freezing the candidate, within its "
-              "calls; drew on: rows that drew past the first draws / whose left-out groups were the same on both "
+              "calls; inputs: making each round's inputs; other: the rest of the phase; drew on: rows that drew "
+              "past the first draws / whose left-out groups were the same on both "
               "sides / with a group left out of one side only")
-        print("| run | timing | " + " | ".join(k.removesuffix("_s") for k in SPENT) + " | samples | drew on |")
-        print("|" + "---|" * (len(SPENT) + 4))
+        columns = (*SPENT, "inputs_s", "recheck_s", "other_s")
+        print("| run | timing | " + " | ".join(k.removesuffix("_s") for k in columns) + " | samples | drew on |")
+        print("|" + "---|" * (len(columns) + 4))
         for f in spent:
             sp = f["spent"]
             on = " / ".join(str(n) for n in f["drew_on"]) if f.get("drew_on") else "-"
-            print(f"| {f['label']} | {_fmt(sp['timing'], '.3f')} | " + " | ".join(_fmt(sp[k], ".3f") for k in SPENT)
+            print(f"| {f['label']} | {_fmt(sp['timing'], '.3f')} | " + " | ".join(_fmt(sp[k], ".3f") for k in columns)
                   + f" | {_fmt(sp['samples_s'], '.3f')} | {on} |")
     lanes = [(f.name, slot_figures(f / "timeline.jsonl")) for f in folders if (f / "timeline.jsonl").exists()]
     if lanes:

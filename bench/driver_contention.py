@@ -15,7 +15,9 @@ a step at a time, in four settings one after another:
   both       contexts and draws
 
 and prints per setting the median and 90th percentile of each step in milliseconds, and the whole sequence's median
-over the alone one's.
+over the alone one's; then, in each setting, how long a fresh process on GPU 0 takes to make its CUDA context (after
+`import torch`: `torch.cuda.init()` and a first allocation), the step a kbench worker or candidate takes before its
+job's turn, median of `--contexts` processes.
 """
 
 from __future__ import annotations
@@ -28,6 +30,20 @@ import sys
 import time
 
 CONTEXT = "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"
+TIMED_CONTEXT = ("import time, torch; t = time.perf_counter(); torch.cuda.init(); torch.zeros(1, device='cuda'); "
+                 "torch.cuda.synchronize(); print(time.perf_counter() - t)")
+
+
+def context_seconds(count: int) -> list[float]:
+    """How long each of `count` fresh processes on this process's GPU took to make its CUDA context."""
+    found = []
+    for _ in range(count):
+        done = subprocess.run([sys.executable, "-c", TIMED_CONTEXT], capture_output=True, text=True, check=False)
+        try:
+            found.append(float(done.stdout.strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            pass
+    return found
 
 
 def _producer(queue, done, mb: int) -> None:  # a candidate: a fresh allocation each time, shared with the judge
@@ -98,6 +114,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--mb", type=int, default=256, help="the candidate's output size (MB)")
+    parser.add_argument("--contexts", type=int, default=5, help="fresh processes timed making a context, per setting")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -113,7 +130,7 @@ def main() -> None:
         if setting != "alone" and not others:
             break
         background: list[subprocess.Popen] = []
-        stop_at = time.perf_counter() + args.seconds + 12
+        stop_at = time.perf_counter() + args.seconds + 12 + 3 * args.contexts
         if setting in ("contexts", "both"):
             for gpu in others:
                 for _ in range(2):
@@ -124,18 +141,21 @@ def main() -> None:
         if setting in ("draws", "both"):
             for gpu in others:
                 background.append(subprocess.Popen(
-                    [sys.executable, __file__, "--child", "--seconds", str(args.seconds + 4), "--mb", str(args.mb)],
+                    [sys.executable, __file__, "--child", "--seconds", str(args.seconds + 4 + 3 * args.contexts),
+                     "--mb", str(args.mb)],
                     env={**os.environ, "CUDA_VISIBLE_DEVICES": gpu}))
         time.sleep(3.0 if background else 0.0)  # the background under way
         steps = probe(args.seconds, args.mb)
+        contexts = context_seconds(args.contexts)
         for p in background:
             p.wait()
         total = statistics.median(steps["total"])
         first = first or total
         cells = ", ".join(f"{k} {statistics.median(v):.2f}/{sorted(v)[int(0.9 * (len(v) - 1))]:.2f}"
                           for k, v in steps.items())
-        print(f"{setting:9s} n={len(steps['total']):4d}  {cells}  (median/p90 ms)  total x{total / first:.2f}",
-              flush=True)
+        made = f"{statistics.median(contexts):.3f} s (of {len(contexts)})" if contexts else "-"
+        print(f"{setting:9s} n={len(steps['total']):4d}  {cells}  (median/p90 ms)  total x{total / first:.2f}; "
+              f"a fresh process's CUDA context: {made}", flush=True)
 
 
 if __name__ == "__main__":

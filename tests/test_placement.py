@@ -186,6 +186,7 @@ def test_an_honest_copy_of_a_call_whose_speed_moves_in_runs_reads_one_on_its_fas
     assert spent is not None and min(spent.draws_s, spent.warmup_s, spent.eager_s, spent.switch_s) > 0, spent
     assert sum(result.timing.judge_samples) <= spent.solution_s  # the judge's windows lie inside its calls' time
     assert spent.switch_s < spent.solution_s + spent.warmup_s + spent.decide_s
+    assert spent.arm_s + spent.window_s < spent.solution_s  # parts of the solution's calls in the rounds
     parts = spent.decide_s + spent.warmup_s + spent.draws_s + spent.settle_s + spent.eager_s + spent.solution_s
     assert parts <= result.phases["timing"], (spent, result.phases)
     assert result.speedup_vs_eager == pytest.approx(1.0, abs=0.1), (result.status, result.warnings)

@@ -99,7 +99,8 @@ class TimingSpend:
     """Where the judge's seconds of a solution's timing went, outside the samples' own time: deciding the regime,
     the warm-up calls, the memory draws (a part of `TimingProtocol.refresh_s`), the settle after each round's
     inputs, the judge's eager calls, the solution's timed calls as the judge's clock saw them from the Arm request to
-    the report (`switch_s` of them: thawing and freezing the candidate), and the witness's calls."""
+    the report (of them: `switch_s` thawing and freezing the candidate, `arm_s` its Arm requests, `window_s` the
+    judge's windows from the release to the outputs verified), and the witness's calls."""
 
     decide_s: float = 0.0
     warmup_s: float = 0.0
@@ -108,6 +109,8 @@ class TimingSpend:
     eager_s: float = 0.0
     solution_s: float = 0.0
     switch_s: float = 0.0
+    arm_s: float = 0.0
+    window_s: float = 0.0
     witness_s: float = 0.0
 
 

@@ -238,6 +238,9 @@ class SolutionRounds:
             self.regime = Regime.HOST
             seen = self.calls.sample(Regime.HOST, self.inputs, self.ref, label)
         self._spent("solution_s", start)
+        if self.round >= 0:
+            self.spent["arm_s"] += seen.arm
+            self.spent["window_s"] += seen.window
         self.seen.append(seen)
         if self.round >= 0:
             self.times["solution"].append(seen.timed)

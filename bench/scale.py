@@ -276,14 +276,18 @@ def table(work: Path, rows: bool) -> None:
     if lanes:
         print("\nWhere each GPU's wall went between turns (medians over jobs, seconds; kbench.execution.timeline):"
               " turn->timed: the exclusive, timed part; timed->answered: its checks; answered->exited: the worker's "
-              "exit; exited->swept: the kill and /dev/shm sweep; swept->next turn: the next job's wait")
+              "exit; exited->swept: the kill and /dev/shm sweep; swept->next turn: the next job's wait; worker start: "
+              "from its start to ready for a job (its CUDA context made); ready after the turn: jobs / seconds the "
+              "turns waited")
         print("| run | kind | jobs | turn->timed | timed->answered | answered->exited | exited->swept "
-              "| swept->next turn | turn to next turn | timed share of the cycles |")
-        print("|" + "---|" * 10)
+              "| swept->next turn | turn to next turn | timed share of the cycles | worker start | ready after the "
+              "turn |")
+        print("|" + "---|" * 12)
         for label, found in lanes:
             for kind, f in found.items():
                 print(f"| {label} | {kind} | {f['jobs']} | " + " | ".join(_fmt(f[k], ".3f") for k in SEGMENTS)
-                      + f" | {_fmt(f['cycle'], '.3f')} | {_fmt(f['share'], '.2f')} |")
+                      + f" | {_fmt(f['cycle'], '.3f')} | {_fmt(f['share'], '.2f')} | {_fmt(f['start'], '.3f')} | "
+                      + ("{} / {:.1f}".format(*f["late"]) if f["late"] else "-") + " |")
     if rows:
         for folder in folders:
             _rows(folder)
@@ -310,7 +314,10 @@ def slot_figures(path: Path) -> dict[str, dict]:
         slot_jobs.sort(key=lambda j: j["turn"])
         for job, after in zip(slot_jobs, [*slot_jobs[1:], None]):
             kind = "eager" if job["mode"] == "reference" else "solution"
-            seg = out.setdefault(kind, {k: [] for k in (*SEGMENTS, "cycle", "timed_in_cycle")})
+            seg = out.setdefault(kind, {k: [] for k in (*SEGMENTS, "cycle", "timed_in_cycle", "start", "late")})
+            if "started" in job and "ready" in job:  # the worker's start, and how long its turn waited for it
+                seg["start"].append(job["ready"] - job["started"])
+                seg["late"].append(max(0.0, job["ready"] - job["turn"]))
             pairs = zip(("turn", "timed", "answered", "exited"), ("timed", "answered", "exited", "swept"))
             for (a, b), name in zip(pairs, SEGMENTS):
                 if a in job and b in job:
@@ -319,8 +326,10 @@ def slot_figures(path: Path) -> dict[str, dict]:
                 seg["swept->next turn"].append(after["turn"] - job["swept"])
                 seg["cycle"].append(after["turn"] - job["turn"])
                 seg["timed_in_cycle"].append(job["timed"] - job["turn"])
-    return {kind: {"jobs": len(seg["cycle"]), **{k: _median(seg[k]) for k in (*SEGMENTS, "cycle")},
-                   "share": sum(seg["timed_in_cycle"]) / sum(seg["cycle"]) if seg["cycle"] else None}
+    return {kind: {"jobs": len(seg["cycle"]), **{k: _median(seg[k]) for k in (*SEGMENTS, "cycle", "start")},
+                   "share": sum(seg["timed_in_cycle"]) / sum(seg["cycle"]) if seg["cycle"] else None,
+                   # jobs whose worker was ready only after its turn came, and the seconds their turns waited
+                   "late": (sum(1 for t in seg["late"] if t > 1e-3), sum(seg["late"])) if seg["late"] else None}
             for kind, seg in out.items()}
 
 

@@ -371,7 +371,7 @@ def test_a_job_that_ends_before_the_next_takes_its_spare_leaves_the_child_after_
 
     class Fake:
         def __init__(self, env, warm, zygote=None, candidate=False):
-            self.candidate, self.ended_before_turn = candidate, False
+            self.candidate, self.ended_before_turn, self.started_at = candidate, False, 0.0
             self.proc = SimpleNamespace(poll=lambda: None)
             made.append(self)
 
@@ -403,7 +403,8 @@ def test_a_job_that_ends_before_the_next_takes_its_spare_leaves_the_child_after_
 
 def test_the_timeline_holds_each_jobs_events_in_the_order_they_came(tmp_path, monkeypatch):
     """KBENCH_TIMELINE (bench/scale.py's view of where a slot's wall goes): every job handed, given its turn, timed,
-    answered, its worker exited and swept, in order on the parent's clock; without the variable, nothing marked."""
+    answered, its worker exited and swept, in order on the parent's clock, and when its worker was started and was
+    ready for a job (the worker's own clock reading, the same CLOCK_MONOTONIC); without the variable, nothing marked."""
     path = tmp_path / "timeline.jsonl"
     monkeypatch.setenv(timeline.ENV, str(path))
     warm = warm_starts.WarmStarts()
@@ -422,10 +423,13 @@ def test_the_timeline_holds_each_jobs_events_in_the_order_they_came(tmp_path, mo
     for job in jobs:
         mine = [e for e in events if e.job == job]
         # the result line is seen by the parent's reader thread, which a fast worker's exit may beat
-        order = [e.event for e in mine]
-        assert sorted(order) == sorted(timeline.EVENTS) and order[:3] == ["handed", "turn", "timed"]
-        assert order.index("exited") + 1 == order.index("swept")
-        assert [e.t for e in mine] == sorted(e.t for e in mine)
+        assert sorted(e.event for e in mine) == sorted(timeline.EVENTS)
+        at = {e.event: e.t for e in mine}
+        assert at["started"] <= at["ready"] <= at["timed"] and at["started"] <= at["handed"]
+        slot = [e for e in mine if e.event not in ("started", "ready")]  # marked as they come, on the parent's clock
+        order = [e.event for e in slot]
+        assert order[:3] == ["handed", "turn", "timed"] and order.index("exited") + 1 == order.index("swept")
+        assert [e.t for e in slot] == sorted(e.t for e in slot)
     monkeypatch.delenv(timeline.ENV)
     assert timeline.Timeline().marker("0", "x", "evaluate") is timeline.no_mark
 

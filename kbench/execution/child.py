@@ -133,6 +133,7 @@ class JobChild:
         self.candidate = candidate  # whether a candidate process was started ahead with it (a solution's job)
         self.answered = threading.Event()  # a line with a result came (the worker exits right after writing it)
         self.ended_before_turn = False  # it answered or ended while its turn had not come (run's `turn`)
+        self.started_at = time.monotonic()  # the timeline's "started"
         self.reader = threading.Thread(target=_drain, args=(read_fd, self.chunks, self._event), daemon=True)
         self.reader.start()
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - the child's log, open until run() reads it
@@ -180,6 +181,9 @@ class JobChild:
             return
         if (not isinstance(message, dict) or message.get("token") != self.token
                 or not isinstance(message.get("event"), str)):
+            return
+        if message["event"] == "ready" and isinstance(message.get("at"), float):
+            self.mark("ready", message["at"])  # when the worker had made what it makes before a job (timeline)
             return
         if message["event"] == "group" and isinstance(message.get("pgid"), int) and message["pgid"] > 1:
             self._adopt(message["pgid"])  # the judge's candidate process: its own group, killed with this child

@@ -20,13 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 ENV = "KBENCH_TIMELINE"
-# The events of one job, in the order they come on its slot
-EVENTS = ("handed", "turn", "timed", "answered", "exited", "swept")
+# The events of one job, in the order they come on its slot. Two tell of its worker, whenever they came: "started"
+# (the launcher started it: ahead of the job, or when the job came) and "ready" (it had made what it makes before
+# a job, its CUDA context on a GPU, and waited for its job); a worker ready after its turn kept its GPU idle.
+EVENTS = ("started", "ready", "handed", "turn", "timed", "answered", "exited", "swept")
 
-Mark = Callable[[str], None]
+Mark = Callable[..., None]  # mark(event, at=None): `at`, a time.monotonic() of any process of the machine; None: now
 
 
-def no_mark(event: str) -> None:
+def no_mark(event: str, at: float | None = None) -> None:
     return None
 
 
@@ -63,9 +65,9 @@ class Timeline:
             return no_mark
         job = f"{os.getpid()}-{next(self._ids)}"
 
-        def mark(event: str) -> None:
-            line = json.dumps(dataclasses.asdict(TimelineEvent(round(time.monotonic(), 6), slot or "-", job, what,
-                                                               mode, event)))
+        def mark(event: str, at: float | None = None) -> None:
+            when = time.monotonic() if at is None else at  # CLOCK_MONOTONIC: one clock for every process here
+            line = json.dumps(dataclasses.asdict(TimelineEvent(round(when, 6), slot or "-", job, what, mode, event)))
             try:
                 with self._lock, open(str(self.path), "a") as out:
                     out.write(line + "\n")

@@ -104,6 +104,7 @@ class WarmStarts:
         turn = current_turn()
         timed = threading.Event()
         mark = child.mark = self.timeline.marker(env.get("CUDA_VISIBLE_DEVICES"), job_name(job), job.mode)
+        mark("started", child.started_at)
         mark("handed")
 
         def on_event(name: str) -> None:  # the job's timing is over: the slot's next job may start now

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -141,6 +142,7 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
     if warm and not forked:
         warm_flop_counter()  # a forked worker has it from the zygote
         codec.prepare(*WIRE_TYPES)
+    ready = time.monotonic()  # what comes before a job is made: the run's timeline marks it (its "ready")
     envelope, token, problem = _read_envelope(sys.stdin.readline())
     solution = envelope is not None and envelope.job.mode == "evaluate"
     if held.spare is not None and not solution:
@@ -154,6 +156,7 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
         out.flush()
 
     held.announce = announce
+    announce("ready", at=ready)
     result = {"status": "runtime_error", "message": f"harness error: {problem}"}
     if envelope is not None:
         held.env = envelope.env

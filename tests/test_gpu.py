@@ -263,6 +263,32 @@ def test_kbench_agrees_with_the_same_call_timed_in_one_plain_process(tmp_path, b
         assert abs(row.timing.median * 1e3 / plain["do_bench_ms"] - 1) <= 0.05, (row.problem, row.timing.median, plain)
 
 
+def test_the_judges_own_gpu_bracket_holds_each_call_and_costs_a_steady_excess(tmp_path, build_cache, monkeypatch):
+    """Issue 40's judge-owned clock, measured (KBENCH_JUDGE_BRACKET=1): on the two shortest shipped calls the judge's
+    stream's events around the gate's opening and the DONE word hold every timed call (the bracket exceeds the
+    reported time), by an excess under a millisecond whose spread over the rounds (10th to 90th percentile) is printed
+    for docs/benchmarks.md; the rows stay `correct` within 3% of the same call in one plain process."""
+    from bench.fidelity import _in_child
+    from kbench.judge.timing.timed_call import BRACKET_ENV
+
+    monkeypatch.setenv(BRACKET_ENV, "1")
+    problems, solutions = select(FIDELITY, [], ROOT / "problems", ROOT / "solutions")
+    solutions = {p: [s for s in group if s.name == "tf32_igemm"] for p, group in solutions.items()}
+    store = execute(_config(tmp_path, build_cache, compile_baseline=False), problems, solutions, Path.cwd())
+    for row in (e for e in store.evaluations if e.solution == "tf32_igemm"):
+        assert row.status == Status.CORRECT and row.timing.regime == "gpu", (row.message, row.warnings)
+        protocol = row.diagnostics.protocol
+        excess = sorted(protocol.bracket_excess_s)
+        assert len(excess) >= len(row.timing.samples) and protocol.calibration_bracket_p50_s is not None, protocol
+        assert 0 < excess[0] and excess[len(excess) // 2] < 1e-3, excess
+        print(f"{row.problem}: median {row.timing.median * 1e3:.4f} ms; bracket excess p10/p50/p90 "
+              f"{excess[len(excess) // 10] * 1e6:.1f}/{excess[len(excess) // 2] * 1e6:.1f}/"
+              f"{excess[9 * len(excess) // 10] * 1e6:.1f} us, calibration p50 "
+              f"{protocol.calibration_bracket_p50_s * 1e6:.1f} us")
+        plain = _in_child("one_process", row.problem, "tf32_igemm", "gpu", str(build_cache))
+        assert abs(row.timing.median * 1e3 / plain["one_process_ms"] - 1) <= 0.03, (row.problem, row.timing.median, plain)
+
+
 def _shaved_problem(root: Path, batch: int) -> Path:
     """The shaved fixture problem written under `root`/shaved with `batch` rows (its own: 2048); the problems folder."""
     folder = root / "shaved"

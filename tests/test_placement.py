@@ -17,7 +17,7 @@ from kbench.judge.timing import placement
 from kbench.judge.timing.placement import GROUP_ROUNDS, GROUPS, SLOW_GROUP, fastest_groups
 from kbench.judge.timing.sampling import Sampled, measure_rounds
 from kbench.results.findings import FindingCode
-from kbench.results.records import Measurement
+from kbench.results.records import Measurement, Status
 from kbench.wire.jobs import EvaluateJob, ProblemRef, SolutionRef
 from tests.conftest import FIXTURES
 
@@ -256,3 +256,16 @@ def test_the_check_after_the_rounds_sends_a_row_whose_eager_missed_its_fast_memo
     found = judge._after(job, Bound(), lambda x: x, lambda seed: [seed], slow)  # type: ignore[arg-type]
     assert found.disagrees and "the judge's eager on the fastest memory it drew ran" in found.finding.message
     assert not judge._after(job, Bound(), lambda x: x, lambda seed: [seed], None).disagrees  # type: ignore[arg-type]
+
+
+def test_the_judges_gpu_bracket_asked_for_on_the_cpu_records_nothing_and_changes_nothing(monkeypatch):
+    """KBENCH_JUDGE_BRACKET=1 (issue 40's measurement) brackets gated calls on the GPU only: a CPU row is judged as
+    without it, with no bracket figures."""
+    from kbench.judge.timing.timed_call import BRACKET_ENV
+
+    monkeypatch.setenv(BRACKET_ENV, "1")
+    result = judge.judge_solution(_job(FIXTURES / "solutions" / "one_op" / "honest.py",
+                                       FIXTURES / "process_speed" / "live.py"), {}, _quiet)
+    protocol = result.diagnostics.protocol
+    assert result.status == Status.CORRECT, (result.status, result.message)
+    assert protocol.bracket_excess_s == () and protocol.calibration_bracket_p50_s is None

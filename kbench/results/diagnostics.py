@@ -139,6 +139,10 @@ class TimingProtocol:
     divisor: Divisor | None = None
     retimed: str | None = None  # the finding that had the rounds timed again ("[code] message")
     placements: PlacementFigures | None = None  # each side's memory drawn anew every few rounds (timing.placement)
+    # With KBENCH_JUDGE_BRACKET=1 (a measurement): per gated call of the rounds, the judge's own GPU bracket less the
+    # reported time, and the calibration's median of the same (kbench.judge.timing.timed_call)
+    bracket_excess_s: tuple[float, ...] = ()
+    calibration_bracket_p50_s: float | None = None
     spent: TimingSpend | None = None  # where the timing's seconds went (the samples' own and the rest)
 
 

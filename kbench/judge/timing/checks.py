@@ -93,6 +93,8 @@ class Calibration:
     # the reference's own times as the candidate's process reported them, in the regime of the judge's eager samples
     # (`eager`, the same rounds): the same call in the two processes (`processes_disagree`)
     reference: tuple[float, ...] = ()
+    # the judge's GPU bracket less the reported time, per gated call (timed_call.BRACKET_ENV; empty without it)
+    bracket: tuple[float, ...] = ()
 
     @property
     def reference_launch_bound(self) -> bool:

@@ -167,7 +167,8 @@ def observed_calibration(seen: Mapping[Regime, Sequence[Observed]], eager: Seque
         overheads=overheads, eager=tuple(eager), eager_issue=tuple(eager_issue),
         arm_overhead=tuple(o.arm - o.issue for o in gated), eager_regime=eager_regime,
         verify=tuple(o.verify for calls in seen.values() for o in calls),
-        reference=tuple(o.timed for o in seen.get(eager_regime or Regime.HOST, ())))
+        reference=tuple(o.timed for o in seen.get(eager_regime or Regime.HOST, ())),
+        bracket=tuple(o.bracket - o.timed for o in gated if o.bracket is not None))
 
 
 @dataclass(frozen=True)
@@ -250,7 +251,10 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
     if rounds.seen:
         protocol = dataclasses.replace(
             protocol, verify_s=tuple(round(o.verify, 7) for o in rounds.seen[-count:]),
-            calibration_verify_p50_s=median(calibration.verify) if calibration.verify else None)
+            calibration_verify_p50_s=median(calibration.verify) if calibration.verify else None,
+            bracket_excess_s=tuple(round(o.bracket - o.timed, 7) for o in rounds.seen[-count:]
+                                   if o.bracket is not None),
+            calibration_bracket_p50_s=median(calibration.bracket) if calibration.bracket else None)
     if regime == Regime.GPU and rounds.seen:
         issue, gpu = rounds.judged(rounds.seen)
         protocol = dataclasses.replace(protocol, judged_issue_s=issue, judged_gpu_s=gpu)

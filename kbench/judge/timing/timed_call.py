@@ -13,10 +13,17 @@
    wait for the remaining work (the GPU runs one process's work at a time) or they find it unfinished.
 
 The candidate's reported time is then bounded by that window (kbench.judge.timing.checks.timer_mismatch_warning).
+
+With KBENCH_JUDGE_BRACKET=1 (a measurement for issue 40, off by default) the judge also times each gated call on the
+GPU from its own stream: an event before the write that opens the gate, then a wait on that stream for the DONE word
+and an event after it (`Observed.bracket`). The bracket exceeds the call by what switching between the two processes'
+contexts costs; whether that excess is steady enough to resolve a shave of a few microseconds, and whether the
+waiting stream slows the call, is what the figures it records are for (diagnostics.protocol.bracket_excess_s).
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -28,7 +35,7 @@ from kbench.judge.candidate import protocol
 from kbench.judge.candidate.outputs import OutputViews
 from kbench.judge.candidate.session import Session
 from kbench.judge.checks import comparison
-from kbench.judge.timing import timers
+from kbench.judge.timing import driver, timers
 from kbench.judge.timing.gate import Gate, SignalPage
 from kbench.judge.verdict import Verdict
 from kbench.results.records import Regime, Status
@@ -38,6 +45,7 @@ _tensor_type = torch.Tensor
 ARM_DEADLINE_S = 1.0  # a gated call not issued by then waits for the GPU while issued: the judge opens its gate
 DONE_DEADLINE_S = 600.0  # a timed call's stream that has not signalled by then never will
 SPOT_ELEMENTS = 256  # elements of each output read at random to verify a timed call
+BRACKET_ENV = "KBENCH_JUDGE_BRACKET"  # "1": the judge's own GPU bracket around each gated call (a measurement)
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,7 @@ class Observed:
     regime: Regime
     forced: bool = False  # gated, but the call waited for the GPU while issued: the judge opened the gate; no sample
     done: float = 0.0  # the judge's clock from the release to the DONE word (GPU regime) or the answer (host regime)
+    bracket: float | None = None  # the judge's stream's events around the gate's opening and DONE (BRACKET_ENV)
 
     @property
     def verify(self) -> float:
@@ -72,6 +81,9 @@ class TimedCalls:
         self.gate = Gate(self.page) if self.page is not None else None
         self._flush: torch.Tensor | None = None
         self.switch_s = 0.0  # the judge's seconds thawing and freezing the candidate around its calls
+        self.bracket = self.page is not None and os.environ.get(BRACKET_ENV) == "1"
+        self._events: tuple[Any, Any] | None = None  # the bracket's two events, made on first use
+        self._bracketed = False  # the judge's stream waits for this call's DONE (released however the call ends)
         self._generator: torch.Generator | None = None
 
     def sample(self, regime: Regime, values: list[Any], expected: Any, label: str = "a timed call") -> Observed:
@@ -87,6 +99,7 @@ class TimedCalls:
         thawing = _perf_counter()
         cand.thaw()
         self.switch_s += _perf_counter() - thawing
+        bracket = None
         try:
             sent = _perf_counter()
             cand.send(protocol.Arm(regime, value))
@@ -106,14 +119,19 @@ class TimedCalls:
             self.outputs = self._views(reply, label)
             self._verify(chosen, expected, label)
             window = _perf_counter() - start
+            bracket = self._bracket_seconds()
             if gated:
                 cand.send(protocol.Report())
                 reply = _answer(cand.receive())
         finally:
+            if self._bracketed:  # the call ended another way: the judge's stream must not wait for ever
+                assert self.page is not None
+                self.page.write(SignalPage.DONE, value)
+                self._bracketed = False
             freezing = _perf_counter()
             cand.freeze()
             self.switch_s += _perf_counter() - freezing
-        return Observed(reply.timed_s, window, arm, reply.issue_s, regime, done=done)
+        return Observed(reply.timed_s, window, arm, reply.issue_s, regime, done=done, bracket=bracket)
 
     def _forced(self, value: int, arm: float) -> Observed:
         """The gated call is still being issued: it waits for the GPU. Open its gate so that it finishes (on stale
@@ -140,9 +158,27 @@ class TimedCalls:
             self._flush = torch.empty(max(timers.L2_FLUSH_FACTOR * l2 // 4, 1 << 20), dtype=torch.float32,
                                       device="cuda")
         self._flush.fill_(1.0)
-        self.page.write_on(timers.current_stream_handle(), SignalPage.FLAG, value)
+        stream = timers.current_stream_handle()
+        if gated and self.bracket:
+            if self._events is None:
+                self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self._events[0].record()
+        self.page.write_on(stream, SignalPage.FLAG, value)
+        if gated and self.bracket:
+            assert self._events is not None
+            driver.wait_value(stream, self.page.device_word(SignalPage.DONE), value)
+            self._bracketed = True
+            self._events[1].record()
         if not gated:
             timers.synchronize("cuda")
+
+    def _bracket_seconds(self) -> float | None:
+        """The judge's GPU bracket of the call just verified (its stream went past DONE: the host saw it written)."""
+        if not self._bracketed or self._events is None:
+            return None
+        self._bracketed = False
+        self._events[1].synchronize()
+        return float(self._events[0].elapsed_time(self._events[1])) / 1e3
 
     def _await_done(self, value: int) -> None:
         assert self.page is not None

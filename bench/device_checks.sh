@@ -22,6 +22,9 @@
 #   bash bench/device_checks.sh ray       # level 2's honest copies on every visible GPU with --executor ray, then the
 #                                         # local executor on the same GPUs (work folder results/scale-ray; resumable
 #                                         # like level2): the verdicts and the rates side by side
+#   bash bench/device_checks.sh bracket   # issue 40's judge-owned GPU bracket (KBENCH_JUDGE_BRACKET=1): the shipped rows
+#                                         # timed with it against do_bench, its excess per row (p10/p50/p90), then
+#                                         # the same rows without it (does the judge's waiting stream slow a call?)
 #   bash bench/device_checks.sh all       # tests and sample (more than one 10-minute device call: run them apart)
 #
 # `ray` needs Ray for Python 3.12 in .kb/ray312 (the device has none and its wheel is larger than a call may carry):
@@ -134,6 +137,16 @@ if [ "$what" = ray ]; then
     > "$OUT/local.log" 2>&1
   grep "^| gpus\|^| ray\|^| local" "$OUT/ray.log" "$OUT/local.log" | head -8
   grep -h "^L2_" "$OUT/ray.log" | grep -v "| correct | 1\.00[0-9] \|| correct | 0\.99[0-9] " | cut -c1-300
+fi
+if [ "$what" = bracket ]; then
+  KBENCH_JUDGE_BRACKET=1 timeout 280 python3 bench/fidelity.py compare --out "$OUT/bracket-on" \
+    --cache-dir /tmp/kbench-bracket-cache > "$OUT/bracket-on.log" 2>&1
+  grep "ratios" "$OUT/bracket-on.log"
+  for run in "$OUT"/bracket-on/runs/*/run.json; do python3 bench/fidelity.py protocol --out "$run"; done \
+    | grep -v "^.* eager " | cut -c1-260
+  timeout 250 python3 bench/fidelity.py compare --out "$OUT/bracket-off" --cache-dir /tmp/kbench-bracket-cache \
+    > "$OUT/bracket-off.log" 2>&1
+  grep "ratios" "$OUT/bracket-off.log"
 fi
 if [ "$what" = sample ] || [ "$what" = all ]; then
   if [ ! -d .kb/KernelBench/level1 ]; then

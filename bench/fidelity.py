@@ -5,6 +5,7 @@
     python bench/fidelity.py hypotheses --out OUT [--problem P] [--solution S|eager] [--cache-dir C] [--backward]
                                         [--problems-dir D]
     python bench/fidelity.py protocol --out RUN.json      # per row: regime, median, the judge's excess, warnings
+                                                          # (and with KBENCH_JUDGE_BRACKET=1, the GPU bracket's)
 
 `compare` runs `kbench run` (docs/timing.md's protocol, torch.compile off) on the shipped problems, then times every
 row again in a fresh plain Python process: kbench's own timer called directly in the row's regime ("one process"),
@@ -253,7 +254,14 @@ def protocol(args: argparse.Namespace) -> None:
         samples, judge = t.get("samples", []), t.get("judge_samples", [])
         excess = statistics.median([j - s for j, s in zip(judge, samples)]) * 1e3 if judge else float("nan")
         cal = figures.get("calibration_p50_s")
-        parts = {k: round(v * 1e3, 4) for k, v in figures.items() if k.endswith("excess_s") and v is not None}
+        parts = {k: round(v * 1e3, 4) for k, v in figures.items()
+                 if k.endswith("excess_s") and isinstance(v, (int, float))}
+        bracket = sorted(figures.get("bracket_excess_s") or [])
+        if bracket:  # KBENCH_JUDGE_BRACKET=1: the judge's GPU bracket less the reported time (us), and calibration's
+            cal_bracket = figures.get("calibration_bracket_p50_s")
+            parts["bracket_p10_p50_p90_us"] = tuple(round(bracket[int(q * (len(bracket) - 1))] * 1e6, 1)
+                                                    for q in (0.1, 0.5, 0.9))
+            parts["calibration_bracket_us"] = round(cal_bracket * 1e6, 1) if cal_bracket else None
         print(f"{e['problem']:26s} {e['solution']:14s} {e['status']:8s} {t.get('regime', ''):4s} "
               f"median {statistics.median(samples) * 1e3 if samples else float('nan'):8.4f} ms  excess {excess:7.4f} "
               f"cal {cal * 1e3 if cal else float('nan'):7.4f}  n {len(samples):3d}  "

@@ -16,8 +16,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 ENV = "KBENCH_TIMELINE"
 # The events of one job, in the order they come on its slot. Two tell of its worker, whenever they came: "started"
@@ -25,7 +25,11 @@ ENV = "KBENCH_TIMELINE"
 # a job, its CUDA context on a GPU, and waited for its job); a worker ready after its turn kept its GPU idle.
 EVENTS = ("started", "ready", "handed", "turn", "timed", "answered", "exited", "swept")
 
-Mark = Callable[..., None]  # mark(event, at=None): `at`, a time.monotonic() of any process of the machine; None: now
+class Mark(Protocol):
+    """What marks one job's events: `at`, a time.monotonic() reading of any process of the machine (None: now)."""
+
+    def __call__(self, event: str, at: float | None = None) -> None: ...
+
 
 
 def no_mark(event: str, at: float | None = None) -> None:

@@ -25,11 +25,11 @@ ENV = "KBENCH_TIMELINE"
 # a job, its CUDA context on a GPU, and waited for its job); a worker ready after its turn kept its GPU idle.
 EVENTS = ("started", "ready", "handed", "turn", "timed", "answered", "exited", "swept")
 
+
 class Mark(Protocol):
     """What marks one job's events: `at`, a time.monotonic() reading of any process of the machine (None: now)."""
 
     def __call__(self, event: str, at: float | None = None) -> None: ...
-
 
 
 def no_mark(event: str, at: float | None = None) -> None:

@@ -216,6 +216,8 @@ def _spent(ran: list[dict]) -> dict[str, float | None] | None:
     found["samples_s"] = _median([sum(r["timing"]["samples"]) + sum(r["eager_timing"]["samples"])
                                   for r, _ in spent if r.get("timing") and r.get("eager_timing")])
     found["timing"] = _median([r["phases"].get("timing", 0.0) for r, _ in spent])
+    found["core_mhz"] = _median([mhz for r, _ in spent if (mhz := ((r.get("diagnostics") or {}).get("machine") or {})
+                                                               .get("core_mhz"))])
     protocols = [r["diagnostics"]["protocol"] for r, _ in spent]
     found["inputs_s"] = _median([p.get("refresh_s", 0.0) - sp["draws_s"] for p, (_, sp) in zip(protocols, spent)])
     found["recheck_s"] = _median([p.get("recheck_s", 0.0) for p in protocols])
@@ -265,13 +267,14 @@ def table(work: Path, rows: bool) -> None:
               "the rest of the phase; drew on: rows that drew past the first draws / whose left-out groups were the "
               "same on both sides / with a group left out of one side only")
         columns = (*SPENT, "inputs_s", "recheck_s", "other_s")
-        print("| run | timing | " + " | ".join(k.removesuffix("_s") for k in columns) + " | samples | drew on |")
-        print("|" + "---|" * (len(columns) + 4))
+        print("| run | timing | " + " | ".join(k.removesuffix("_s") for k in columns)
+              + " | samples | drew on | timing core MHz |")
+        print("|" + "---|" * (len(columns) + 5))
         for f in spent:
             sp = f["spent"]
             on = " / ".join(str(n) for n in f["drew_on"]) if f.get("drew_on") else "-"
             print(f"| {f['label']} | {_fmt(sp['timing'], '.3f')} | " + " | ".join(_fmt(sp[k], ".3f") for k in columns)
-                  + f" | {_fmt(sp['samples_s'], '.3f')} | {on} |")
+                  + f" | {_fmt(sp['samples_s'], '.3f')} | {on} | {_fmt(sp['core_mhz'], '.0f')} |")
     lanes = [(f.name, slot_figures(f / "timeline.jsonl")) for f in folders if (f / "timeline.jsonl").exists()]
     if lanes:
         print("\nWhere each GPU's wall went between turns (medians over jobs, seconds; kbench.execution.timeline):"

@@ -179,3 +179,19 @@ def test_kbench_own_contexts_elsewhere_are_not_another_programs():
     assert machine.gpu_warnings(state, own_processes=3) == []  # the judge, its candidate, a witness; the next worker
     busy = machine.gpu_warnings(dataclasses.replace(state, kbench_elsewhere=1), own_processes=3)
     assert busy[0].text.startswith("[gpu_busy] 1 other process(es)")
+
+
+def test_the_timing_cores_clock_comes_from_cpufreq_then_cpuinfo_and_only_for_one_core(tmp_path):
+    """MachineState.core_mhz: the clock of the one core a pinned timing ran on (on four busy GPUs every host-bound
+    phase took 1.4-1.6x longer, 2026-11-28: a package clocked down is one cause the next run can tell)."""
+    root = tmp_path / "cpu"
+    (root / "cpu3" / "cpufreq").mkdir(parents=True)
+    (root / "cpu3" / "cpufreq" / "scaling_cur_freq").write_text("2450000\n")
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\ncpu MHz\t\t: 3700.125\n\nprocessor\t: 1\ncpu MHz\t\t: 1999.5\n\n")
+    assert machine.core_mhz(lambda: {3}, root, cpuinfo) == 2450.0  # cpufreq's kHz
+    assert machine.core_mhz(lambda: {1}, root, cpuinfo) == 1999.5  # no cpufreq for core 1: /proc/cpuinfo's
+    assert machine.core_mhz(lambda: {7}, root, cpuinfo) is None  # neither knows core 7
+    assert machine.core_mhz(lambda: {1, 3}, root, cpuinfo) is None  # not pinned: no one core to read
+    (root / "cpu3" / "cpufreq" / "scaling_cur_freq").write_text("garbage")
+    assert machine.core_mhz(lambda: {3}, root, tmp_path / "missing") is None

@@ -25,13 +25,15 @@ class GpuState:
 @dataclass(frozen=True)
 class MachineState:
     """What the machine did while a row was timed: other processes' CPU time per second (`other_cores`), the load
-    average at the start, the window and the core count (None where /proc could not be read); on CUDA the GPU."""
+    average at the start, the window and the core count (None where /proc could not be read), the clock of the one
+    core the timing ran on right after it (`core_mhz`, where the kernel reports it); on CUDA the GPU."""
 
     other_cores: float | None = None
     load_average: float | None = None
     window_s: float | None = None
     cores: float | None = None
     gpu: GpuState | None = None
+    core_mhz: float | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kbench.results.diagnostics import GpuState, MachineState
@@ -58,6 +59,35 @@ def snapshot() -> CpuSnapshot | None:
         return None
 
 
+def core_mhz(allowed: Callable[[], set[int]] = lambda: os.sched_getaffinity(0),
+             root: Path = Path("/sys/devices/system/cpu"), cpuinfo: Path = Path("/proc/cpuinfo")) -> float | None:
+    """The clock of the one core this process may run on (a pinned timing), in MHz, as the kernel reports it
+    (cpufreq's, else /proc/cpuinfo's `cpu MHz`; on most drivers a recent average): host-bound work slows with it when
+    more of the package's cores are busy. None for a process allowed more than one core, or where the kernel reports
+    no frequency."""
+    try:
+        cores = allowed()
+        if len(cores) != 1:
+            return None
+        core = next(iter(cores))
+        try:
+            return round(int((root / f"cpu{core}" / "cpufreq" / "scaling_cur_freq").read_text()) / 1000.0, 1)
+        except (OSError, ValueError):
+            return _cpuinfo_mhz(cpuinfo.read_text(), core)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _cpuinfo_mhz(text: str, core: int) -> float | None:
+    """`cpu MHz` of processor `core` in /proc/cpuinfo's text (None where that processor has none)."""
+    for block in text.split("\n\n"):
+        fields = dict(line.split(":", 1) for line in block.splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        if fields.get("processor") == str(core) and "cpu MHz" in fields:
+            return round(float(fields["cpu MHz"]), 1)
+    return None
+
+
 def others(before: CpuSnapshot | None, after: CpuSnapshot | None) -> MachineState:
     """What other processes used between two snapshots: `other_cores` (their CPU seconds per second), the load
     average at the start, the window and the machine's core count. Nothing measured when either snapshot is
@@ -75,7 +105,7 @@ def watched(measure: Callable[[], T], device: str, own_processes: int) -> tuple[
     nvidia-smi sees it right after, with `own_processes` of kbench's holding contexts on it), and its warnings."""
     before = snapshot()
     result = measure()
-    state = others(before, snapshot())
+    state = replace(others(before, snapshot()), core_mhz=core_mhz())
     found = [w for w in (busy_warning(state, device),) if w is not None]
     if device == "cuda":
         state = replace(state, gpu=gpu_state())

@@ -18,7 +18,9 @@ this repository; point it at a checkout.
 It prints, per run: the GPU model and how many were used, the evaluations and their wall time, evaluations an hour,
 per-phase medians of the honest rows and of the eager rows, where the honest copies read against the eager beside
 them (range, median, how many outside 1.00 +- 0.03, by timing regime), the verdicts, how many rows needed a fresh
-candidate process or ended `[processes_disagree]`; then each run's rate over the first run's (the 4-vs-1 ratio), and
+candidate process or ended `[processes_disagree]`; the kbench process's own CPU time (one Python process whose threads
+serve every slot); where the timing phase went (diagnostics.protocol.spent) and where each GPU's wall went between
+turns (the slot timeline, with its workers' start); then each run's rate over the first run's (the 4-vs-1 ratio), and
 with `--rows`, one line per honest row (its GPU, the judge's eager, the candidate's time, the process check, the
 memory draws each side kept).
 """
@@ -114,20 +116,35 @@ def run_set(work: Path, label: str, gpus: str, extra: list[str], deadline: float
     started = time.perf_counter()
     with (folder / "kbench.log").open("a") as log:
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-        try:
-            child.wait(timeout=max(deadline - time.monotonic(), 1))
-            finished = True
-        except subprocess.TimeoutExpired:
-            child.send_signal(signal.SIGTERM)
-            child.wait()
-            finished = False
+        cpu_s = 0.0  # the kbench process's own CPU seconds (its threads; not its workers), read while it runs
+        finished = False
+        while not finished:
+            try:
+                child.wait(timeout=min(0.5, max(deadline - time.monotonic(), 0.01)))
+                finished = True
+            except subprocess.TimeoutExpired:
+                cpu_s = _own_cpu_s(child.pid) or cpu_s
+                if time.monotonic() >= deadline:
+                    child.send_signal(signal.SIGTERM)
+                    child.wait()
+                    break
     state["seconds"] += time.perf_counter() - started
+    state["parent_cpu_s"] = state.get("parent_cpu_s", 0.0) + cpu_s
     state_file.write_text(json.dumps(state, indent=1))
     if finished and _run_dir(folder / "results") is not None:
         (folder / "done").write_text("")
         return True
     print(f"{label}: cut short at the budget after {state['seconds']:.0f} s; run again to go on", flush=True)
     return False
+
+
+def _own_cpu_s(pid: int) -> float | None:
+    """A process's own CPU seconds so far (user and system, every thread; /proc/PID/stat), None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _load(run_dir: Path) -> dict:
@@ -171,6 +188,7 @@ def figures(folder: Path) -> dict:
         "gpus_used": sorted({r.get("gpu") for r in rows} - {None}),
         "evaluations": len(rows), "wall_s": round(state["seconds"], 1),
         "per_hour": round(len(rows) * 3600 / state["seconds"]) if state["seconds"] else None,
+        "parent_cpu_s": state.get("parent_cpu_s"),
         "honest_s": _median([r["seconds"] for r in ran]), "eager_s": _median([r["seconds"] for r in eager]),
         "phases": {p: _median([(r.get("phases") or {}).get(p, 0.0) for r in ran]) for p in PHASES},
         "eager_phases": {p: _median([(r.get("phases") or {}).get(p, 0.0) for r in eager]) for p in EAGER_PHASES},
@@ -251,6 +269,10 @@ def table(work: Path, rows: bool) -> None:
               f"| {_fmt(ph['load'])} | {_fmt(ph['trials'])} | {_fmt(ph['timing'])} | {_fmt(ph['trust_fp64'])} "
               f"| {spread} | {f['outside']} | {regimes} | {verdicts} | {f['fresh_candidates']} | {f['disagree']} "
               f"| {'{} / {}'.format(*f.get('drawn', (0, 0)))} |")
+    for f in found:  # a busy parent (one Python process, its threads under one GIL) delays every slot's events
+        if f.get("parent_cpu_s") is not None and f["wall_s"]:
+            print(f"{f['label']}: the kbench process's own CPU {f['parent_cpu_s']:.1f} s over {f['wall_s']:.0f} s "
+                  f"({100 * f['parent_cpu_s'] / f['wall_s']:.0f}% of one core)")
     print("\nPer-phase medians, seconds (honest rows, then eager rows; rest: outside the child's phases)")
     print("| run | " + " | ".join(PHASES) + " | rest | eager: " + " | ".join(EAGER_PHASES) + " | rest |")
     print("|" + "---|" * (len(PHASES) + len(EAGER_PHASES) + 3))

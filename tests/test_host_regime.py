@@ -12,7 +12,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from kbench.judge.candidate import candidate
-from kbench.judge.timing import timers
+from kbench.judge.timing import timed_call, timers
 from kbench.judge.timing.timed_call import TimedCalls
 from kbench.results.records import Regime
 
@@ -60,15 +60,22 @@ class _Page:
     def write_on(self, stream: int, offset: int, value: int) -> None:
         self.log.append("open gate")
 
+    def device_word(self, index: int) -> int:
+        return 4096 + 4 * index
 
-def _released(monkeypatch, gated: bool) -> list[str]:
+
+def _released(monkeypatch, gated: bool, bracket: bool = False) -> list[str]:
     log: list[str] = []
     monkeypatch.setattr(timers, "_cuda_synchronize", lambda device=None: log.append("synchronize"))
     monkeypatch.setattr(timers, "_current_stream", lambda: SimpleNamespace(cuda_stream=7))
+    monkeypatch.setattr(timed_call.driver, "wait_value", lambda stream, word, value: log.append(f"wait for {value}"))
     calls = object.__new__(TimedCalls)
     calls.session = SimpleNamespace(copy_in=lambda values: log.append("inputs"))
     calls.page, calls._flush = _Page(log), _Flush(log)
+    calls.bracket, calls._bracketed = bracket, False
+    calls._events = (_Event(log, "judge's start"), _Event(log, "judge's end"))
     calls._release([1], 3, gated)
+    assert calls._bracketed == (bracket and gated)  # the judge's stream waits for DONE: released however it ends
     return log
 
 
@@ -79,6 +86,14 @@ def test_the_judge_says_go_to_a_host_regime_call_only_once_its_release_is_done(m
 def test_a_gated_call_is_released_without_waiting(monkeypatch):
     """In the GPU regime the candidate's call is queued behind its gate already: the judge's clock runs on."""
     assert _released(monkeypatch, gated=True) == ["inputs", "flush", "open gate"]
+
+
+def test_the_judges_own_bracket_opens_the_gate_between_its_events_and_waits_for_done_on_its_stream(monkeypatch):
+    """KBENCH_JUDGE_BRACKET (issue 40's measurement): the judge's first event before the write that opens the gate,
+    a wait on its own stream for the call's DONE value, then its second event; in the host regime, no bracket."""
+    assert _released(monkeypatch, gated=True, bracket=True) == [
+        "inputs", "flush", "record judge's start", "open gate", "wait for 3", "record judge's end"]
+    assert _released(monkeypatch, gated=False, bracket=True) == ["inputs", "flush", "open gate", "synchronize"]
 
 
 def test_the_candidate_starts_its_host_regime_interval_past_the_open_gate(monkeypatch):

@@ -156,7 +156,8 @@ def serve(result_fd: int, warm: bool, forked: bool = False, candidate: bool = Tr
         out.flush()
 
     held.announce = announce
-    announce("ready", at=ready)
+    if envelope is not None:  # a job to run: the timeline's "ready" (an invalid one is answered at once)
+        announce("ready", at=ready)
     result = {"status": "runtime_error", "message": f"harness error: {problem}"}
     if envelope is not None:
         held.env = envelope.env

@@ -46,9 +46,6 @@ PHASES = ("setup", "calibration_start", "calibration", "load", "build", "trials"
           "trust_determinism", "trust_profile", "trust_fp64")
 EAGER_PHASES = ("setup", "timing", "degenerate_check", "noise_check", "floor")
 REFERENCE_ROWS = ("eager", "torch.compile")
-# diagnostics.protocol.spent (kbench.results.diagnostics.TimingSpend), and the samples' own time beside it
-SPENT = ("decide_s", "warmup_s", "draws_s", "settle_s", "eager_s", "solution_s", "switch_s", "arm_s", "window_s",
-         "witness_s")
 
 
 # With --probe-kernels, each honest copy declares a CUDA kernel it never builds: kbench's kernel profile then runs in
@@ -224,13 +221,24 @@ def _drew_on(drawn: list[dict]) -> tuple[int, int, int] | None:
     return len(on), len(both), len(one)
 
 
+def _spent_fields() -> tuple[str, ...]:
+    """diagnostics.protocol.spent's fields (kbench.results.diagnostics.TimingSpend), in their order."""
+    sys.path.insert(0, str(ROOT))
+    import dataclasses
+
+    from kbench.results.diagnostics import TimingSpend
+
+    return tuple(f.name for f in dataclasses.fields(TimingSpend))
+
+
 def _spent(ran: list[dict]) -> dict[str, float | None] | None:
     """Median seconds of each part of the timing phase (diagnostics.protocol.spent) and of the samples' own time
     (both sides' timed samples, all rounds kept or not); None where the run file has no such record."""
+    fields = _spent_fields()
     spent = [(r, sp) for r in ran if (sp := ((r.get("diagnostics") or {}).get("protocol") or {}).get("spent"))]
     if not spent:
         return None
-    found: dict[str, float | None] = {k: _median([sp.get(k, 0.0) for _, sp in spent]) for k in SPENT}
+    found: dict[str, float | None] = {k: _median([sp.get(k, 0.0) for _, sp in spent]) for k in fields}
     found["samples_s"] = _median([sum(r["timing"]["samples"]) + sum(r["eager_timing"]["samples"])
                                   for r, _ in spent if r.get("timing") and r.get("eager_timing")])
     found["timing"] = _median([r["phases"].get("timing", 0.0) for r, _ in spent])
@@ -241,7 +249,7 @@ def _spent(ran: list[dict]) -> dict[str, float | None] | None:
     found["recheck_s"] = _median([p.get("recheck_s", 0.0) for p in protocols])
     # the rest of the phase: the machine's watch and the escaped-CPU count around the rounds, the stopping rule
     found["other_s"] = _median([r["phases"].get("timing", 0.0) - p.get("refresh_s", 0.0) - p.get("recheck_s", 0.0)
-                                - sum(sp.get(k, 0.0) for k in SPENT if k not in ("draws_s", "switch_s", "arm_s",
+                                - sum(sp.get(k, 0.0) for k in fields if k not in ("draws_s", "switch_s", "arm_s",
                                                                                   "window_s"))
                                 for p, (r, sp) in zip(protocols, spent)])
     return found
@@ -288,7 +296,7 @@ def table(work: Path, rows: bool) -> None:
               "Arm requests and the judge's windows, within its calls; inputs: making each round's inputs; other: "
               "the rest of the phase; drew on: rows that drew past the first draws / whose left-out groups were the "
               "same on both sides / with a group left out of one side only")
-        columns = (*SPENT, "inputs_s", "recheck_s", "other_s")
+        columns = (*_spent_fields(), "inputs_s", "recheck_s", "other_s")
         print("| run | timing | " + " | ".join(k.removesuffix("_s") for k in columns)
               + " | samples | drew on | timing core MHz |")
         print("|" + "---|" * (len(columns) + 5))

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from kbench.results.diagnostics import GpuState, MachineState
 from kbench.results.findings import Finding, FindingCode
+from kbench.system.cores import CPU_ROOT
 from kbench.system.procfs import CLOCK_TICKS, processes, read, subtree
 
 # Other processes kept at least this many cores busy on average (CPU runs: any of it shares the timed cores), or on
@@ -60,7 +61,7 @@ def snapshot() -> CpuSnapshot | None:
 
 
 def core_mhz(allowed: Callable[[], set[int]] = lambda: os.sched_getaffinity(0),
-             root: Path = Path("/sys/devices/system/cpu"), cpuinfo: Path = Path("/proc/cpuinfo")) -> float | None:
+             root: Path = CPU_ROOT, cpuinfo: Path = Path("/proc/cpuinfo")) -> float | None:
     """The clock of the one core this process may run on (a pinned timing), in MHz, as the kernel reports it
     (cpufreq's, else /proc/cpuinfo's `cpu MHz`; on most drivers a recent average): host-bound work slows with it when
     more of the package's cores are busy. None for a process allowed more than one core, or where the kernel reports

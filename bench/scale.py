@@ -136,12 +136,12 @@ def run_set(work: Path, label: str, gpus: str, extra: list[str], deadline: float
 
 
 def _own_cpu_s(pid: int) -> float | None:
-    """A process's own CPU seconds so far (user and system, every thread; /proc/PID/stat), None once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
+    """A process's own CPU seconds so far (kbench.system.procfs: user and system, every thread), None once gone."""
+    sys.path.insert(0, str(ROOT))
+    from kbench.system.procfs import read
+
+    found = read(pid)
+    return found.cpu_s if found is not None else None
 
 
 def _load(run_dir: Path) -> dict:

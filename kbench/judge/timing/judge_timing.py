@@ -247,7 +247,7 @@ def time_rounds(job: Judging, session: Session, reference: Any, make: Callable[[
         regime=regime, regime_decision=rounds.decision, eager_regime=rounds.timer.regime,
         refresh_s=round(rounds.refresh_s, 4), recheck_s=round(rounds.check_s, 4),
         calibration_p50_s=median(calibration.excess(regime)) if calibration.excess(regime) else None,
-        placements=placements, spent=rounds.spend())
+        placements=placements, spent=rounds.spend(count))
     if rounds.seen:
         protocol = dataclasses.replace(
             protocol, verify_s=tuple(round(o.verify, 7) for o in rounds.seen[-count:]),

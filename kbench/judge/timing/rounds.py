@@ -7,7 +7,8 @@ import dataclasses
 import random
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -112,9 +113,8 @@ class SolutionRounds:
 
     def decide(self) -> str:
         """The solution's regime (`_decide`). On CUDA a host-regime row draws no memory: its time is the host's."""
-        start = _perf_counter()
-        regime = self._decide()
-        self.spent["decide_s"] += _perf_counter() - start
+        with self._spending("decide_s"):
+            regime = self._decide()
         if regime != Regime.GPU and self.job.device == "cuda":
             self.placed = self.drawing = False
         return regime
@@ -176,13 +176,11 @@ class SolutionRounds:
                     self.times["solution"], self.times["eager"]):
                 self.drawing = False  # neither side's speed moved with its memory: no more draws
             else:
-                drawn = _perf_counter()
-                self.redraw()
-                self.spent["draws_s"] += _perf_counter() - drawn
-        settled = _perf_counter()
-        self.refresh_s += settled - start
-        sampling.settle(self.job.device)
-        self.spent["settle_s"] += _perf_counter() - settled
+                with self._spending("draws_s"):
+                    self.redraw()
+        self.refresh_s += _perf_counter() - start
+        with self._spending("settle_s"):
+            sampling.settle(self.job.device)
 
     def redraw(self) -> None:
         """Both sides' memory drawn anew (kbench.judge.timing.placement), outside every timed interval: the judge's,
@@ -192,22 +190,27 @@ class SolutionRounds:
         self.draw.both(self.calls, self.draw_rng, lambda: self.reference(*inputs))
         self.draws += 1
 
-    def spend(self) -> TimingSpend:
-        """Where the timing's seconds went so far (the switches: thawing and freezing the candidate around each of
-        its calls, those of the regime's decision and the warm-up too)."""
-        spent = {**self.spent, "switch_s": self.calls.switch_s}
+    def spend(self, count: int) -> TimingSpend:
+        """Where the timing's seconds went, its last `count` calls of the solution being the rounds' (the switches:
+        thawing and freezing the candidate around each of its calls, those of the regime's decision and the warm-up
+        too)."""
+        rounds = self.seen[-count:] if count else []
+        spent = {**self.spent, "switch_s": self.calls.switch_s, "arm_s": sum(o.arm for o in rounds),
+                 "window_s": sum(o.window for o in rounds)}
         return TimingSpend(**{name: round(value, 4) for name, value in spent.items()})
 
-    def _spent(self, name: str, start: float) -> None:
-        """The seconds since `start` to `name`'s account, or to the warm-up's before the first round."""
-        self.spent[name if self.round >= 0 else "warmup_s"] += _perf_counter() - start
-
-    def eager(self) -> sampling.Sampled:
+    @contextmanager
+    def _spending(self, name: str, rounds: bool = False) -> Iterator[None]:
+        """The seconds of the block to `name`'s account; with `rounds`, to the warm-up's before the first round."""
         start = _perf_counter()
         try:
-            return self._eager()
+            yield
         finally:
-            self._spent("eager_s", start)
+            self.spent["warmup_s" if rounds and self.round < 0 else name] += _perf_counter() - start
+
+    def eager(self) -> sampling.Sampled:
+        with self._spending("eager_s", rounds=True):
+            return self._eager()
 
     def _eager(self) -> sampling.Sampled:
         held: list[Any] = []
@@ -232,15 +235,11 @@ class SolutionRounds:
             self.session.call()  # untimed, on the last round's inputs: this round's reach the buffers at release
         assert self.inputs is not None
         label = f"timed call {self.round + 1}" if self.round >= 0 else "a warm-up call"
-        start = _perf_counter()
-        seen = self.calls.sample(self.regime, self.inputs, self.ref, label)
-        if seen.forced:  # the call waited for the GPU while issued: timed in the host regime from now on
-            self.regime = Regime.HOST
-            seen = self.calls.sample(Regime.HOST, self.inputs, self.ref, label)
-        self._spent("solution_s", start)
-        if self.round >= 0:
-            self.spent["arm_s"] += seen.arm
-            self.spent["window_s"] += seen.window
+        with self._spending("solution_s", rounds=True):
+            seen = self.calls.sample(self.regime, self.inputs, self.ref, label)
+            if seen.forced:  # the call waited for the GPU while issued: timed in the host regime from now on
+                self.regime = Regime.HOST
+                seen = self.calls.sample(Regime.HOST, self.inputs, self.ref, label)
         self.seen.append(seen)
         if self.round >= 0:
             self.times["solution"].append(seen.timed)
@@ -254,16 +253,14 @@ class SolutionRounds:
         A witness that fails is the harness's problem: it stops, and the reason is kept."""
         if self.witness is None or self.witness_failure or self.round < 0 or self.inputs is None:
             return
-        start = _perf_counter()
         try:
-            if self.primed:
-                self.witness.session.call()
-            seen = self.witness.sample(self.regime, self.inputs, self.ref, "the witness's call")
+            with self._spending("witness_s"):
+                if self.primed:
+                    self.witness.session.call()
+                seen = self.witness.sample(self.regime, self.inputs, self.ref, "the witness's call")
         except Exception as exc:  # noqa: BLE001 - the reference in a process of the judge's: not the solution's fault
             self.witness_failure = short(exc)
             return
-        finally:
-            self.spent["witness_s"] += _perf_counter() - start
         if not seen.forced:
             self.witnessed.append(seen)
 

@@ -271,3 +271,105 @@ def test_the_kept_references_calls_add_nothing_to_the_solutions_peak_memory(monk
     found = judge_timing.after(_live_job(ONE_OP), session, lambda x: x * 2, lambda seed: [float(seed)])
     assert session.bound == "calibration" and session.peak_bytes == 123
     assert len(found.reference) == judge_timing.AFTER_ROUNDS - judge_timing.CALIBRATION_DISCARD
+
+
+class _ForcedCalls:
+    """TimedCalls whose first `forced` calls wait for the GPU while issued (the judge opens their gates), then 1 ms."""
+
+    left = 0
+
+    def __init__(self, session, atol, rtol):
+        pass
+
+    def sample(self, regime, values, expected, label):
+        from kbench.judge.timing.timed_call import Observed
+
+        if _ForcedCalls.left:
+            _ForcedCalls.left -= 1
+            return Observed(0.0, 0.0, 1.0, 1e-3, regime, forced=True)
+        return _observed(1e-3, regime)
+
+    def close(self):
+        pass
+
+
+class _BoundSession:
+    peak_bytes = 0
+
+    def bind(self, name, values, outputs=None):
+        pass
+
+    def call(self):
+        pass
+
+
+def _after_with_forced(monkeypatch, forced: int):
+    from kbench.judge.timing import judge_timing
+
+    monkeypatch.setattr(judge_timing, "TimedCalls", _ForcedCalls)
+    _ForcedCalls.left = forced
+    return judge_timing.after(_live_job(ONE_OP), _BoundSession(), lambda x: x * 2, lambda seed: [float(seed)])
+
+
+def test_a_call_of_the_check_after_the_rounds_that_waits_for_the_gpu_is_left_out_and_the_check_goes_on(monkeypatch):
+    """On one H200 the check's first call waited for the GPU while issued, which dropped its only regime: the check
+    ended with no ratio and no finding, and #77's honest copy stayed `correct` at 0.77x. A round whose call the judge
+    had to open is now left out and the next takes its place."""
+    from kbench.judge.timing import judge_timing
+
+    found = _after_with_forced(monkeypatch, 1)
+    assert found.forced == 1
+    assert len(found.reference) == len(found.eager) == judge_timing.AFTER_ROUNDS - judge_timing.CALIBRATION_DISCARD
+    assert checks.process_ratio(found) is not None  # what the check compares (here a fake 1 ms over a real eager)
+
+
+def test_a_check_after_the_rounds_whose_calls_keep_waiting_stops_and_says_it_measured_nothing(monkeypatch):
+    from kbench.judge.timing import judge_timing
+
+    found = _after_with_forced(monkeypatch, 100)
+    assert found.forced == judge_timing.AFTER_FORCED and found.reference == () and found.eager == ()
+    assert checks.process_ratio(found) is None
+    warning = checks.after_unmeasured_warning(found)
+    assert warning.code == FindingCode.PROCESSES_UNCHECKED and warning.code.suspect
+    assert f"{judge_timing.AFTER_FORCED} of its calls waited for the GPU" in warning.message
+
+
+def test_a_row_whose_check_after_the_rounds_measures_nothing_is_retimed_then_suspect(after_on_the_cpu,
+                                                                                      checked_on_the_cpu, monkeypatch):
+    """A check that could not tell is not a pass: the solution is timed again in fresh candidate processes, as for a
+    disagreement, and a row whose last process still could not be checked is `suspect` with no speedup."""
+    from kbench.judge.timing import judge_timing
+
+    calls: list[int] = []
+
+    def unmeasured(job, session, reference, make, placed=False):
+        calls.append(1)
+        return Calibration(eager_regime="host", forced=judge_timing.AFTER_FORCED)
+
+    monkeypatch.setattr(judge, "after", unmeasured)
+    result = judge.judge_solution(_live_job(ONE_OP), {}, _quiet)
+    processes = result.diagnostics.processes
+    assert len(calls) == judge.AFTER_RETRIES + 1 and processes.after_retries == judge.AFTER_RETRIES, processes
+    assert processes.after is None and processes.after_unmeasured and not processes.after_disagrees, processes
+    assert [w.code for w in result.warnings].count(FindingCode.PROCESSES_UNCHECKED) == 1, result.warnings
+    assert result.status == "suspect" and result.speedup_vs_eager is None
+
+
+def test_a_row_whose_check_measures_in_a_fresh_process_gets_its_speedup(after_on_the_cpu, checked_on_the_cpu,
+                                                                          monkeypatch):
+    from kbench.judge.timing import judge_timing
+
+    real, calls = judge.after, []
+
+    def first_unmeasured(job, session, reference, make, placed=False):
+        calls.append(1)
+        if len(calls) == 1:
+            return Calibration(eager_regime="host", forced=judge_timing.AFTER_FORCED)
+        return real(job, session, reference, make, placed)
+
+    monkeypatch.setattr(judge, "after", first_unmeasured)
+    result = judge.judge_solution(_live_job(ONE_OP), {}, _quiet)
+    processes = result.diagnostics.processes
+    assert len(calls) == 2 and processes.after_retries == 1 and not processes.after_unmeasured, processes
+    assert processes.after is not None and FindingCode.PROCESSES_UNCHECKED not in [w.code for w in result.warnings]
+    assert result.status == "correct", result.warnings

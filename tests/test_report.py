@@ -211,6 +211,12 @@ def test_rows_spread_over_gpus_say_where_each_ran_and_the_process_check_is_summe
         "there; 1 disagreed in every process tried: suspect, no speedup; 4 timed the reference again in the "
         "candidate's process after the solution's rounds, 1 agreeing only in a fresh candidate process, 2 apart from "
         "the judge's in every process tried: suspect, no speedup")
+    unchecked = [dataclasses.replace(placed("m", "0", [1.0], warnings=["[processes_unchecked] could not be timed"]),
+                                     diagnostics=Diagnostics(processes=ProcessCheck(
+                                         (1.31,), 2, after_retries=2, after_unmeasured=True)))]
+    assert provenance({"environment": {}}, after + unchecked).processes.endswith(
+        "2 apart from the judge's in every process tried: suspect, no speedup; 1 could not time the reference again "
+        "there, in every process tried: suspect, no speedup")
     assert "gpu" not in to_terminal(results_frame(alone))
     # the big calls whose memory both sides drew: how many, and how many ran at another speed on other memory
     steady = PlacementFigures(rounds=2, draws=4, groups=6, solution_groups_kept=6, eager_groups_kept=6)

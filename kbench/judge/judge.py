@@ -147,9 +147,10 @@ def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: An
         return _decided(job, draft, Status.INCORRECT, failure)
     timing = _timed(job, session, reference, init, make, calibration)
     retried = 0
-    while timing.after is not None and timing.after.disagrees and disagree is None and retried < AFTER_RETRIES:
-        # The solution's calls and the judge's eager ran on memory of different speeds: time it all again in a fresh
-        # candidate process, whose memory is a new draw (its trials stand: the rounds check every output again)
+    while timing.after is not None and timing.after.unsettled and disagree is None and retried < AFTER_RETRIES:
+        # The solution's calls and the judge's eager ran on memory of different speeds (or the check could not tell):
+        # time it all again in a fresh candidate process, whose memory is a new draw (its trials stand: the rounds
+        # check every output again)
         retried += 1
         session = _fresh_session(job, session, announce, started)
         probe_inputs = make(seed)
@@ -167,6 +168,7 @@ def _steps(job: EvaluateJob, env: dict[str, str], session: Session, announce: An
         timing = _timed(job, session, reference, init, make, calibration)
     if timing.after is not None:
         processes = dataclasses.replace(processes, after=timing.after.ratio, after_disagrees=timing.after.disagrees,
+                                        after_unmeasured=timing.after.unmeasured,
                                         after_retries=retried)
     timed = timing.rounds
     protocol = dataclasses.replace(timed.protocol, retimed=timing.first.text) if timing.first else timed.protocol
@@ -201,7 +203,8 @@ def _loaded(job: EvaluateJob, env: dict[str, str], session: Session, reference: 
 @dataclass(frozen=True)
 class AfterCheck:
     """The check after the solution's rounds (`_after`): the candidate process's time of the kept reference over the
-    judge's eager, and what it found: `[processes_disagree]` (`disagrees`), or `[check_skipped]`."""
+    judge's eager, and what it found: `[processes_disagree]` (`disagrees`), `[processes_unchecked]` (`unmeasured`: the
+    check timed too few calls to compare), or `[check_skipped]`."""
 
     ratio: float | None = None
     finding: Finding | None = None
@@ -209,6 +212,16 @@ class AfterCheck:
     @property
     def disagrees(self) -> bool:
         return self.finding is not None and self.finding.code == FindingCode.PROCESSES_DISAGREE
+
+    @property
+    def unmeasured(self) -> bool:
+        return self.finding is not None and self.finding.code == FindingCode.PROCESSES_UNCHECKED
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether the solution is timed again in a fresh candidate process (`AFTER_RETRIES`): the processes were
+        apart, or the check could not tell."""
+        return self.disagrees or self.unmeasured
 
 
 @dataclass(frozen=True)
@@ -263,10 +276,12 @@ def _after(job: EvaluateJob, session: Session, reference: Any, make: Callable[[i
         session.bind("main", make(job.seed))
         return AfterCheck(finding=skipped)
     ratio = checks.process_ratio(found)
-    gap = checks.processes_disagree(found) if job.device in PROCESS_CHECKED else None
-    own = checks.draws_disagree(drawn, found) if drawn is not None and job.device in PROCESS_CHECKED else None
+    checked = job.device in PROCESS_CHECKED
+    gap = checks.processes_disagree(found) if checked else None
+    own = checks.draws_disagree(drawn, found) if drawn is not None and checked else None
     session.bind("main", make(job.seed))
-    finding = (checks.after_warning(gap) if gap is not None else
+    finding = (checks.after_unmeasured_warning(found) if checked and ratio is None else
+               checks.after_warning(gap) if gap is not None else
                checks.draws_warning(own) if own is not None else None)
     return AfterCheck(round(ratio, 4) if ratio is not None else None, finding)
 

@@ -47,6 +47,7 @@ SUSPICION = {
     FindingCode.REGIME_CHANGED: "its calls changed timing regime",
     FindingCode.UNFINISHED_WORK: "work was still running when its call returned",
     FindingCode.PROCESSES_DISAGREE: "the reference's time differed between processes",
+    FindingCode.PROCESSES_UNCHECKED: "the reference could not be timed again in its process",
 }
 OTHER_SUSPICION = "other"
 NOT_MEASURED = "not measured"
@@ -273,7 +274,8 @@ def _processes(evaluations: Sequence[Evaluation]) -> str:
     fresh = sum(1 for p in found if p.fresh_candidates > p.after_retries)  # before the import
     after = sum(1 for p in found if p.after is not None)
     after_apart = sum(1 for p in found if p.after_disagrees)
-    after_again = sum(1 for p in found if p.after_retries and not p.after_disagrees)
+    unmeasured = sum(1 for p in found if p.after_unmeasured)
+    after_again = sum(1 for p in found if p.after_retries and not p.after_disagrees and not p.after_unmeasured)
     # before the import (runs from before `disagrees` was recorded: the finding, which only that check gave then)
     disagree = sum(1 for e in checked if (c := e.diagnostics.processes) is not None and (
         c.disagrees or (FindingCode.PROCESSES_DISAGREE in e.flags and c.after is None)))
@@ -289,7 +291,10 @@ def _processes(evaluations: Sequence[Evaluation]) -> str:
         parts.append(f"{after} timed the reference again in the candidate's process after the solution's rounds"
                      + (f", {after_again} agreeing only in a fresh candidate process" if after_again else "")
                      + (f", {after_apart} apart from the judge's in every process tried: suspect, no speedup"
-                        if after_apart else ", all in agreement" if not after_again else ""))
+                        if after_apart else ", all in agreement" if not (after_again or unmeasured) else ""))
+    if unmeasured:
+        parts.append(f"{unmeasured} could not time the reference again there, in every process tried: suspect, "
+                     "no speedup")
     if drawn:
         parts.append(f"{len(drawn)} big call(s) drew their memory anew every few rounds"
                      + (f", {moved} of them at another speed on other memory: timed on each side's fastest draws"

@@ -160,6 +160,7 @@ class ProcessCheck:
     # solution's calls had used, over the judge's eager of the same rounds (kbench.judge.timing.judge_timing.after)
     after: float | None = None
     after_disagrees: bool = False  # that check found the two apart (`[processes_disagree]`, the row `suspect`)
+    after_unmeasured: bool = False  # that check timed too few calls to tell (`[processes_unchecked]`, `suspect`)
     after_retries: int = 0  # fresh candidate processes the solution was timed in again after that check disagreed
 
 

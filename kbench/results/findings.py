@@ -27,6 +27,7 @@ class FindingCode(str, Enum):
     REGIME_CHANGED = "regime_changed"
     UNFINISHED_WORK = "unfinished_work"
     PROCESSES_DISAGREE = "processes_disagree"
+    PROCESSES_UNCHECKED = "processes_unchecked"
     # the machine while the row was timed
     MACHINE_BUSY = "machine_busy"
     LEVEL_MOVED = "level_moved"
@@ -70,7 +71,7 @@ class FindingCode(str, Enum):
 SUSPECT = frozenset({FindingCode.ESCAPED_TIMER, FindingCode.TIMER_MISMATCH, FindingCode.BELOW_FLOOR,
                      FindingCode.STATE_CHANGED, FindingCode.CLOCK_PATCHED, FindingCode.REFERENCE_DISTURBED,
                      FindingCode.ESCAPED_PROCESS, FindingCode.REGIME_CHANGED, FindingCode.UNFINISHED_WORK,
-                     FindingCode.PROCESSES_DISAGREE})
+                     FindingCode.PROCESSES_DISAGREE, FindingCode.PROCESSES_UNCHECKED})
 MACHINE = frozenset({FindingCode.MACHINE_BUSY, FindingCode.LEVEL_MOVED, FindingCode.GPU_BUSY,
                      FindingCode.GPU_THROTTLED})
 

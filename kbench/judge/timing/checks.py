@@ -95,6 +95,7 @@ class Calibration:
     reference: tuple[float, ...] = ()
     # the judge's GPU bracket less the reported time, per gated call (timed_call.BRACKET_ENV; empty without it)
     bracket: tuple[float, ...] = ()
+    forced: int = 0  # rounds left out because the candidate's call waited for the GPU while issued (judge_timing.after)
 
     @property
     def reference_launch_bound(self) -> bool:
@@ -235,6 +236,16 @@ def after_warning(ratio: float) -> Finding:
     return Finding(FindingCode.PROCESSES_DISAGREE, f"after the solution's rounds the reference itself ran {ratio:.3f}x "
                    "as long in the candidate's process, on the memory the solution's calls had used, as in the "
                    "judge's: the speedup would carry where each process's memory lay")
+
+
+def after_unmeasured_warning(found: Calibration) -> Finding:
+    """`[processes_unchecked]`: the check after the solution's rounds timed too few calls of the reference in the
+    candidate's process to compare the two processes (its calls waited for the GPU while issued, `found.forced`)."""
+    why = (f"{found.forced} of its calls waited for the GPU while they were issued" if found.forced else
+           "it timed too few calls")
+    return Finding(FindingCode.PROCESSES_UNCHECKED, "the reference could not be timed again in the candidate's "
+                   f"process after the solution's rounds ({why}, in each candidate process tried): whether the "
+                   "speedup carries where each process's memory lay is unknown")
 
 
 def draws_disagree(rounds_eager: Measurement, calibration: Calibration) -> float | None:

@@ -76,26 +76,28 @@ def calibrate(job: Judging, session: Session, reference: Any, init: list[Any], m
 def _beside(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]], timer: Timer,
             eager_regime: Regime, modes: list[Regime], seed: int, label: str,
             rounds: tuple[int, int] = (CALIBRATION_LEAST, CALIBRATION_ROUNDS[1]),
-            seconds: float = CALIBRATION_S, placed: bool = False) -> Calibration:
+            seconds: float = CALIBRATION_S, placed: bool = False, forced_limit: int = 0) -> Calibration:
     """Rounds of the reference bound in the candidate's process, through the protocol in `modes` by turns, each after
     the judge's own eager call on the same fresh inputs (`timer`, in `eager_regime`): at least `rounds[0]` per mode,
     more while `seconds` have not passed (or, `placed`, until each side kept enough), at most `rounds[1]`; the first
-    CALIBRATION_DISCARD dropped. A mode whose call
-    waits for the GPU while issued is dropped (no GPU regime on this problem). With `placed` (one mode), both sides'
-    memory is drawn anew every placement.GROUP_ROUNDS rounds (placement.MemoryDraw.both) and each side keeps its
-    fastest draws (placement.fastest_groups) instead of dropping the first rounds."""
+    CALIBRATION_DISCARD dropped. A mode whose call waits for the GPU while issued is dropped (no GPU regime on this
+    problem), or, with `forced_limit` (a check in one regime, `after`), such a round is left out (its eager sample too)
+    and counted (`Calibration.forced`), and the rounds stop after `forced_limit` of them: what they measured is what
+    the check has. With `placed` (one mode), both sides' memory is drawn anew every placement.GROUP_ROUNDS rounds
+    (placement.MemoryDraw.both) and each side keeps its fastest draws (placement.fastest_groups) instead of dropping
+    the first rounds."""
     calls = TimedCalls(session, job.atol, job.rtol)
     draw, rng = placement.MemoryDraw(job.device), random.Random(secrets.randbits(64))
     seen: dict[Regime, list[Observed]] = {m: [] for m in modes}
     eager: list[float] = []
     issue: list[float] = []
     least, most = rounds
-    start, index = _perf_counter(), 0
+    start, index, forced = _perf_counter(), 0, 0
     try:
-        while not all(len(seen[m]) >= most for m in modes) and (
+        while not all(len(seen[m]) >= most for m in modes) and forced < max(forced_limit, 1) and (
                 _perf_counter() - start < seconds or any(len(seen[m]) < least for m in modes)
                 or (placed and bool(modes) and not placement.kept_enough(eager, [o.timed for o in seen[modes[0]]]))):
-            values = make(seed - index)
+            values = make(seed - index - forced)
             if placed and index % placement.GROUP_ROUNDS == 0:
                 draw.both(calls, rng, lambda: reference(*values))  # noqa: B023 - called at once
             sampling.settle(job.device)
@@ -103,8 +105,14 @@ def _beside(job: Judging, session: Session, reference: Any, make: Callable[[int]
             eager.append(timer.sample(lambda: held.append(reference(*values)))[0])  # noqa: B023 - called at once
             issue.append(timer.last_issue)
             mode = modes[index % len(modes)]
-            seen[mode].append(calls.sample(mode, values, held[0], label))
-            if seen[mode][-1].forced:  # the reference waits for the GPU while issued
+            observed = calls.sample(mode, values, held[0], label)
+            if observed.forced and forced_limit:  # this round is left out: the next takes its place
+                eager.pop()
+                issue.pop()
+                forced += 1
+                continue
+            seen[mode].append(observed)
+            if observed.forced:  # the reference waits for the GPU while issued
                 modes.remove(mode)
                 seen[mode] = []
             index += 1
@@ -113,11 +121,13 @@ def _beside(job: Judging, session: Session, reference: Any, make: Callable[[int]
         draw.close()
     if placed and len(modes) == 1 and len(seen[modes[0]]) == len(eager):
         mine, theirs = placement.fastest_groups(eager), placement.fastest_groups([o.timed for o in seen[modes[0]]])
-        return observed_calibration({modes[0]: [seen[modes[0]][i] for i in theirs]}, [eager[i] for i in mine],
-                                    [issue[i] for i in mine], eager_regime)
-    keep = slice(CALIBRATION_DISCARD, None)
-    kept = {regime: [o for o in calls[keep] if not o.forced] for regime, calls in seen.items()}
-    return observed_calibration(kept, eager[keep], issue[keep], eager_regime)
+        found = observed_calibration({modes[0]: [seen[modes[0]][i] for i in theirs]}, [eager[i] for i in mine],
+                                     [issue[i] for i in mine], eager_regime)
+    else:
+        keep = slice(CALIBRATION_DISCARD, None)
+        kept = {regime: [o for o in calls[keep] if not o.forced] for regime, calls in seen.items()}
+        found = observed_calibration(kept, eager[keep], issue[keep], eager_regime)
+    return dataclasses.replace(found, forced=forced) if forced else found
 
 
 # A row whose reference allocates this much in a call has the reference kept in the candidate's process and timed
@@ -130,6 +140,10 @@ AFTER_ROUNDS = 12  # rounds of the check after the solution's (the first CALIBRA
 # ... where both sides draw their memory anew every few rounds (timing.placement): as many draws as the solution's
 # rounds take at least, and more (three times as many at most) until each side kept placement.KEPT_LEAST samples
 AFTER_PLACED_ROUNDS = placement.GROUPS * placement.GROUP_ROUNDS
+# Calls of the check that wait for the GPU while issued are left out, and the check stops at this many: on one H200 a
+# check whose first such call ended it at once left #77's honest copy `correct` at 0.77x (docs/benchmarks.md,
+# 2026-11-28, thirty-first session)
+AFTER_FORCED = 3
 
 
 def after(job: Judging, session: Session, reference: Any, make: Callable[[int], list[Any]],
@@ -152,7 +166,8 @@ def after(job: Judging, session: Session, reference: Any, make: Callable[[int], 
     timer.use(regime)
     counts = (AFTER_PLACED_ROUNDS, 3 * AFTER_PLACED_ROUNDS) if placed else (AFTER_ROUNDS, AFTER_ROUNDS)
     return _beside(job, session, reference, make, timer, regime, [regime], job.seed - 2001,
-                   "a call of the reference after the solution's", counts, 0.0, placed=placed)
+                   "a call of the reference after the solution's", counts, 0.0, placed=placed,
+                   forced_limit=AFTER_FORCED)
 
 
 def observed_calibration(seen: Mapping[Regime, Sequence[Observed]], eager: Sequence[float] = (),

@@ -242,7 +242,7 @@ def after_unmeasured_warning(found: Calibration) -> Finding:
     """`[processes_unchecked]`: the check after the solution's rounds timed too few calls of the reference in the
     candidate's process to compare the two processes (its calls waited for the GPU while issued, `found.forced`)."""
     why = (f"{found.forced} of its calls waited for the GPU while they were issued" if found.forced else
-           "it timed too few calls")
+           "too few of its calls were kept: each side keeps only its calls on the fastest memory it drew")
     return Finding(FindingCode.PROCESSES_UNCHECKED, "the reference could not be timed again in the candidate's "
                    f"process after the solution's rounds ({why}, in each candidate process tried): whether the "
                    "speedup carries where each process's memory lay is unknown")

@@ -178,7 +178,10 @@ def test_an_honest_copy_of_a_call_whose_speed_moves_in_runs_reads_one_on_its_fas
     drawn = result.diagnostics.protocol.placements
     assert drawn is not None and drawn.draws >= GROUPS and drawn.groups >= GROUPS, result.diagnostics.protocol
     assert len(draws_on_the_cpu) >= 2 * GROUPS  # the solution's rounds and the check after them, each draw a Place
-    assert max(result.timing.samples) < 3.5e-3 and max(result.eager_timing.samples) < 3.5e-3
+    # the fixture's runs of slow calls change speed inside a draw too (memory does so only between draws): a draw
+    # with one fast call is kept whole (placement.draw_speed), so a few slow calls stay beside many fast ones
+    for kept in (result.timing.samples, result.eager_timing.samples):
+        assert sorted(kept)[len(kept) // 2] < 2.5e-3 and sum(t > 3.5e-3 for t in kept) <= len(kept) // 4, kept
     assert drawn.solution_dropped and drawn.eager_dropped and max(drawn.solution_dropped) > 4e-3
     assert drawn.solution_groups_kept < drawn.groups and drawn.solution_spread > 1.5
     assert len(drawn.solution_dropped_groups) == drawn.groups - drawn.solution_groups_kept
@@ -269,3 +272,16 @@ def test_the_judges_gpu_bracket_asked_for_on_the_cpu_records_nothing_and_changes
     protocol = result.diagnostics.protocol
     assert result.status == Status.CORRECT, (result.status, result.message)
     assert protocol.bracket_excess_s == () and protocol.calibration_bracket_p50_s is None
+
+
+def test_one_slow_sample_beside_a_fast_one_on_the_same_draw_is_the_machine_not_the_memory():
+    """On four H200s most rows that drew on had one sample 7-20% slow beside a fast one of the same draw (another
+    process making its CUDA context on the GPU): a draw's speed is its fastest sample, so such a draw is kept and the
+    row draws no more; a draw slow in both its samples is still slow memory."""
+    interfered = _groups(FAST, FAST, FAST, FAST)
+    interfered[1] *= 1.15  # the second call of the first draw
+    assert fastest_groups(interfered) == tuple(range(len(interfered)))
+    assert not placement.moved(interfered, _groups(FAST, FAST, FAST, FAST))
+    slow_draw = _groups(FAST, SLOW, FAST, FAST)
+    assert fastest_groups(slow_draw) == (0, 1, 4, 5, 6, 7)
+    assert placement.moved(slow_draw, _groups(FAST, FAST, FAST, FAST))

@@ -73,8 +73,8 @@ class Divisor:
 class PlacementFigures:
     """A row whose memory both sides drew anew every `rounds` rounds (kbench.judge.timing.placement): the draws made
     (beyond the first PROBE_GROUPS only where a side's speed moved), the groups of `rounds` samples, each side's
-    groups kept in its headline, the spread of each side's group medians (slowest over fastest) and each side's
-    samples left out (seconds, in the order taken)."""
+    groups kept in its headline, the spread of each side's draw speeds (each draw's fastest sample, slowest over
+    fastest) and each side's samples left out (seconds, in the order taken)."""
 
     rounds: int = 0
     draws: int = 0

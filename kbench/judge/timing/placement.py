@@ -10,8 +10,8 @@ GROUP_ROUNDS rounds, outside every timed interval: the judge's process hands its
 of a random number of 2 MiB pages in front of what its eager allocates next (`MemoryDraw`), the candidate's does the
 same for the model bound there (protocol.Place), and each side calls once untimed so that what the call allocates is
 allocated before its timed calls. Each side's samples in groups above a step of more than SLOW_GROUP between its
-group medians are then left out of its headline (`fastest_groups`), on both sides alike: each side is timed on the best
-memory it drew, in PROBE_GROUPS draws, or GROUPS where a side's speed moved between those, so neither's speed is a
+draw speeds (each draw's fastest sample, `draw_speed`) are then left out of its headline (`fastest_groups`), on both
+sides alike: each side is timed on the best memory it drew, in PROBE_GROUPS draws, or GROUPS where a side's speed moved between those, so neither's speed is a
 coin toss, and a solution gains nothing by placing its own memory well (the reference's draws find the fast placement
 too). A call whose speed does not depend on its memory keeps every group; the dropped samples stay in run.json
 (`diagnostics.PlacementFigures`).
@@ -35,8 +35,8 @@ GROUP_ROUNDS = 2  # rounds timed on one draw of each side's memory
 # PROBE_GROUPS draws the rounds draw no more (on one H200, all of level 2's rows that draw but #77 and #61)
 GROUPS = 12
 PROBE_GROUPS = 4
-# A step this large between a side's group medians (in order) separates two speeds: above the noise of a two-sample
-# median on one memory (below 1% on the level-2 rows), below the gaps the draws make (7% on #61, 30% on #77)
+# A step this large between a side's draw speeds (in order) separates two speeds: above the noise of a draw's fastest
+# sample on one memory (below 1% on the level-2 rows), below the gaps the draws make (7% on #61, 30% on #77)
 SLOW_GROUP = 0.03
 # ... or this many times the spread of the samples within one draw (their median), where a call is that noisy
 NOISE_STEPS = 4
@@ -93,29 +93,37 @@ class MemoryDraw:
 def fastest_groups(samples: Sequence[float], rounds: int = GROUP_ROUNDS,
                    tolerance: float = SLOW_GROUP) -> tuple[int, ...]:
     """The indices of `samples` (one side's, in the order taken, a draw every `rounds`) in its fastest draws: the
-    complete groups' medians in order from the fastest, up to the first step between two of them larger than `step`
-    (the next speed; `draw_groups` sets it from `tolerance` and the call's noise); a last, unfinished group at most
-    that far above the slowest kept. A call whose speed does not move keeps every group however noisy it is, one that
-    runs at two speeds keeps the faster's. With no complete group, all of them."""
+    complete groups' speeds (`draw_speed`) in order from the fastest, up to the first step between two of them larger
+    than `step` (the next speed; `draw_groups` sets it from `tolerance` and the call's noise); a last, unfinished group
+    at most that far above the slowest kept. A call whose speed does not move keeps every group however noisy it is,
+    one that runs at two speeds keeps the faster's. With no complete group, all of them."""
     groups, step = draw_groups(samples, rounds, tolerance)
     complete = [[samples[i] for i in g] for g in groups if len(g) == rounds]
     if not complete:
         return tuple(range(len(samples)))
-    ordered = sorted(median(g) for g in complete)
+    ordered = sorted(draw_speed(g) for g in complete)
     limit = ordered[0]
     for value in ordered[1:]:
         if value > limit * (1.0 + step):
             break
         limit = value
     return tuple(i for g in groups
-                 if median([samples[i] for i in g]) <= (limit if len(g) == rounds else limit * (1.0 + step))
+                 if draw_speed([samples[i] for i in g]) <= (limit if len(g) == rounds else limit * (1.0 + step))
                  for i in g)
+
+
+def draw_speed(group: Sequence[float]) -> float:
+    """One draw's speed: its fastest sample. A draw's memory is the same for all its calls, so a slow draw is slow in
+    every one of them; a single slow sample beside a fast one on the same memory is the machine (on four H200s,
+    another process making its CUDA context on the same GPU: 7-20% slow samples, thirty-first session), which the
+    headline's median absorbs and which must not make a row draw on."""
+    return min(group)
 
 
 def draw_groups(samples: Sequence[float], rounds: int = GROUP_ROUNDS,
                 tolerance: float = SLOW_GROUP) -> tuple[list[list[int]], float]:
     """`samples` (one side's, in the order taken) as the indices of each draw's group (a last one may be unfinished),
-    and the step between two group medians that separates two speeds: `tolerance`, or NOISE_STEPS times the spread of
+    and the step between two draw speeds that separates two speeds: `tolerance`, or NOISE_STEPS times the spread of
     the samples within one draw (their median over the complete groups) where the call is that noisy."""
     groups = [list(range(start, min(start + rounds, len(samples)))) for start in range(0, len(samples), rounds)]
     complete = [[samples[i] for i in g] for g in groups if len(g) == rounds]
@@ -153,8 +161,8 @@ def kept_only(measurement: Measurement, kept: Sequence[int]) -> Measurement:
 def figures(solution: Sequence[float], eager: Sequence[float], kept_solution: Sequence[int],
             kept_eager: Sequence[int], draws: int, rounds: int = GROUP_ROUNDS) -> PlacementFigures:
     """What the draws did to a row's two sides: the draws made, the groups of `rounds` samples, each side's groups
-    kept, the spread of each side's group medians (slowest over fastest) and the samples left out, in the order
-    taken."""
+    kept, the spread of each side's draw speeds (`draw_speed`, slowest over fastest) and the samples left out, in the
+    order taken."""
     keep_solution, keep_eager = set(kept_solution), set(kept_eager)
     return PlacementFigures(
         rounds=rounds, draws=draws, groups=-(-len(solution) // rounds),
@@ -173,5 +181,5 @@ def _dropped_groups(count: int, kept: set[int], rounds: int) -> tuple[int, ...]:
 
 
 def _spread(samples: Sequence[float], rounds: int) -> float:
-    medians = [median(samples[start:start + rounds]) for start in range(0, len(samples), rounds)]
-    return max(medians) / min(medians) if medians and min(medians) > 0 else 1.0
+    speeds = [draw_speed(samples[start:start + rounds]) for start in range(0, len(samples), rounds)]
+    return max(speeds) / min(speeds) if speeds and min(speeds) > 0 else 1.0

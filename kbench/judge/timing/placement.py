@@ -11,10 +11,10 @@ of a random number of 2 MiB pages in front of what its eager allocates next (`Me
 same for the model bound there (protocol.Place), and each side calls once untimed so that what the call allocates is
 allocated before its timed calls. Each side's samples in groups above a step of more than SLOW_GROUP between its
 draw speeds (each draw's fastest sample, `draw_speed`) are then left out of its headline (`fastest_groups`), on both
-sides alike: each side is timed on the best memory it drew, in PROBE_GROUPS draws, or GROUPS where a side's speed moved between those, so neither's speed is a
-coin toss, and a solution gains nothing by placing its own memory well (the reference's draws find the fast placement
-too). A call whose speed does not depend on its memory keeps every group; the dropped samples stay in run.json
-(`diagnostics.PlacementFigures`).
+sides alike: each side is timed on the best memory it drew, in PROBE_GROUPS draws, or GROUPS where a side's speed
+moved between those, so neither's speed is a coin toss, and a solution gains nothing by placing its own memory well
+(the reference's draws find the fast placement too). A call whose speed does not depend on its memory keeps every
+group; the dropped samples stay in run.json (`diagnostics.PlacementFigures`).
 """
 
 from __future__ import annotations

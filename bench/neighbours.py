@@ -6,8 +6,9 @@ and on the host's other GPUs.
 On four H200s of one host, level 2's honest rows had single slow samples, 7-20% above the rest of their memory draw
 (kbench.judge.timing.placement), far more often than on one GPU (2026-11-28, thirty-first session, docs/benchmarks.md):
 29 of 83 drawn rows drew on past the first draws against 6 of 90. Those times are the GPU's own (CUDA events around
-gated calls), so something reaches the GPU's work itself. This times two calls on GPU 0 in a loop, each synchronized
-and a couple of milliseconds apart as kbench's rounds are (a 4096 x 4096 float32 matrix product without TF32, and an
+gated calls), so something reaches the GPU's work itself. This times two calls on GPU 0 in a loop, each behind a
+spin on the GPU (so the events see the GPU's work only, as behind kbench's gate), synchronized and a couple of
+milliseconds apart as kbench's rounds are (a 4096 x 4096 float32 matrix product without TF32, and an
 add over 1 GiB), in one setting after another:
 
   alone          nothing else on the machine
@@ -39,6 +40,9 @@ CONTEXT = "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()
 EXIT = "import torch; x = torch.ones(1 << 30, device='cuda'); torch.cuda.synchronize()"
 SLOW = 1.05  # a sample this far above the alone median counts as slow
 GAP_S = 2e-3  # the host's pause between two timed calls (a round's protocol)
+# A spin of about half a millisecond queued ahead of each timed call, as kbench's gate holds a GPU-regime call: the
+# events time the GPU's work alone, never the host's issuing (which other processes' driver calls slow down)
+GATE_CYCLES = 1_000_000
 
 
 def churn(stop_at: float) -> None:
@@ -88,6 +92,7 @@ def timed(seconds: float) -> dict[str, list[float]]:
     stop = time.monotonic() + seconds
     while time.monotonic() < stop:
         for name, call in calls.items():
+            torch.cuda._sleep(GATE_CYCLES)  # the GPU busy while the host queues the events and the call
             start.record()
             call()
             end.record()

@@ -204,7 +204,26 @@ def figures(folder: Path) -> dict:
         # those with a group left out of one side only (that side's memory)
         "drew_on": _drew_on(drawn),
         "spent": _spent(ran),
+        "slow": _slow_samples(honest),
     }
+
+
+SLOW_SAMPLE = 1.05  # a timed sample this far above its side's median is a slow one (`_slow_samples`)
+
+
+def _slow_samples(honest: list[dict]) -> float | None:
+    """The share of the honest rows' timed samples (both sides, the ones a memory draw left out too) more than
+    SLOW_SAMPLE above their side's median: what the machine did to single calls (bench/neighbours.py)."""
+    slow = total = 0
+    for r in honest:
+        placed = ((r.get("diagnostics") or {}).get("protocol") or {}).get("placements") or {}
+        for side, dropped in (("timing", "solution_dropped"), ("eager_timing", "eager_dropped")):
+            samples = list((r.get(side) or {}).get("samples") or ()) + list(placed.get(dropped) or ())
+            if samples:
+                middle = statistics.median(samples)
+                slow += sum(1 for t in samples if t > SLOW_SAMPLE * middle)
+                total += len(samples)
+    return slow / total if total else None
 
 
 def _drew_on(drawn: list[dict]) -> tuple[int, int, int] | None:
@@ -295,16 +314,19 @@ def table(work: Path, rows: bool) -> None:
               "both sides' timed samples (the kept ones); switch, arm, window: thawing and freezing the candidate, its "
               "Arm requests and the judge's windows, within its calls; inputs: making each round's inputs; other: "
               "the rest of the phase; drew on: rows that drew past the first draws / whose left-out groups were the "
-              "same on both sides / with a group left out of one side only")
+              "same on both sides / with a group left out of one side only; slow samples: the share of both sides' "
+              "samples more than 5% above their side's median")
         columns = (*_spent_fields(), "inputs_s", "recheck_s", "other_s")
         print("| run | timing | " + " | ".join(k.removesuffix("_s") for k in columns)
-              + " | samples | drew on | timing core MHz |")
-        print("|" + "---|" * (len(columns) + 5))
+              + " | samples | drew on | slow samples | timing core MHz |")
+        print("|" + "---|" * (len(columns) + 6))
         for f in spent:
             sp = f["spent"]
             on = " / ".join(str(n) for n in f["drew_on"]) if f.get("drew_on") else "-"
             print(f"| {f['label']} | {_fmt(sp['timing'], '.3f')} | " + " | ".join(_fmt(sp[k], ".3f") for k in columns)
-                  + f" | {_fmt(sp['samples_s'], '.3f')} | {on} | {_fmt(sp['core_mhz'], '.0f')} |")
+                  + f" | {_fmt(sp['samples_s'], '.3f')} | {on} | "
+                  + (f"{100 * f['slow']:.1f}%" if f.get("slow") is not None else "-")
+                  + f" | {_fmt(sp['core_mhz'], '.0f')} |")
     lanes = [(f.name, slot_figures(f / "timeline.jsonl")) for f in folders if (f / "timeline.jsonl").exists()]
     if lanes:
         print("\nWhere each GPU's wall went between turns (medians over jobs, seconds; kbench.execution.timeline):"

@@ -360,6 +360,36 @@ def test_after_a_job_that_timed_the_child_after_next_starts_when_it_ends(tmp_pat
     assert created[2] - ended["first"] < 1.0  # at the first's end, not 2 s later at the second's timing
 
 
+def test_without_the_child_after_next_a_slots_children_start_only_at_its_jobs_timing(tmp_path, monkeypatch):
+    """KBENCH_AFTER_NEXT=0 (a measurement: what the contexts made while the next job times cost it): the first job's
+    end starts nothing (the second job loads for 2 s after it); the second job's child is the spare started at the
+    first's timing."""
+    from kbench.execution.pool import run_on_slots
+
+    created: list[float] = []
+
+    class Recording(child.JobChild):
+        def __init__(self, *args, **kwargs):
+            created.append(time.monotonic())
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(warm_starts, "JobChild", Recording)
+    monkeypatch.setenv(warm_starts.AFTER_NEXT_ENV, "0")
+    first, env = _solution(tmp_path / "first")
+    slow, _ = _solution(tmp_path / "slow")
+    slow.write_text(slow.read_text().replace(str(tmp_path / "slow" / "ext"), str(tmp_path / "first" / "ext")))
+    slow.write_text("import time\ntime.sleep(2)\n" + slow.read_text())
+    ended: dict[str, float] = {}
+    warm = warm_starts.WarmStarts()
+    try:
+        run_on_slots([first, slow], [None], lambda path, slot: warm(_job(path), 60, env),
+                     lambda path, outcome: ended.setdefault(path.parent.name, time.monotonic()), early=True)
+    finally:
+        warm.close()
+    assert len(created) >= 2  # the first job's child and the spare the second took at the first's timing
+    assert not any(-0.1 < made - ended["first"] < 1.5 for made in created), (created, ended)  # none at the first's end
+
+
 def test_a_job_that_ends_before_the_next_takes_its_spare_leaves_the_child_after_next_owed(monkeypatch):
     """The race of a busy host: the running job ends while the spare started at its timing still waits (the next job's
     thread not yet come for it). The child after next then starts when the next job takes the spare, before that job

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -32,6 +33,9 @@ class WarmStarts:
 
     def __init__(self, ahead: bool = True) -> None:
         self.ahead = ahead
+        # The child after next, started when the running job ends (`__call__`); AFTER_NEXT_ENV="0": only at the next
+        # job's "timed" (a measurement of what its CUDA contexts, made while the next job times, cost that job)
+        self.after_next = os.environ.get(AFTER_NEXT_ENV, "1") != "0"
         self._spares: dict[Key, JobChild] = {}  # a slot's next worker (of the kind `JobChild.candidate` says)
         self._zygotes: dict[Key, Zygote | None] = {}
         # Slots whose running job ended while the spare for the next job still waited (that job not yet come for it,
@@ -140,7 +144,8 @@ class WarmStarts:
         # on the H100 machine (2026-11-27, docs/benchmarks.md). The judge does not count it as another program on
         # its GPU (kbench.system.machine.kbench_elsewhere). If the next job has not yet taken its spare, this one
         # starts when it does.
-        self._start_spare(key, shared, solution, after_next=True)
+        if self.after_next:
+            self._start_spare(key, shared, solution, after_next=True)
         return outcome
 
     def waiting(self) -> int:
@@ -161,6 +166,7 @@ class WarmStarts:
 
 
 Key = tuple[tuple[str, str], ...]
+AFTER_NEXT_ENV = "KBENCH_AFTER_NEXT"
 CLOSE_WAIT_S = 30.0  # how long a job run again waits for its first try's worker to be gone
 
 

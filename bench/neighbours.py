@@ -12,8 +12,8 @@ milliseconds apart as kbench's rounds are (a 4096 x 4096 float32 matrix product 
 add over 1 GiB), in one setting after another:
 
   alone          nothing else on the machine
-  start-same     two loops of fresh Python processes on GPU 0 that make a CUDA context and exit (kbench's workers and
-                 spare candidate processes started ahead)
+  start-same     two loops of fresh Python processes on GPU 0 that make a CUDA context, a first small convolution and
+                 matrix product, and exit (kbench's workers and candidate processes started ahead: warm_cuda)
   start-others   the same on every other GPU
   churn-same     a process on GPU 0 that hands its cached memory back and allocates and fills 1 GiB, over and over (a
                  memory draw, kbench.judge.timing.placement.MemoryDraw)
@@ -36,7 +36,11 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONTEXT = "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"
+# A CUDA context and cuDNN's and cuBLAS's first calls, as kbench.judge.candidate.candidate.warm_cuda makes them in a
+# worker or candidate started ahead
+CONTEXT = ("import torch; x = torch.ones(1, 2, 6, 6, device='cuda'); "
+           "torch.nn.functional.conv2d(x, torch.ones(2, 2, 3, 3, device='cuda')); "
+           "a = torch.ones(16, 16, device='cuda'); torch.mm(a, a); torch.cuda.synchronize()")
 EXIT = "import torch; x = torch.ones(1 << 30, device='cuda'); torch.cuda.synchronize()"
 SLOW = 1.05  # a sample this far above the alone median counts as slow
 GAP_S = 2e-3  # the host's pause between two timed calls (a round's protocol)

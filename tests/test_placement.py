@@ -8,6 +8,8 @@ every few rounds, with a reference whose speed moves in runs of calls.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kbench.config.run_config import TimingPolicy
@@ -142,6 +144,8 @@ def test_a_row_draws_probe_groups_and_goes_on_to_groups_only_where_a_side_moved(
 # ---- real processes, on the CPU ------------------------------------------------------------------------------------
 
 RUNS = FIXTURES / "process_speed" / "runs.py"
+ONE_OP_PROBLEM = FIXTURES / "process_speed" / "live.py"  # one multiplication, 2 ms a call
+ONE_OP_HONEST = FIXTURES / "solutions" / "one_op" / "honest.py"
 RUNS_HONEST = FIXTURES / "process_speed_solutions" / "runs_honest.py"
 
 
@@ -285,3 +289,63 @@ def test_one_slow_sample_beside_a_fast_one_on_the_same_draw_is_the_machine_not_t
     slow_draw = _groups(FAST, SLOW, FAST, FAST)
     assert fastest_groups(slow_draw) == (0, 1, 4, 5, 6, 7)
     assert placement.moved(slow_draw, _groups(FAST, FAST, FAST, FAST))
+
+
+def test_a_side_at_the_other_sides_slow_speed_on_every_draw_is_stuck_there():
+    """One H200, level 2's #77: the honest copy ran 46 of 46 draws at 6.43 ms while the judge's eager drew 4.94 ms
+    seven times and 6.45 ms the rest; it read 0.77x. A side whose speed never moved while the other's did, sitting at
+    the other's slow speed, is stuck there."""
+    assert placement.stuck(_groups(*[6.43e-3] * 46), _groups(*[4.94e-3] * 7 + [6.45e-3] * 39)) == "solution"
+    assert placement.stuck(_groups(SLOW, SLOW, SLOW, SLOW), _groups(FAST, SLOW, SLOW, FAST)) == "solution"
+    assert placement.stuck(_groups(FAST, SLOW, FAST, SLOW), _groups(SLOW, SLOW, SLOW, SLOW)) == "eager"
+    # at the other's fast speed (the honest copy that drew well), both steady, or a slower call of its own: not stuck
+    assert placement.stuck(_groups(FAST, FAST, FAST, FAST), _groups(FAST, SLOW, SLOW, FAST)) == ""
+    assert placement.stuck(_groups(SLOW, SLOW, SLOW, SLOW), _groups(FAST, FAST, FAST, FAST)) == ""
+    assert placement.stuck(_groups(*[1.6 * FAST] * 4), _groups(FAST, SLOW, SLOW, FAST)) == ""
+    assert placement.stuck([SLOW], [FAST]) == ""  # no complete draw: nothing to say
+    figures = placement.figures(_groups(SLOW, SLOW, SLOW, SLOW), _groups(FAST, SLOW, SLOW, FAST), range(8),
+                                (0, 1, 6, 7), 4)
+    assert figures.stuck == "solution"
+
+
+@pytest.fixture
+def stuck_rounds(monkeypatch):
+    """The check after the rounds on the CPU (as on CUDA for a big call), and rounds whose figures say the solution
+    ran at the eager's slow speed on every draw, in the first `stuck_rounds.left` candidate processes."""
+    from kbench.judge.timing.judge_timing import time_rounds
+    from kbench.results.diagnostics import PlacementFigures
+
+    monkeypatch.setattr(judge, "AFTER_CHECKED", ("cpu",))
+    monkeypatch.setattr(judge, "PROCESS_CHECKED", ("cpu",))
+
+    class Stuck:
+        left = 100
+
+    def rounds(*args, **kwargs):
+        timed = time_rounds(*args, **kwargs)
+        if Stuck.left <= 0:
+            return timed
+        Stuck.left -= 1
+        figures = PlacementFigures(rounds=2, draws=12, groups=12, solution_groups_kept=12, eager_groups_kept=3,
+                                   eager_spread=1.3, stuck="solution")
+        protocol = dataclasses.replace(timed.protocol, placements=figures)
+        return dataclasses.replace(timed, protocol=protocol)
+
+    monkeypatch.setattr(judge, "time_rounds", rounds)
+    return Stuck
+
+
+def test_a_solution_stuck_at_the_eagers_slow_memory_is_timed_again_then_suspect(stuck_rounds):
+    result = judge.judge_solution(_job(ONE_OP_HONEST, ONE_OP_PROBLEM), {}, _quiet)
+    processes = result.diagnostics.processes
+    assert processes.after_retries == judge.AFTER_RETRIES and processes.after_disagrees, processes
+    found = [w for w in result.warnings if w.code == FindingCode.PROCESSES_DISAGREE]
+    assert found and "slow memory on every one of its 12 memory draws" in found[0].message, result.warnings
+    assert result.status == Status.SUSPECT
+
+
+def test_a_solution_stuck_only_in_its_first_process_gets_its_speedup_from_the_next(stuck_rounds):
+    stuck_rounds.left = 1
+    result = judge.judge_solution(_job(ONE_OP_HONEST, ONE_OP_PROBLEM), {}, _quiet)
+    assert result.diagnostics.processes.after_retries == 1, result.diagnostics.processes
+    assert result.status == Status.CORRECT, result.warnings

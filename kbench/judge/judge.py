@@ -252,8 +252,12 @@ def _timed(job: EvaluateJob, session: Session, reference: Any, init: list[Any], 
                                          if w is not None]
     checked = session.big_call and (
         device != "cuda" or timed.solution.regime == calibration.eager_regime == Regime.GPU)
-    moved = placement.drew_on(timed.protocol.placements)  # a side's speed moved with its memory
-    check = _after(job, session, reference, make, timed.eager if moved else None) if checked else None
+    drawn = timed.protocol.placements
+    moved = placement.drew_on(drawn)  # a side's speed moved with its memory
+    if checked and drawn is not None and drawn.stuck and job.device in PROCESS_CHECKED:
+        check: AfterCheck | None = AfterCheck(finding=checks.stuck_warning(drawn))  # timed again, as when apart
+    else:
+        check = _after(job, session, reference, make, timed.eager if moved else None) if checked else None
     if check is not None and check.finding is not None:
         findings.append(check.finding)
     return Timing(timed, tuple(findings), first, check)

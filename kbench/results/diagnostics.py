@@ -89,6 +89,9 @@ class PlacementFigures:
     # out on both sides is a stretch of slow rounds (the machine's), one on a single side that side's memory
     solution_dropped_groups: tuple[int, ...] = ()
     eager_dropped_groups: tuple[int, ...] = ()
+    # the side ("solution" or "eager") that ran at the other's slow speed on every draw it made (placement.stuck):
+    # the solution is timed again in a fresh candidate process, and the row is `suspect` if it stays so
+    stuck: str = ""
 
     @property
     def left_out(self) -> bool:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kbench.config.run_config import TimingPolicy
+from kbench.results.diagnostics import PlacementFigures
 from kbench.results.findings import Finding, FindingCode
 from kbench.results.records import Measurement, Regime
 from kbench.results.stats import mann_whitney_u, median
@@ -236,6 +237,17 @@ def after_warning(ratio: float) -> Finding:
     return Finding(FindingCode.PROCESSES_DISAGREE, f"after the solution's rounds the reference itself ran {ratio:.3f}x "
                    "as long in the candidate's process, on the memory the solution's calls had used, as in the "
                    "judge's: the speedup would carry where each process's memory lay")
+
+
+def stuck_warning(drawn: PlacementFigures) -> Finding:
+    """`[processes_disagree]`: one side ran at the other's slow speed on every memory draw it made
+    (placement.stuck), in each candidate process tried."""
+    side, other = ("the solution", "the eager reference") if drawn.stuck == "solution" else (
+        "the eager reference", "the solution")
+    spread = drawn.eager_spread if drawn.stuck == "solution" else drawn.solution_spread
+    return Finding(FindingCode.PROCESSES_DISAGREE, f"{side} ran as slow as {other}'s slow memory on every one of its "
+                   f"{drawn.groups} memory draws, where {other} also drew memory {spread:.2f}x faster (in each "
+                   "candidate process tried): the speedup would carry where each side's memory lay")
 
 
 def after_unmeasured_warning(found: Calibration) -> Finding:

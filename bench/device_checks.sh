@@ -25,6 +25,10 @@
 #   bash bench/device_checks.sh bracket   # issue 40's judge-owned GPU bracket (KBENCH_JUDGE_BRACKET=1): the shipped rows
 #                                         # timed with it against do_bench, its excess per row (p10/p50/p90), then
 #                                         # the same rows without it (does the judge's waiting stream slow a call?)
+#   bash bench/device_checks.sh gate      # `kbench gate` on the GPU: every shipped CUDA solution built and correct at
+#                                         # full and small size (what the machine cannot run listed, not failed)
+#   bash bench/device_checks.sh copies77  # eight honest copies of level 2's #77 on GPU 0, whose speed moves with its
+#                                         # memory (placement.stuck, the check after the rounds), then their rows
 #   bash bench/device_checks.sh all       # tests and sample (more than one 10-minute device call: run them apart)
 #
 # `ray` needs Ray for Python 3.12 in .kb/ray312 (the device has none and its wheel is larger than a call may carry):
@@ -147,6 +151,21 @@ if [ "$what" = bracket ]; then
   timeout 250 python3 bench/fidelity.py compare --out "$OUT/bracket-off" --cache-dir /tmp/kbench-bracket-cache \
     > "$OUT/bracket-off.log" 2>&1
   grep "ratios" "$OUT/bracket-off.log"
+fi
+if [ "$what" = gate ]; then
+  timeout 540 python3 -m kbench gate --junit "$OUT/gate.xml" > "$OUT/gate.log" 2>&1
+  echo "gate exit $?"
+  tail -25 "$OUT/gate.log"
+fi
+if [ "$what" = copies77 ]; then
+  if [ ! -d .kb/KernelBench/level2 ]; then
+    echo "no KernelBench at .kb/KernelBench: see the header of this script" >&2
+    exit 2
+  fi
+  timeout 300 python3 bench/scale.py .kb/KernelBench results/scale-77 --only 77 --copies 8 --gpus 0 --label c77 \
+    --rows --budget 290 > "$OUT/copies77.log" 2>&1
+  grep -A3 "^| run | GPU" "$OUT/copies77.log" | head -4
+  grep "^L2_" "$OUT/copies77.log" | cut -c1-300
 fi
 if [ "$what" = sample ] || [ "$what" = all ]; then
   if [ ! -d .kb/KernelBench/level1 ]; then

@@ -12,6 +12,7 @@ milliseconds apart as kbench's rounds are (a 4096 x 4096 float32 matrix product 
 add over 1 GiB), in one setting after another:
 
   alone          nothing else on the machine
+  bare-same      two loops of fresh Python processes on GPU 0 that make a CUDA context and one tiny kernel, and exit
   start-same     two loops of fresh Python processes on GPU 0 that make a CUDA context, a first small convolution and
                  matrix product, and exit (kbench's workers and candidate processes started ahead: warm_cuda)
   start-others   the same on every other GPU
@@ -38,6 +39,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A CUDA context and cuDNN's and cuBLAS's first calls, as kbench.judge.candidate.candidate.warm_cuda makes them in a
 # worker or candidate started ahead
+BARE = "import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()"  # a CUDA context and one tiny kernel
 CONTEXT = ("import torch; x = torch.ones(1, 2, 6, 6, device='cuda'); "
            "torch.nn.functional.conv2d(x, torch.ones(2, 2, 3, 3, device='cuda')); "
            "a = torch.ones(16, 16, device='cuda'); torch.mm(a, a); torch.cuda.synchronize()")
@@ -110,6 +112,7 @@ def timed(seconds: float) -> dict[str, list[float]]:
 
 SETTINGS = {
     "alone": [],
+    "bare-same": [("loop(n.BARE, STOP)", "same"), ("loop(n.BARE, STOP)", "same")],
     "start-same": [("loop(n.CONTEXT, STOP)", "same"), ("loop(n.CONTEXT, STOP)", "same")],
     "start-others": [("loop(n.CONTEXT, STOP)", "others"), ("loop(n.CONTEXT, STOP)", "others")],
     "churn-same": [("churn(STOP)", "same")],

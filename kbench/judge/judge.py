@@ -239,7 +239,9 @@ def _timed(job: EvaluateJob, session: Session, reference: Any, init: list[Any], 
            calibration: Calibration) -> Timing:
     """The solution's timed rounds (beside a witness for a reference the judge times in the host regime, whose
     speedup divides by it; timed again after a first flag: flags.retime_mismatch), and for a big GPU-regime call the
-    reference timed again in the candidate's process after them (`_after`)."""
+    reference timed again in the candidate's process after them (`_after`), or, where a side of the rounds was stuck at
+    the other's slow memory (placement.stuck), that finding instead (the solution is then timed again in a fresh
+    process, as after a disagreement: `_steps`)."""
     device = job.device
     beside_witness = device == "cuda" and calibration.reference_launch_bound  # its speedup divides by the witness
     timed, found, first = retime_mismatch(

@@ -4,7 +4,7 @@
 
 For every row that drew its memory (diagnostics.protocol.placements) each side's samples are put back into their groups
 (the kept ones are in `timing.samples`, the left-out ones in the placement figures; a group is whole either way, and a
-rule reads only the groups' medians and spreads, not their order) and the speedup is derived again under:
+rule reads only the groups' speeds, each its fastest sample (placement.draw_speed), and spreads, not their order) and the speedup is derived again under:
 
 - `step`: the judge's rule (kbench.judge.timing.placement.fastest_groups): the groups in order from the fastest, up to
   the first step larger than the tolerance (a second speed);
@@ -37,14 +37,14 @@ Rule = Callable[[Sequence[float]], Sequence[int]]
 
 def band(samples: Sequence[float], rounds: int = placement.GROUP_ROUNDS,
          tolerance: float = placement.SLOW_GROUP) -> tuple[int, ...]:
-    """The indices of `samples` in groups whose median is within the step (placement.draw_groups, as the judge's rule
-    sets it) of the fastest complete group's."""
+    """The indices of `samples` in groups whose speed (placement.draw_speed) is within the step (placement.draw_groups,
+    as the judge's rule sets it) of the fastest complete group's."""
     groups, step = placement.draw_groups(samples, rounds, tolerance)
-    complete = [median([samples[i] for i in g]) for g in groups if len(g) == rounds]
+    complete = [placement.draw_speed([samples[i] for i in g]) for g in groups if len(g) == rounds]
     if not complete:
         return tuple(range(len(samples)))
     limit = min(complete) * (1.0 + step)
-    return tuple(i for g in groups if median([samples[i] for i in g]) <= limit for i in g)
+    return tuple(i for g in groups if placement.draw_speed([samples[i] for i in g]) <= limit for i in g)
 
 
 RULES: dict[str, Rule] = {"step": placement.fastest_groups, "band": band}
@@ -52,7 +52,7 @@ RULES: dict[str, Rule] = {"step": placement.fastest_groups, "band": band}
 
 def regrouped(kept: Sequence[float], dropped: Sequence[float], rounds: int) -> list[float]:
     """A side's samples as whole groups again: the kept groups, then the left-out ones (a last unfinished group, if
-    any, is left off: no rule keeps it by its own median)."""
+    any, is left off: no rule keeps it by its own speed)."""
     whole = [list(kept[i:i + rounds]) for i in range(0, len(kept), rounds)]
     whole += [list(dropped[i:i + rounds]) for i in range(0, len(dropped), rounds)]
     return [s for g in whole if len(g) == rounds for s in g]

@@ -349,3 +349,36 @@ def test_a_solution_stuck_only_in_its_first_process_gets_its_speedup_from_the_ne
     result = judge.judge_solution(_job(ONE_OP_HONEST, ONE_OP_PROBLEM), {}, _quiet)
     assert result.diagnostics.processes.after_retries == 1, result.diagnostics.processes
     assert result.status == Status.CORRECT, result.warnings
+
+
+def test_rounds_stop_once_a_side_is_stuck_at_the_others_slow_memory():
+    """After GROUPS whole draws with the solution at the eager's slow speed on every one, more draws in this process
+    are futile (the row is timed again in a fresh one, or is suspect): sampling stops there, saying why, instead of
+    drawing on to its cap (on one H200 such a row took 92 rounds and 5 s)."""
+    from types import SimpleNamespace
+
+    from kbench.judge.timing.rounds import SolutionRounds
+
+    clock = _Clock()
+    eager_speeds = [FAST, SLOW, SLOW, SLOW] * 50  # the eager draws its fast memory one draw in four
+    times: dict[str, list[float]] = {"eager": [], "solution": []}
+    state = SimpleNamespace(drawing=True, times=times)
+
+    def side(name):
+        def sample():
+            value = SLOW if name == "solution" else eager_speeds[len(times["eager"]) // GROUP_ROUNDS]
+            times[name].append(value)
+            clock.now += value
+            return Sampled(value, value)
+        return sample
+
+    policy = TimingPolicy(warmup_calls=0, warmup_s=0.0, min_samples=10, min_time_s=0.0, max_time_s=60.0,
+                          rel_ci=0.0001)
+    found = measure_rounds({"eager": side("eager"), "solution": side("solution")}, policy, clock, kept=fastest_groups,
+                           more=lambda rounds: rounds < GROUPS * GROUP_ROUNDS,  # as SolutionRounds.more, drawing
+                           stuck=lambda rounds: SolutionRounds.stuck(state, rounds))
+    assert found["solution"].stop_reason == "stuck" and len(found["solution"].samples) == GROUPS * GROUP_ROUNDS
+    state.drawing = False  # a row that does not draw (or stopped drawing) is never stuck
+    assert not SolutionRounds.stuck(state, GROUPS * GROUP_ROUNDS)
+    state.drawing, times["solution"][:] = True, [FAST] * len(times["solution"])
+    assert not SolutionRounds.stuck(state, GROUPS * GROUP_ROUNDS)  # at the eager's fast speed: not stuck

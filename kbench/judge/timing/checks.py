@@ -16,6 +16,7 @@ from kbench.results.stats import mann_whitney_u, median
 
 STOP_CONVERGED = "converged"
 STOP_MAX_TIME = "max_time"
+STOP_STUCK = "stuck"  # a side's memory draws stuck at the other's slow speed: the row is timed again or `suspect`
 
 
 def few_samples_warning(m: Measurement, policy: TimingPolicy) -> Finding | None:

@@ -345,7 +345,7 @@ def _measure(session: Session, device: str, policy: TimingPolicy, rounds: Soluti
     start, tree = _perf_counter(), escapes.tree_cpu(pid, group, own=own)
     found = guarded(device, "timing", lambda: sampling.measure_rounds(
         {"eager": rounds.eager, "solution": rounds.solution}, policy, before_round=rounds.before,
-        after_round=after, alternate=False, kept=rounds.kept(), more=rounds.more),
+        after_round=after, alternate=False, kept=rounds.kept(), more=rounds.more, stuck=rounds.stuck),
         judge_work="timing (the judge's inputs, reference calls and rechecks)")
     end = escapes.tree_cpu(pid, group, own=own)
     return _Window(found, *escapes.escaped_cpu(tree, end), _perf_counter() - start, len(tree.gpu | end.gpu))

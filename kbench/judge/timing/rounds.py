@@ -159,6 +159,14 @@ class SolutionRounds:
         wanted = placement.GROUPS if self.drawing else placement.PROBE_GROUPS if self.placed else 0
         return rounds < wanted * placement.GROUP_ROUNDS
 
+    def stuck(self, rounds: int) -> bool:
+        """Whether more rounds are futile (sampling.measure_rounds): after GROUPS whole draws, a side ran at the
+        other's slow speed on every one of them (placement.stuck); the row is then timed again in a fresh process,
+        or is `suspect`, whatever more draws in this one would find (on one H200 a stuck side drew 46 of 46 slow)."""
+        return (self.drawing and rounds >= placement.GROUPS * placement.GROUP_ROUNDS
+                and rounds % placement.GROUP_ROUNDS == 0
+                and placement.stuck(self.times["solution"], self.times["eager"]) != "")
+
     def judged(self, seen: list[Observed]) -> tuple[float, float]:
         """The calls' median issue and GPU times as the judge's own clock sees them (seconds)."""
         cal = self.calibration

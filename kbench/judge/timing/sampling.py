@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from kbench.config.run_config import TimingPolicy
-from kbench.judge.timing.checks import STOP_CONVERGED, STOP_MAX_TIME
+from kbench.judge.timing.checks import STOP_CONVERGED, STOP_MAX_TIME, STOP_STUCK
 from kbench.judge.timing.timers import Clock, Timer, synchronize
 from kbench.results.records import Measurement, Regime
 from kbench.results.stats import median_ci_relative
@@ -110,6 +110,7 @@ def measure_rounds(
     alternate: bool = True,
     kept: Callable[[Sequence[float]], Sequence[int]] | None = None,
     more: Callable[[int], bool] = lambda rounds: False,
+    stuck: Callable[[int], bool] = lambda rounds: False,
 ) -> dict[str, Measurement]:
     """Sample several callables in alternating rounds, so that drift (clocks, heat) hits all alike.
 
@@ -125,6 +126,8 @@ def measure_rounds(
             its headline); None: all of them.
         more: whether, after this many rounds, rounds must go on whatever the samples say (draws of memory a row
             still needs, kbench.judge.timing.rounds.SolutionRounds.more).
+        stuck: whether, after this many rounds, more rounds are futile (a side stuck at the other's slow memory,
+            kbench.judge.timing.rounds.SolutionRounds.stuck): sampling stops with STOP_STUCK.
 
     Returns:
         name -> Measurement: each sampler's samples in seconds, in the order taken (all of them, `kept` or not), and
@@ -152,6 +155,9 @@ def measure_rounds(
         after_round(rounds)
         rounds += 1
         elapsed = clock() - start
+        if stuck(rounds):  # converged or not, these rounds are not the row's
+            reason = STOP_STUCK
+            break
         if all(_converged(taken[n], elapsed, policy, kept) for n in names) and not more(rounds):
             reason = STOP_CONVERGED
             break

@@ -18,7 +18,8 @@ this repository; point it at a checkout.
 It prints, per run: the GPU model and how many were used, the evaluations and their wall time, evaluations an hour,
 per-phase medians of the honest rows and of the eager rows, where the honest copies read against the eager beside
 them (range, median, how many outside 1.00 +- 0.03, by timing regime), the verdicts, how many rows needed a fresh
-candidate process or ended `[processes_disagree]`; the kbench process's own CPU time (one Python process whose threads
+candidate process or ended `[processes_disagree]` or `[processes_unchecked]`, and how many ended with a side stuck at
+the other's slow memory (kbench.judge.timing.placement.stuck); the kbench process's own CPU time (one Python process whose threads
 serve every slot); where the timing phase went (diagnostics.protocol.spent) and where each GPU's wall went between
 turns (the slot timeline, with its workers' start); then each run's rate over the first run's (the 4-vs-1 ratio), and
 with `--rows`, one line per honest row (its GPU, the judge's eager, the candidate's time, the process check, the
@@ -196,7 +197,10 @@ def figures(folder: Path) -> dict:
         "outside": sum(abs(s - 1) > BAND for s in speedups),
         "regimes": {k: (len(v), statistics.median(v)) for k, v in sorted(by_regime.items())},
         "statuses": statuses, "fresh_candidates": sum(1 for f in fresh if f), "disagree": codes.count(
-            "processes_disagree"),
+            "processes_disagree"), "unchecked": codes.count("processes_unchecked"),
+        # rows whose final rounds had a side stuck at the other's slow memory (placement.stuck; a row timed again in
+        # a fresh process keeps the last rounds' figures, so this counts the rows still stuck at the end)
+        "stuck": sum(1 for d in drawn if d.get("stuck")),
         # rows that drew their memory (kbench.judge.timing.placement), and those that left a draw out of a side
         "drawn": (len(drawn), sum(1 for d in drawn if d["solution_groups_kept"] < d["groups"]
                                   or d["eager_groups_kept"] < d["groups"])),
@@ -282,7 +286,7 @@ def table(work: Path, rows: bool) -> None:
     found = [figures(f) for f in folders]
     print("| run | GPU | GPUs | evaluations | wall s | per hour | vs first | honest s | eager s | calibration | load "
           "| trials | timing | trust_fp64 | honest copies (min / median / max) | outside +-3% | by regime | verdicts "
-          "| fresh candidate | disagree | memory draws (rows / moved) |")
+          "| fresh candidate | disagree / unchecked | memory draws (rows / moved / stuck) |")
     print("|" + "---|" * 21)
     base = found[0]["per_hour"]
     for f in found:
@@ -294,8 +298,9 @@ def table(work: Path, rows: bool) -> None:
         print(f"| {f['label']} | {f['gpu']} | {f['gpus']} | {f['evaluations']} | {f['wall_s']:.0f} | {f['per_hour']} "
               f"| {_fmt(ratio)} | {_fmt(f['honest_s'])} | {_fmt(f['eager_s'])} | {_fmt(ph['calibration'])} "
               f"| {_fmt(ph['load'])} | {_fmt(ph['trials'])} | {_fmt(ph['timing'])} | {_fmt(ph['trust_fp64'])} "
-              f"| {spread} | {f['outside']} | {regimes} | {verdicts} | {f['fresh_candidates']} | {f['disagree']} "
-              f"| {'{} / {}'.format(*f.get('drawn', (0, 0)))} |")
+              f"| {spread} | {f['outside']} | {regimes} | {verdicts} | {f['fresh_candidates']} "
+              f"| {f['disagree']} / {f.get('unchecked', 0)} "
+              f"| {'{} / {}'.format(*f.get('drawn', (0, 0)))} / {f.get('stuck', 0)} |")
     for f in found:  # a busy parent (one Python process, its threads under one GIL) delays every slot's events
         if f.get("parent_cpu_s") is not None and f["wall_s"]:
             print(f"{f['label']}: the kbench process's own CPU {f['parent_cpu_s']:.1f} s over {f['wall_s']:.0f} s "

@@ -19,8 +19,8 @@ It prints, per run: the GPU model and how many were used, the evaluations and th
 per-phase medians of the honest rows and of the eager rows, where the honest copies read against the eager beside
 them (range, median, how many outside 1.00 +- 0.03, by timing regime), the verdicts, how many rows needed a fresh
 candidate process or ended `[processes_disagree]` or `[processes_unchecked]`, and how many ended with a side stuck at
-the other's slow memory (kbench.judge.timing.placement.stuck); the kbench process's own CPU time (one Python process whose threads
-serve every slot); where the timing phase went (diagnostics.protocol.spent) and where each GPU's wall went between
+the other's slow memory (kbench.judge.timing.placement.stuck); the kbench process's own CPU time (one Python process
+whose threads serve every slot); where the timing phase went (diagnostics.protocol.spent) and where each GPU's wall went between
 turns (the slot timeline, with its workers' start); then each run's rate over the first run's (the 4-vs-1 ratio), and
 with `--rows`, one line per honest row (its GPU, the judge's eager, the candidate's time, the process check, the
 memory draws each side kept).

@@ -227,6 +227,14 @@ def test_rows_spread_over_gpus_say_where_each_ran_and_the_process_check_is_summe
     assert provenance({"environment": {}}, drew).processes.endswith(
         "; 2 big call(s) drew their memory anew every few rounds, 1 of them at another speed on other memory: timed "
         "on each side's fastest draws")
+    stuck = dataclasses.replace(moved, stuck="solution")
+    drew.append(dataclasses.replace(placed("l", "1", [0.77]), diagnostics=Diagnostics(
+        processes=ProcessCheck((1.0,), 2, after_disagrees=True, after_retries=2),
+        protocol=TimingProtocol(placements=stuck))))
+    assert provenance({"environment": {}}, drew).processes.endswith(
+        "; 3 big call(s) drew their memory anew every few rounds, 2 of them at another speed on other memory: timed "
+        "on each side's fastest draws, 1 with a side at the other's slow memory on every draw, in every process "
+        "tried: suspect, no speedup")
 
 
 def test_a_row_of_a_spread_run_records_its_gpus_model_from_the_probe():

@@ -330,20 +330,12 @@ def test_a_job_whose_preparation_fails_answers_without_its_turn(tmp_path):
     assert time.monotonic() - started < 30
 
 
-def test_after_a_job_that_timed_the_child_after_next_starts_when_it_ends(tmp_path, monkeypatch):
-    """With early turns the next job takes the spare started when the running job timed; when the running job ends,
-    the child for the job after next starts at once (its CUDA contexts made ahead, not while that job waits), here
-    while the second job still loads (2 s)."""
+def _a_job_then_one_that_loads_slowly(tmp_path, monkeypatch) -> tuple[list[float], dict[str, float]]:
+    """Two solutions on one slot with early turns, the second loading for 2 s after its turn (before it times): when
+    each child was started, and when each job ended."""
     from kbench.execution.pool import run_on_slots
 
-    created: list[float] = []
-
-    class Recording(child.JobChild):
-        def __init__(self, *args, **kwargs):
-            created.append(time.monotonic())
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(warm_starts, "JobChild", Recording)
+    created = _record_children(monkeypatch)
     first, env = _solution(tmp_path / "first")
     slow, _ = _solution(tmp_path / "slow")
     slow.write_text(slow.read_text().replace(str(tmp_path / "slow" / "ext"), str(tmp_path / "first" / "ext")))
@@ -355,6 +347,14 @@ def test_after_a_job_that_timed_the_child_after_next_starts_when_it_ends(tmp_pat
                      lambda path, outcome: ended.setdefault(path.parent.name, time.monotonic()), early=True)
     finally:
         warm.close()
+    return created, ended
+
+
+def test_after_a_job_that_timed_the_child_after_next_starts_when_it_ends(tmp_path, monkeypatch):
+    """With early turns the next job takes the spare started when the running job timed; when the running job ends,
+    the child for the job after next starts at once (its CUDA contexts made ahead, not while that job waits), here
+    while the second job still loads (2 s)."""
+    created, ended = _a_job_then_one_that_loads_slowly(tmp_path, monkeypatch)
     # the first job's child, the spare the second took at the first's timing, the one started at the first's end
     assert len(created) >= 3
     assert created[2] - ended["first"] < 1.0  # at the first's end, not 2 s later at the second's timing
@@ -364,28 +364,8 @@ def test_without_the_child_after_next_a_slots_children_start_only_at_its_jobs_ti
     """KBENCH_AFTER_NEXT=0 (a measurement: what the contexts made while the next job times cost it): the first job's
     end starts nothing (the second job loads for 2 s after it); the second job's child is the spare started at the
     first's timing."""
-    from kbench.execution.pool import run_on_slots
-
-    created: list[float] = []
-
-    class Recording(child.JobChild):
-        def __init__(self, *args, **kwargs):
-            created.append(time.monotonic())
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(warm_starts, "JobChild", Recording)
     monkeypatch.setenv(warm_starts.AFTER_NEXT_ENV, "0")
-    first, env = _solution(tmp_path / "first")
-    slow, _ = _solution(tmp_path / "slow")
-    slow.write_text(slow.read_text().replace(str(tmp_path / "slow" / "ext"), str(tmp_path / "first" / "ext")))
-    slow.write_text("import time\ntime.sleep(2)\n" + slow.read_text())
-    ended: dict[str, float] = {}
-    warm = warm_starts.WarmStarts()
-    try:
-        run_on_slots([first, slow], [None], lambda path, slot: warm(_job(path), 60, env),
-                     lambda path, outcome: ended.setdefault(path.parent.name, time.monotonic()), early=True)
-    finally:
-        warm.close()
+    created, ended = _a_job_then_one_that_loads_slowly(tmp_path, monkeypatch)
     assert len(created) >= 2  # the first job's child and the spare the second took at the first's timing
     assert not any(-0.1 < made - ended["first"] < 1.5 for made in created), (created, ended)  # none at the first's end
 

@@ -295,10 +295,13 @@ def _processes(evaluations: Sequence[Evaluation]) -> str:
     if unmeasured:
         parts.append(f"{unmeasured} could not time the reference again there, in every process tried: suspect, "
                      "no speedup")
+    stuck = sum(1 for d in drawn if d.stuck)
     if drawn:
         parts.append(f"{len(drawn)} big call(s) drew their memory anew every few rounds"
                      + (f", {moved} of them at another speed on other memory: timed on each side's fastest draws"
-                        if moved else ", none at another speed on other memory"))
+                        if moved else ", none at another speed on other memory")
+                     + (f", {stuck} with a side at the other's slow memory on every draw, in every process tried: "
+                        "suspect, no speedup" if stuck else ""))
     if witness:
         parts.append(f"{witness} host-regime row(s) divided by a witness process, not the judge's eager")
     return "; ".join(parts)

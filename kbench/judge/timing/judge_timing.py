@@ -94,7 +94,7 @@ def _beside(job: Judging, session: Session, reference: Any, make: Callable[[int]
     least, most = rounds
     start, index, forced = _perf_counter(), 0, 0
     try:
-        while not all(len(seen[m]) >= most for m in modes) and forced < max(forced_limit, 1) and (
+        while not all(len(seen[m]) >= most for m in modes) and (not forced_limit or forced < forced_limit) and (
                 _perf_counter() - start < seconds or any(len(seen[m]) < least for m in modes)
                 or (placed and bool(modes) and not placement.kept_enough(eager, [o.timed for o in seen[modes[0]]]))):
             values = make(seed - index - forced)

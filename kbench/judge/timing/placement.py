@@ -144,19 +144,22 @@ def stuck(solution: Sequence[float], eager: Sequence[float], rounds: int = GROUP
     while it runs exactly as slow as the other's slow memory is stuck there, not slower (on one H200 an honest copy
     of #77 ran 46 of 46 draws at 6.43 ms while the judge's eager drew 4.94 ms seven times and 6.45 ms the rest, and
     read 0.77x; thirty-first session). "" where neither is (or a side has no complete draw)."""
-    for name, flat, other in (("solution", solution, eager), ("eager", eager, solution)):
-        flat_groups, _ = draw_groups(flat, rounds, tolerance)
-        other_groups, _ = draw_groups(other, rounds, tolerance)
-        flat_speeds = [draw_speed([flat[i] for i in g]) for g in flat_groups if len(g) == rounds]
-        kept = set(fastest_groups(other, rounds, tolerance))
-        fast = [draw_speed([other[i] for i in g]) for g in other_groups if len(g) == rounds and g[0] in kept]
-        slow = [draw_speed([other[i] for i in g]) for g in other_groups if len(g) == rounds and g[0] not in kept]
-        if not flat_speeds or not fast or not slow or len(fastest_groups(flat, rounds, tolerance)) < len(flat):
-            continue
-        level, fast_level, slow_level = median(flat_speeds), median(fast), median(slow)
-        if abs(level / slow_level - 1.0) <= tolerance and level > fast_level * (1.0 + tolerance):
-            return name
+    sides = {"solution": _draw_speeds(solution, rounds, tolerance), "eager": _draw_speeds(eager, rounds, tolerance)}
+    for name, other in (("solution", "eager"), ("eager", "solution")):
+        (flat, flat_left_out), (fast, slow) = sides[name], sides[other]
+        if flat and not flat_left_out and fast and slow:
+            level, fast_level, slow_level = median(flat), median(fast), median(slow)
+            if abs(level / slow_level - 1.0) <= tolerance and level > fast_level * (1.0 + tolerance):
+                return name
     return ""
+
+
+def _draw_speeds(samples: Sequence[float], rounds: int, tolerance: float) -> tuple[list[float], list[float]]:
+    """The speeds (`draw_speed`) of a side's complete draws, those `fastest_groups` keeps and those it leaves out."""
+    kept = set(fastest_groups(samples, rounds, tolerance))
+    groups, _ = draw_groups(samples, rounds, tolerance)
+    speeds = [(draw_speed([samples[i] for i in g]), g[0] in kept) for g in groups if len(g) == rounds]
+    return [v for v, k in speeds if k], [v for v, k in speeds if not k]
 
 
 def drew_on(found: PlacementFigures | None) -> bool:
